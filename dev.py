@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Set up (or refresh) the project's virtualenv, then run the demo or the tests.
+
+    python3 dev.py demo     # YAML-driven training on the embedded simulated CS-2 (use_cs=True)
+    python3 dev.py test     # the whole test suite
+
+Needs only python3 (3.11). The venv lives in .venv and is reinstalled when setup.py changes.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+VENV = os.path.join(ROOT, ".venv")
+PY = os.path.join(VENV, "bin", "python")
+STAMP = os.path.join(VENV, ".cerebras_tf_installed")
+EXTRAS = "test,data"
+
+# The demo: BERT-tiny pretraining on the real corpus, compiled for the simulated CS-2.
+DEMO_DATASETS = "vocab,bert_pretrain"
+DEMO = ["scripts/run.py", "--params", "configs/params_bert_tiny_msl128.yaml",
+        "--mode", "train_and_eval", "--model_dir", "runs/bert_tiny_demo"]
+
+
+def _setup_hash() -> str:
+  h = hashlib.sha256()
+  for name in ("setup.py", "dev.py"):
+    with open(os.path.join(ROOT, name), "rb") as fh:
+      h.update(fh.read())
+  return h.hexdigest()
+
+
+def ensure_env() -> None:
+  want = _setup_hash()
+  if os.path.exists(STAMP) and open(STAMP).read() == want:
+    return
+  if sys.version_info[:2] != (3, 11):
+    sys.exit(f"dev.py: Python 3.11 is required (tensorflow 2.15 wheels), this is {sys.version.split()[0]}")
+  if not os.path.exists(PY):
+    print("dev.py: creating .venv ...", flush=True)
+    venv.EnvBuilder(with_pip=True).create(VENV)
+  print("dev.py: installing cerebras_tf and its pinned dependencies into .venv ...", flush=True)
+  subprocess.check_call([PY, "-m", "pip", "install", "-q", "--upgrade", "pip"])
+  subprocess.check_call([PY, "-m", "pip", "install", "-q", "-e", f".[{EXTRAS}]"], cwd=ROOT)
+  with open(STAMP, "w") as fh:
+    fh.write(want)
+
+
+def main(argv) -> int:
+  if len(argv) < 2 or argv[1] not in ("demo", "test", "run"):
+    print(__doc__.strip(), file=sys.stderr)
+    return 2
+  ensure_env()
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+  if argv[1] == "test":
+    rc = subprocess.call([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", *argv[2:]],
+                         cwd=ROOT, env=env)
+    return 1 if rc == 5 else rc  # 5: no tests collected, which is a failure here
+  if argv[1] == "run":
+    return subprocess.call([PY, *argv[2:]], cwd=ROOT, env=env)
+  rc = subprocess.call([PY, "scripts/prepare_data.py", "--datasets", DEMO_DATASETS], cwd=ROOT, env=env)
+  if rc:
+    return rc
+  return subprocess.call([PY, *DEMO, *argv[2:]], cwd=ROOT, env=env)
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))

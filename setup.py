@@ -1,0 +1,25 @@
+"""cerebras_tf: tf.estimator-compatible training for a simulated Cerebras wafer-scale engine."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="cerebras_tf",
+    version="0.1.0",
+    description="TensorFlow Estimator-compatible training framework for a simulated Cerebras CS-2",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*", "models", "models.*"]),
+    install_requires=[
+        "tensorflow==2.15.1",       # the last release with tf.estimator
+        "tensorflow-text==2.15.0",  # BertTokenizer, MLM masking, WordPiece vocab builder
+        "numpy<2",
+        "absl-py",
+        "pyyaml",
+        "matplotlib",               # wafer placement and scaling pictures
+        "sacrebleu",                # BLEU of the Transformer's detokenized translations
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis"],
+        "data": ["pysword"],        # reads the Debian SWORD Bible modules (real text corpora)
+    },
+    entry_points={"console_scripts": ["cerebras-run = cerebras_tf.cli:run_main"]},
+)
