@@ -1,0 +1,44 @@
+"""The framework's own error types.
+
+Every user-facing mistake (bad YAML, unknown key, an op the engine has no kernel for, a model
+that does not fit) raises a subclass of `CerebrasTFError`. Its message is one line that names
+the file, key or op and says what to do; `scripts/run.py` prints it to stderr and exits 2.
+"""
+
+
+class CerebrasTFError(Exception):
+  """Base class: a problem the user can fix. `str(e)` is the one-line message."""
+
+  exit_code = 2
+
+  def __str__(self):
+    # User text (a path, a flag value) may hold newlines; the message must stay one line.
+    return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
+
+
+class ParamsError(CerebrasTFError, ValueError):
+  """A params YAML file or override is malformed, unknown, mistyped or out of range."""
+
+
+class ConfigError(CerebrasTFError, ValueError):
+  """A RunConfig / CSConfig / flag value is malformed (e.g. `cs_ip`)."""
+
+
+class CompileError(CerebrasTFError):
+  """The model cannot be compiled for the engine (unsupported op, bad shapes)."""
+
+
+class UnsupportedOpError(CompileError):
+  """An op in the model_fn has no engine kernel."""
+
+
+class FitError(CompileError):
+  """The model does not fit the engine in the chosen execution strategy."""
+
+
+class DataError(CerebrasTFError):
+  """A data file is missing, unreadable or corrupt."""
+
+
+class TrainingError(CerebrasTFError):
+  """Training cannot continue (NaN/Inf loss, ...)."""

@@ -1,0 +1,798 @@
+"""Typed YAML params: one schema, defaults, validation, one-line errors.
+
+A params file has the sections of the Cerebras modelzoo TF configs (`train_input`, `eval_input`,
+`model`, `optimizer`, `runconfig`, `csconfig`). Every key, its type, default, range or choices and
+a help string is declared once, in `SCHEMA` below. `model.name` picks a model family from
+`models.registry`; the family adds its own keys to `model`, `train_input` and `eval_input`
+(see `TRANSFORMER_MODEL_FIELDS` and `TEXT_INPUT_FIELDS` for the shared ones).
+
+`load_params(path, overrides)` returns a plain nested dict (what `model_fn` gets as `params`)
+with every default filled in. Anything wrong raises `ParamsError` with one line that names the
+file and line (or the override / flag), the key path and what is allowed.
+
+Only plain YAML is read (SafeLoader): tags such as `!!python/object` are refused.
+No TensorFlow import here: the CLI must fail fast on bad input.
+"""
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import yaml
+
+from cerebras_tf.compiler.plan import base as plan_base
+from cerebras_tf.errors import ParamsError
+
+# Field kinds. "path" is a string resolved relative to the YAML file's directory.
+_KINDS = ("int", "float", "bool", "str", "path", "int_list", "learning_rate", "loss_scale",
+          "engine")
+_REQUIRED = object()
+
+MODES = ("train", "eval", "eval_all", "train_and_eval", "predict", "export")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+ENGINES = ("cs1", "cs2", "cs3")
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+  """One params key. `low`/`high` bound numbers (inclusive unless `*_open`)."""
+
+  kind: str
+  default: Any = _REQUIRED
+  help: str = ""
+  low: Optional[float] = None
+  high: Optional[float] = None
+  low_open: bool = False
+  high_open: bool = False
+  choices: Optional[Tuple[str, ...]] = None
+  nullable: bool = False
+
+  def __post_init__(self):
+    if self.kind not in _KINDS:
+      raise ValueError(f"Field kind {self.kind!r} is not one of {_KINDS}")
+    if self.default is None and not self.nullable:
+      object.__setattr__(self, "nullable", True)
+
+  @property
+  def required(self) -> bool:
+    return self.default is _REQUIRED
+
+  def describe(self) -> str:
+    """What is allowed, as it reads after 'must be'."""
+    if self.choices:
+      text = "one of " + ", ".join(self.choices)
+    elif self.kind == "int":
+      text = "an int" + self._range()
+    elif self.kind == "float":
+      text = "a number" + self._range()
+    elif self.kind == "bool":
+      text = "a bool (true/false)"
+    elif self.kind == "str":
+      text = "a string"
+    elif self.kind == "path":
+      text = "a path (string)"
+    elif self.kind == "int_list":
+      text = "a list of ints"
+    elif self.kind == "learning_rate":
+      text = ("a number > 0 or a list of schedule segments "
+              "(scheduler: " + ", ".join(SCHEDULERS) + ")")
+    elif self.kind == "loss_scale":
+      text = "a number > 0 or 'dynamic'"
+    else:  # engine
+      text = "one of " + ", ".join(ENGINES) + " or a path to an engine .yaml file"
+    return text + (" or null" if self.nullable else "")
+
+  def _range(self) -> str:
+    lo, hi = self.low, self.high
+    if lo is not None and hi is not None:
+      return f" in {'(' if self.low_open else '['}{_num(lo)}, {_num(hi)}{')' if self.high_open else ']'}"
+    if lo is not None:
+      return f" {'>' if self.low_open else '>='} {_num(lo)}"
+    if hi is not None:
+      return f" {'<' if self.high_open else '<='} {_num(hi)}"
+    return ""
+
+
+def _num(x) -> str:
+  return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _pos_int(default, help_text, nullable=False):
+  return Field("int", default, help_text, low=0, low_open=True, nullable=nullable)
+
+
+# ---------------------------------------------------------------------------------------------
+# The schema. Key names follow the public Cerebras modelzoo TF configs (e.g.
+# modelzoo/transformers/tf/bert/configs/params_bert_base_msl128.yaml).
+
+INPUT_FIELDS = {
+    "data_processor": Field("str", None, "name of the data processor class (informational)"),
+    "data_dir": Field("path", None, "directory (or file) with the input data"),
+    "batch_size": _pos_int(_REQUIRED, "global batch size (all replicas, all systems)"),
+    "shuffle": Field("bool", True, "shuffle the input"),
+    "shuffle_seed": Field("int", None, "seed for shuffling (null: nondeterministic)", low=0),
+    "shuffle_buffer": _pos_int(10000, "elements in the shuffle buffer"),
+    "repeat": Field("bool", True, "repeat the data forever (steps bound the run)"),
+    "num_parallel_calls": _pos_int(None, "parallel map calls (null: tf.data.AUTOTUNE)"),
+}
+EVAL_INPUT_DEFAULTS = {"shuffle": False, "repeat": False}
+
+# Shared by text models (BERT, Transformer, GPT): they add these in their registry schema.
+TEXT_INPUT_FIELDS = {
+    "vocab_file": Field("path", None, "WordPiece / BPE vocabulary file"),
+    "vocab_size": _pos_int(None, "vocabulary size (null: from vocab_file)"),
+    "max_sequence_length": _pos_int(128, "tokens per example, padded"),
+    "max_predictions_per_seq": _pos_int(20, "masked-LM predictions per sequence"),
+    "do_lower": Field("bool", True, "lower-case text before tokenizing"),
+    "masked_lm_prob": Field("float", 0.15, "fraction of tokens masked", low=0, high=1),
+}
+
+MODEL_FIELDS = {
+    "name": Field("str", _REQUIRED, "model family in models/ (e.g. bert, mlp)"),
+    "mixed_precision": Field("bool", False, "compute in 16-bit floats, keep fp32 weights"),
+    "boundary_casting": Field("bool", False, "cast at layer boundaries only (modelzoo compat)"),
+    "tf_summary": Field("bool", False, "write activation summaries"),
+}
+
+TRANSFORMER_MODEL_FIELDS = {
+    "hidden_size": _pos_int(768, "width of the embeddings and every layer"),
+    "num_hidden_layers": _pos_int(12, "encoder (decoder) layers"),
+    "num_heads": _pos_int(12, "attention heads; must divide hidden_size"),
+    "filter_size": _pos_int(3072, "feed-forward inner width"),
+    "dropout_rate": Field("float", 0.1, "dropout after embeddings and sublayers", low=0, high=1,
+                          high_open=True),
+    "attention_dropout_rate": Field("float", 0.1, "dropout on attention probabilities", low=0,
+                                    high=1, high_open=True),
+    "layer_norm_epsilon": Field("float", 1e-12, "layer norm epsilon", low=0, low_open=True),
+    "max_position_embeddings": _pos_int(512, "rows of the position table"),
+    "use_position_embedding": Field("bool", True, "add position embeddings"),
+    "use_segment_embedding": Field("bool", True, "add segment (token type) embeddings"),
+    "position_embedding_type": Field("str", "learned", "position embeddings",
+                                     choices=("learned", "fixed")),
+    "share_embedding_weights": Field("bool", True, "tie input and output embeddings"),
+    "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation",
+                                  choices=("gelu", "relu", "tanh")),
+    "use_ffn_bias": Field("bool", True, "bias in the feed-forward layers"),
+    "use_vsl": Field("bool", False, "variable sequence length (modelzoo compat)"),
+    "initializer_range": Field("float", 0.02, "stddev of the truncated-normal init", low=0,
+                               low_open=True),
+}
+
+OPTIMIZER_FIELDS = {
+    "optimizer_type": Field("str", "adamw", "optimizer", choices=OPTIMIZERS),
+    "learning_rate": Field("learning_rate", 1e-4, "a constant or a list of schedule segments"),
+    "momentum": Field("float", 0.9, "momentum (momentum optimizer)", low=0, high=1,
+                      high_open=True),
+    "beta1": Field("float", 0.9, "Adam beta1", low=0, high=1, high_open=True),
+    "beta2": Field("float", 0.999, "Adam beta2", low=0, high=1, high_open=True),
+    "epsilon": Field("float", 1e-6, "Adam epsilon", low=0, low_open=True),
+    "weight_decay_rate": Field("float", 0.0, "decoupled weight decay (adamw)", low=0),
+    "max_gradient_norm": Field("float", None, "clip gradients to this global norm (null: off)",
+                               low=0, low_open=True),
+    "loss_scaling_factor": Field("loss_scale", 1.0, "static loss scale or 'dynamic'"),
+    "log_summaries": Field("bool", False, "write learning-rate/gradient summaries"),
+    "disable_lr_steps_reset": Field("bool", False, "modelzoo compat: segments count global steps"),
+    "grad_accum_steps": _pos_int(1, "micro-batches per optimizer update; the schedule counts "
+                                 "updates (global_step // grad_accum_steps)"),
+    "warmup_steps": Field("int", None, "linear warm-up from 0 over this many updates, then "
+                          "linear decay to 0 (a constant learning_rate only)", low=0),
+}
+
+RUNCONFIG_FIELDS = {
+    "mode": Field("str", "train", "what scripts/run.py does", choices=MODES),
+    "model_dir": Field("path", "model_dir", "checkpoints and summaries"),
+    "max_steps": _pos_int(None, "train until this global step"),
+    "eval_steps": Field("int", None, "eval batches (null or 0: all the eval data)", low=0),
+    "save_checkpoints_steps": _pos_int(1000, "checkpoint (and train_and_eval) interval"),
+    "keep_checkpoint_max": Field("int", 5, "checkpoints kept (0: all)", low=0),
+    "log_step_count_steps": _pos_int(100, "log loss and steps/s every N steps"),
+    "save_summary_steps": _pos_int(100, "write summaries every N steps"),
+    "tf_random_seed": Field("int", None, "graph-level random seed", low=0),
+    "throttle_secs": Field("int", 0, "train_and_eval: min seconds between evals", low=0),
+    "cs_ip": Field("str", None, "host[:port] of the CS system (null: embedded simulator)"),
+    "use_cs": Field("bool", True, "false: plain Estimator on CPU/GPU, no compile"),
+    "op_determinism": Field("bool", False, "deterministic TF ops: a resumed run ends with the "
+                            "weights of an uninterrupted one (slower)"),
+}
+
+CSCONFIG_FIELDS = {
+    "execution_strategy": Field("str", plan_base.PIPELINED, "how the model maps to the wafer",
+                                choices=plan_base.STRATEGIES),
+    "engine": Field("engine", "cs2", "engine model or an engine YAML"),
+    "num_csx": _pos_int(1, "CS systems (weight streaming)"),
+    "max_wgt_servers": _pos_int(1, "MemoryX weight servers (weight streaming)"),
+    "num_replicas": _pos_int(None, "multi_replica copies (null: compiler picks)"),
+    "multireplica": Field("bool", False, "modelzoo switch: true means execution_strategy "
+                          "multi_replica"),
+    "sparsity": Field("float", 0.0, "unstructured weight sparsity (weight streaming)", low=0,
+                      high=1, high_open=True),
+    "vts": Field("bool", False, "variable tensor shape: cost only real tokens"),
+    "compile_dir": Field("path", None, "compiler output (null: <model_dir>/cs_compile)"),
+}
+
+SCHEMA = {
+    "train_input": INPUT_FIELDS,
+    "eval_input": INPUT_FIELDS,
+    "model": MODEL_FIELDS,
+    "optimizer": OPTIMIZER_FIELDS,
+    "runconfig": RUNCONFIG_FIELDS,
+    "csconfig": CSCONFIG_FIELDS,
+}
+REQUIRED_SECTIONS = ("train_input", "model")
+EXTENSIBLE_SECTIONS = ("model", "train_input", "eval_input")
+
+# Learning-rate schedule segments (modelzoo form: a list, each with `scheduler` and `steps`).
+_LR = dict(low=0)
+SCHEDULERS = {
+    "Linear": {
+        "initial_learning_rate": Field("float", _REQUIRED, "rate at the segment start", **_LR),
+        "end_learning_rate": Field("float", _REQUIRED, "rate at the segment end", **_LR),
+        "steps": _pos_int(None, "segment length (only the last segment may omit it)"),
+    },
+    "Constant": {
+        "learning_rate": Field("float", _REQUIRED, "the rate", **_LR),
+        "steps": _pos_int(None, "segment length (only the last segment may omit it)"),
+    },
+    "Exponential": {
+        "initial_learning_rate": Field("float", _REQUIRED, "rate at the segment start", **_LR),
+        "decay_steps": _pos_int(_REQUIRED, "steps per decay_rate factor"),
+        "decay_rate": Field("float", _REQUIRED, "decay factor", low=0, low_open=True),
+        "staircase": Field("bool", False, "decay in whole steps of decay_steps"),
+        "steps": _pos_int(None, "segment length (only the last segment may omit it)"),
+    },
+    "Cosine": {
+        "initial_learning_rate": Field("float", _REQUIRED, "rate at the segment start", **_LR),
+        "end_learning_rate": Field("float", 0.0, "rate at the segment end", **_LR),
+        "steps": _pos_int(_REQUIRED, "segment length"),
+    },
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides.
+
+class Override(NamedTuple):
+  """`key` is a dotted path (`train_input.batch_size`); `source` names it in errors."""
+
+  key: str
+  value: Any
+  source: str
+
+
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def parse_override(text: str) -> Override:
+  """Parses `section.key=value`; the value is read as YAML (`3`, `true`, `null`, `'x'`)."""
+  source = f"override '{text}'"
+  if not isinstance(text, str) or "=" not in text:
+    raise ParamsError(f"{source}: expected SECTION.KEY=VALUE, e.g. train_input.batch_size=64")
+  key, _, value_text = text.partition("=")
+  key = key.strip()
+  if not _KEY_RE.match(key):
+    raise ParamsError(f"{source}: key must be SECTION.KEY such as model.hidden_size, got "
+                      f"{key!r}")
+  try:
+    node = yaml.compose(value_text, Loader=yaml.SafeLoader) if value_text.strip() else None
+    _check_tags(node, source, lines=False)
+    value = None if node is None else yaml.SafeLoader("").construct_document(node)
+  except ParamsError:
+    raise
+  except yaml.MarkedYAMLError as e:
+    raise ParamsError(f"{source}: value is not valid YAML: {e.problem or e.context}") from None
+  except (yaml.YAMLError, RecursionError, ValueError, OverflowError) as e:
+    raise ParamsError(f"{source}: value is not valid YAML: {_one_line(e)}") from None
+  return Override(key, value, source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+
+def load_params(path: str, overrides: Optional[Sequence[Union[str, Override]]] = None) -> dict:
+  """Reads, merges overrides into, fills and validates a params YAML file."""
+  if not isinstance(path, str) or not path:
+    raise ParamsError(f"params file path must be a non-empty string, got {path!r}")
+  if not os.path.exists(path):
+    raise ParamsError(f"params file not found: {path}")
+  if os.path.isdir(path):
+    raise ParamsError(f"params file is a directory: {path}")
+  try:
+    with open(path, "rb") as f:
+      text = f.read().decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ParamsError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+  except OSError as e:
+    raise ParamsError(f"{path}: cannot read params file: {e.strerror}") from None
+  return parse_params(text, path, overrides)
+
+
+def parse_params(text: str, filename: str = "<params>",
+                 overrides: Optional[Sequence[Union[str, Override]]] = None) -> dict:
+  """`load_params` on text already read; `filename` names it in errors and anchors paths."""
+  raw, origins = _read_yaml(text, filename)
+  base_dir = os.path.dirname(os.path.abspath(filename))
+  for item in overrides or ():
+    ov = parse_override(item) if isinstance(item, str) else item
+    if not isinstance(ov, Override):
+      raise ParamsError(f"override must be a 'SECTION.KEY=VALUE' string, got {item!r}")
+    _apply_override(raw, origins, ov)
+  return _Validator(filename, base_dir, origins).validate(raw)
+
+
+def _read_yaml(text: str, filename: str) -> Tuple[dict, Dict[tuple, str]]:
+  """Plain YAML -> (dict, {key path: 'file:line'}); every failure is one ParamsError line."""
+  try:
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+  except yaml.MarkedYAMLError as e:
+    mark = e.problem_mark or e.context_mark
+    where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+    problem = e.problem or e.context or "malformed YAML"
+    raise ParamsError(f"{filename}: YAML syntax error{where}: {problem}") from None
+  except yaml.YAMLError as e:
+    raise ParamsError(f"{filename}: YAML syntax error: {_one_line(e)}") from None
+  except RecursionError:
+    raise ParamsError(f"{filename}: YAML nested too deeply") from None
+  if node is None:
+    raise ParamsError(f"{filename}: params file is empty; expected a mapping with sections "
+                      + ", ".join(SCHEMA))
+  origins: Dict[tuple, str] = {}
+  _check_tags(node, filename, lines=True)
+  if not isinstance(node, yaml.MappingNode):
+    raise ParamsError(f"{filename}:{node.start_mark.line + 1}: top level must be a mapping of "
+                      f"sections ({', '.join(SCHEMA)}), got {_node_kind(node)}")
+  try:
+    _record_lines(node, (), filename, origins, set())
+  except RecursionError:
+    raise ParamsError(f"{filename}: YAML nested too deeply") from None
+  try:
+    data = yaml.SafeLoader("").construct_document(node)
+  except yaml.YAMLError as e:
+    raise ParamsError(f"{filename}: {_one_line(e)}") from None
+  except (RecursionError, ValueError, OverflowError) as e:
+    raise ParamsError(f"{filename}: cannot read a value: {_one_line(e)}") from None
+  return data, origins
+
+
+# Standard tags only: anything else (!!python/object, custom !tags) is refused.
+_SAFE_TAGS = {"tag:yaml.org,2002:" + t for t in
+              ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+
+
+def _check_tags(node, where: str, lines: bool):
+  stack, seen = [node], set()
+  while stack:
+    n = stack.pop()
+    if n is None or id(n) in seen:
+      continue
+    seen.add(id(n))
+    if n.tag not in _SAFE_TAGS:
+      tag = n.tag.replace("tag:yaml.org,2002:", "!!")
+      at = f"{where}:{n.start_mark.line + 1}" if lines else where
+      raise ParamsError(f"{at}: YAML tag '{tag}' is not allowed; params files hold plain "
+                        "mappings, lists, strings, numbers, booleans and null")
+    if isinstance(n, yaml.MappingNode):
+      for k, v in n.value:
+        stack.extend((k, v))
+    elif isinstance(n, yaml.SequenceNode):
+      stack.extend(n.value)
+
+
+def _record_lines(node, path, filename, origins, seen):
+  """Notes the line of every key; refuses duplicate keys (PyYAML silently keeps the last)."""
+  if id(node) in seen:  # an alias: already walked (and keeps billion-laughs files cheap)
+    return
+  seen.add(id(node))
+  if isinstance(node, yaml.MappingNode):
+    keys = set()
+    for k, v in node.value:
+      line = k.start_mark.line + 1
+      if not isinstance(k, yaml.ScalarNode) or k.tag != "tag:yaml.org,2002:str":
+        shown = k.value if isinstance(k, yaml.ScalarNode) else _node_kind(k)
+        where = _dotted(path) or "the top level"
+        raise ParamsError(f"{filename}:{line}: keys must be strings, got {shown!r} in {where}")
+      if k.value in keys:
+        raise ParamsError(f"{filename}:{line}: duplicate key '{k.value}' in "
+                          f"{_dotted(path) or 'the top level'}")
+      keys.add(k.value)
+      origins[path + (k.value,)] = f"{filename}:{line}"
+      _record_lines(v, path + (k.value,), filename, origins, seen)
+  elif isinstance(node, yaml.SequenceNode):
+    for i, item in enumerate(node.value):
+      origins[path + (i,)] = f"{filename}:{item.start_mark.line + 1}"
+      _record_lines(item, path + (i,), filename, origins, seen)
+
+
+def _node_kind(node) -> str:
+  if isinstance(node, yaml.SequenceNode):
+    return "a list"
+  if isinstance(node, yaml.MappingNode):
+    return "a mapping"
+  return f"the scalar {node.value!r}"
+
+
+def _apply_override(raw: dict, origins: Dict[tuple, str], ov: Override):
+  parts = tuple(ov.key.split("."))
+  if parts[0] not in SCHEMA:
+    raise ParamsError(f"{ov.source}: unknown section '{parts[0]}'{_suggest(parts[0], SCHEMA)}; "
+                      f"sections: {', '.join(SCHEMA)}")
+  node = raw
+  for i, part in enumerate(parts[:-1]):
+    child = node.get(part)
+    if child is None:
+      child = node[part] = {}
+      origins.setdefault(parts[:i + 1], ov.source)
+    elif not isinstance(child, dict):
+      raise ParamsError(f"{ov.source}: cannot set '{ov.key}': {_dotted(parts[:i + 1])} is not a "
+                        "mapping")
+    node = child
+  node[parts[-1]] = ov.value
+  origins[parts] = ov.source
+  # Anything below the replaced value no longer comes from the file.
+  for p in [p for p in origins if len(p) > len(parts) and p[:len(parts)] == parts]:
+    origins[p] = ov.source
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation.
+
+class _Validator:
+
+  def __init__(self, filename: str, base_dir: str, origins: Dict[tuple, str]):
+    self.filename = filename
+    self.base_dir = base_dir
+    self.origins = origins
+
+  def where(self, path: tuple) -> str:
+    """The closest known origin of `path` (itself, else its parents), else the file name."""
+    for i in range(len(path), 0, -1):
+      if path[:i] in self.origins:
+        return self.origins[path[:i]]
+    return self.filename
+
+  def fail(self, path: tuple, message: str):
+    raise ParamsError(f"{self.where(path)}: {message}")
+
+  def from_override(self, path: tuple) -> bool:
+    return not self.where(path).startswith(self.filename + ":")
+
+  def validate(self, raw: Any) -> dict:
+    if not isinstance(raw, dict):
+      self.fail((), f"top level must be a mapping of sections ({', '.join(SCHEMA)})")
+    for section in raw:
+      if section not in SCHEMA:
+        self.fail((section,), f"unknown section '{section}'{_suggest(section, SCHEMA)}; "
+                  f"sections: {', '.join(SCHEMA)}")
+    for section in REQUIRED_SECTIONS:
+      if section not in raw:
+        self.fail((), f"missing section '{section}'")
+    for section, value in raw.items():
+      if value is not None and not isinstance(value, dict):
+        self.fail((section,), f"section '{section}' must be a mapping of keys, got "
+                  f"{_show(value)}")
+
+    schemas = self.section_schemas(raw)
+    out = {}
+    for section, fields in schemas.items():
+      if section == "eval_input" and section not in raw:
+        continue  # optional: modes that evaluate check for it
+      out[section] = self.section(section, raw.get(section) or {}, fields)
+    self.cross_checks(out, raw)
+    return out
+
+  def section_schemas(self, raw: dict) -> Dict[str, Mapping[str, Field]]:
+    """Base sections plus what the model family (`model.name`) registers."""
+    schemas = {s: dict(f) for s, f in SCHEMA.items()}
+    schemas["eval_input"].update({k: dataclasses.replace(f, default=EVAL_INPUT_DEFAULTS[k])
+                                  for k, f in INPUT_FIELDS.items() if k in EVAL_INPUT_DEFAULTS})
+    model = raw.get("model") or {}
+    name = model.get("name", None)
+    path = ("model", "name")
+    if "name" not in model:
+      self.fail(("model",), "model.name is required: the model family, one of "
+                + ", ".join(_available_models()))
+    name = self.value(path, name, MODEL_FIELDS["name"])
+    from models import registry  # late: models/ imports this module
+    try:
+      spec = registry.get_model(name)
+    except ParamsError as e:
+      self.fail(path, str(e))
+    for section, fields in spec.schema.items():
+      schemas[section].update(fields)
+    return schemas
+
+  def section(self, section: str, raw: dict, fields: Mapping[str, Field]) -> dict:
+    for key in raw:
+      if key not in fields:
+        self.fail((section, key), self.unknown_key(section, key, fields))
+    return {key: self.value((section, key), raw[key], field) if key in raw
+            else self.default((section, key), field)
+            for key, field in fields.items()}
+
+  def unknown_key(self, section: str, key, fields) -> str:
+    hint = _suggest(key, fields)
+    if not hint:  # a key that belongs to another section (modelzoo moved some around)
+      homes = [s for s, f in SCHEMA.items() if key in f and s != section]
+      if homes:
+        hint = f" (it belongs in {homes[0]}.{key})"
+    return f"unknown key {_show(key)} in {section}{hint}"
+
+  def default(self, path: tuple, field: Field):
+    if field.required:
+      self.fail(path, f"missing key '{path[-1]}' in {_dotted(path[:-1])}: "
+                f"{_dotted(path)} must be {field.describe()}")
+    if field.kind == "path" and field.default is not None:
+      # A default was not written in the file: relative to the working directory.
+      return os.path.abspath(os.path.expanduser(field.default))
+    if field.kind == "learning_rate":
+      return self.value(path, field.default, field)
+    return field.default
+
+  def bad(self, path: tuple, field: Field, value):
+    self.fail(path, f"{_dotted(path)} must be {field.describe()}, got {_show(value)}")
+
+  def value(self, path: tuple, value, field: Field):
+    if value is None:
+      if field.nullable:
+        return None
+      if field.required:
+        self.bad(path, field, value)
+      return self.default(path, field)  # `key:` with no value keeps the default
+    kind = field.kind
+    if kind == "bool":
+      if not isinstance(value, bool):
+        self.bad(path, field, value)
+      return value
+    if kind == "int":
+      number = _as_int(value)
+      if number is None or not _in_range(number, field):
+        self.bad(path, field, value)
+      return number
+    if kind == "float":
+      number = _as_float(value)
+      if number is None or not _in_range(number, field):
+        self.bad(path, field, value)
+      return number
+    if kind in ("str", "path"):
+      if not isinstance(value, str) or (kind == "path" and not value.strip()):
+        self.bad(path, field, value)
+      if field.choices:
+        return self.choice(path, value, field)
+      return self.resolve_path(path, value) if kind == "path" else value
+    if kind == "int_list":
+      if not isinstance(value, list) or any(_as_int(v) is None for v in value):
+        self.bad(path, field, value)
+      return [_as_int(v) for v in value]
+    if kind == "loss_scale":
+      if isinstance(value, str) and value.strip().lower() == "dynamic":
+        return "dynamic"
+      number = _as_float(value)
+      if number is None or number <= 0:
+        self.bad(path, field, value)
+      return number
+    if kind == "engine":
+      if isinstance(value, str) and value.strip().lower() in ENGINES:
+        return value.strip().lower()
+      if isinstance(value, str) and value.strip().endswith((".yaml", ".yml")):
+        return self.resolve_path(path, value.strip())
+      self.bad(path, field, value)
+    if kind == "learning_rate":
+      return self.learning_rate(path, value, field)
+    raise AssertionError(kind)
+
+  def choice(self, path: tuple, value: str, field: Field) -> str:
+    for c in field.choices:
+      if value.strip().lower() == c.lower():
+        return c
+    self.fail(path, f"{_dotted(path)} must be {field.describe()}, got {_show(value)}"
+              f"{_suggest(value, field.choices)}")
+
+  def resolve_path(self, path: tuple, value: str) -> str:
+    value = os.path.expanduser(value)
+    if "://" in value or os.path.isabs(value):
+      return value
+    # Flags and overrides come from the shell: relative to the working directory.
+    base = os.getcwd() if self.from_override(path) else self.base_dir
+    return os.path.normpath(os.path.join(base, value))
+
+  def learning_rate(self, path: tuple, value, field: Field):
+    if isinstance(value, dict):
+      value = [value]
+    if not isinstance(value, list):
+      number = _as_float(value)
+      if number is None or number <= 0:
+        self.bad(path, field, value)
+      return number
+    if not value:
+      self.bad(path, field, value)
+    segments = []
+    for i, seg in enumerate(value):
+      spath = path + (i,)
+      if not isinstance(seg, dict):
+        self.fail(spath, f"{_dotted(spath)} must be a mapping with a scheduler, got {_show(seg)}")
+      if "scheduler" not in seg:
+        self.fail(spath, f"{_dotted(spath)} needs a scheduler: one of {', '.join(SCHEDULERS)}")
+      sched_field = Field("str", _REQUIRED, "", choices=tuple(SCHEDULERS))
+      sched = self.value(spath + ("scheduler",), seg["scheduler"], sched_field)
+      fields = SCHEDULERS[sched]
+      for key in seg:
+        if key != "scheduler" and key not in fields:
+          self.fail(spath + (key,), f"unknown key {_show(key)} in {_dotted(spath)} "
+                    f"({sched} takes {', '.join(fields)}){_suggest(key, fields)}")
+      out = {"scheduler": sched}
+      for key, f in fields.items():
+        out[key] = self.value(spath + (key,), seg[key], f) if key in seg \
+            else self.default(spath + (key,), f)
+      if out.get("steps") is None and i < len(value) - 1:
+        self.fail(spath, f"{_dotted(spath + ('steps',))} is required: every segment but the last "
+                  "needs steps")
+      segments.append(out)
+    return segments
+
+  def cross_checks(self, out: dict, raw: dict):
+    cs, rc = out["csconfig"], out["runconfig"]
+    strategy_given = "execution_strategy" in (raw.get("csconfig") or {})
+    replicas = cs["num_replicas"]
+    if replicas is not None and replicas > 1 and not strategy_given:
+      cs["multireplica"] = True  # asking for replicas means multi_replica
+    if cs["multireplica"]:
+      if strategy_given and cs["execution_strategy"] not in (plan_base.MULTI_REPLICA,
+                                                             plan_base.AUTO):
+        self.fail(("csconfig", "multireplica"), "csconfig.multireplica: true conflicts with "
+                  f"csconfig.execution_strategy '{cs['execution_strategy']}' (use multi_replica)")
+      if not strategy_given:
+        cs["execution_strategy"] = plan_base.MULTI_REPLICA
+    if cs["execution_strategy"] == plan_base.MULTI_REPLICA:
+      cs["multireplica"] = True
+    if replicas is not None and replicas > 1:
+      if cs["execution_strategy"] in (plan_base.PIPELINED, plan_base.WEIGHT_STREAMING):
+        self.fail(("csconfig", "num_replicas"), f"csconfig.num_replicas {replicas} needs "
+                  f"execution_strategy multi_replica or auto, got '{cs['execution_strategy']}'")
+      for section in ("train_input", "eval_input"):
+        if section in out and out[section]["batch_size"] % replicas:
+          self.fail((section, "batch_size"), f"{section}.batch_size {out[section]['batch_size']} "
+                    f"must be divisible by csconfig.num_replicas {replicas}")
+    opt = out["optimizer"]
+    lr = opt["learning_rate"]
+    max_steps = rc["max_steps"]
+    accum = opt["grad_accum_steps"]
+    # Schedules count optimizer updates: max_steps micro-batches are max_steps // accum updates.
+    updates, limit = (max_steps, f"runconfig.max_steps {max_steps}") if accum == 1 else (
+        None if max_steps is None else max_steps // accum,
+        f"the {max_steps // accum if max_steps else 0} updates of runconfig.max_steps "
+        f"{max_steps} / optimizer.grad_accum_steps {accum}")
+    if isinstance(lr, list) and max_steps is not None:
+      first = lr[0]
+      warmup = (first["scheduler"] == "Linear" and first["steps"] is not None
+                and first["end_learning_rate"] > first["initial_learning_rate"])
+      if warmup and first["steps"] > updates:
+        self.fail(("optimizer", "learning_rate", 0, "steps"),
+                  f"optimizer.learning_rate[0].steps (warm-up) {first['steps']} must be <= "
+                  f"{limit}")
+    if opt["warmup_steps"]:
+      if isinstance(lr, list):
+        self.fail(("optimizer", "warmup_steps"), "optimizer.warmup_steps applies to a constant "
+                  "learning_rate; with schedule segments make the first segment a Linear "
+                  "warm-up")
+      if updates is not None and opt["warmup_steps"] > updates:
+        self.fail(("optimizer", "warmup_steps"), f"optimizer.warmup_steps "
+                  f"{opt['warmup_steps']} must be <= {limit}")
+    if max_steps is not None and accum > max_steps:
+      self.fail(("optimizer", "grad_accum_steps"), f"optimizer.grad_accum_steps {accum} must "
+                f"be <= runconfig.max_steps {max_steps}: no update would ever be applied")
+    for section in ("train_input", "eval_input"):
+      inp = out.get(section) or {}
+      msl, mpp = inp.get("max_sequence_length"), inp.get("max_predictions_per_seq")
+      if isinstance(msl, int) and isinstance(mpp, int) and mpp > msl:
+        self.fail((section, "max_predictions_per_seq"), f"{section}.max_predictions_per_seq "
+                  f"{mpp} must be <= max_sequence_length {msl}")
+    model = out["model"]
+    table = model.get("max_position_embeddings")
+    learned = (model.get("use_position_embedding", True)  # a table of rows (not sinusoids)
+               and model.get("position_embedding_type", "learned") != "fixed")
+    for section in ("train_input", "eval_input"):
+      msl = (out.get(section) or {}).get("max_sequence_length")
+      if learned and isinstance(table, int) and isinstance(msl, int) and msl > table:
+        self.fail((section, "max_sequence_length"), f"{section}.max_sequence_length {msl} must "
+                  f"be <= model.max_position_embeddings {table} (rows of the position table)")
+    if rc.get("cs_ip"):
+      from cerebras_tf.cs_config import parse_cs_ip  # pylint: disable=import-outside-toplevel
+      from cerebras_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
+      try:
+        rc["cs_ip"] = parse_cs_ip(rc["cs_ip"])
+      except ConfigError as e:
+        self.fail(("runconfig", "cs_ip"), f"runconfig.{e}")
+    model = out["model"]
+    if isinstance(model.get("hidden_size"), int) and isinstance(model.get("num_heads"), int):
+      if model["hidden_size"] % model["num_heads"]:
+        self.fail(("model", "num_heads"), f"model.hidden_size {model['hidden_size']} must be "
+                  f"divisible by model.num_heads {model['num_heads']}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers.
+
+# PyYAML (YAML 1.1) reads `1e-5` (no dot) as a string; modelzoo configs use that form.
+_EXP_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _as_float(value) -> Optional[float]:
+  if isinstance(value, bool):
+    return None
+  if isinstance(value, int):
+    try:
+      return float(value)
+    except OverflowError:
+      return None
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, str) and _EXP_RE.match(value.strip()):
+    number = float(value.strip())
+    return number if math.isfinite(number) else None
+  return None
+
+
+def _as_int(value) -> Optional[int]:
+  if isinstance(value, bool):
+    return None
+  if isinstance(value, int):
+    return value
+  number = _as_float(value) if isinstance(value, (float, str)) else None
+  if number is not None and number.is_integer():
+    return int(number)
+  return None
+
+
+def _in_range(x, field: Field) -> bool:
+  if field.low is not None and (x < field.low or (field.low_open and x == field.low)):
+    return False
+  if field.high is not None and (x > field.high or (field.high_open and x == field.high)):
+    return False
+  return True
+
+
+def _show(value) -> str:
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, dict):
+    return "a mapping"
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dotted(path: Sequence) -> str:
+  out = ""
+  for p in path:
+    out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+  return out
+
+
+def _suggest(word, candidates) -> str:
+  if not isinstance(word, str):
+    return ""
+  match = difflib.get_close_matches(word, [str(c) for c in candidates], n=1, cutoff=0.6)
+  return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _one_line(e: BaseException) -> str:
+  return " ".join(str(e).split())
+
+
+def _available_models() -> List[str]:
+  from models import registry
+  return registry.available_models()
+
+
+def help_text() -> str:
+  """Every base key with its default and help, for `--helpfull`-style listings and docs."""
+  lines = []
+  for section, fields in SCHEMA.items():
+    lines.append(f"{section}:")
+    for key, f in fields.items():
+      default = "required" if f.required else f"default {_show(f.default)}"
+      lines.append(f"  {key}: {f.describe()}; {default}. {f.help}")
+  return "\n".join(lines)
