@@ -1,0 +1,263 @@
+"""Compile reports: report.txt, plan.json, wafer.png and timeline.json in the compile dir.
+
+Pure Python + matplotlib (Agg); no TensorFlow.
+"""
+
+import json
+import math
+import os
+import re
+from typing import Dict
+
+from cerebras_tf.compiler import ir
+from cerebras_tf.compiler.plan import base
+
+_GB = 1e9
+
+
+def _fmt_bytes(n: float) -> str:
+  for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    if abs(n) >= scale:
+      return f"{n / scale:.2f} {unit}"
+  return f"{n:.0f} B"
+
+
+def _fmt_rate(x: float) -> str:
+  return "inf" if not math.isfinite(x) else f"{x:,.1f}"
+
+
+def format_summary(plan: base.Plan, perf: base.Performance) -> str:
+  """A few lines for the console: fit, memory, samples/s, utilization, bottleneck."""
+  if plan is None:
+    return "cerebras_tf: validation only (no plan)"
+  head = (f"{plan.execution_strategy} on {plan.engine}: "
+          f"{'fits' if plan.fits else 'DOES NOT FIT'}, SRAM {plan.memory_needed_bytes / _GB:.2f}"
+          f" of {plan.memory_available_bytes / _GB:.1f} GB, batch {plan.batch_size}")
+  if not plan.fits or perf is None:
+    return head + f"\n  {plan.reason}"
+  return (head + f"\n  predicted {perf.samples_per_sec:,.1f} samples/s "
+          f"({perf.step_time_s * 1e3:.2f} ms/step), utilization {perf.utilization:.1%}"
+          f"\n  bottleneck: {perf.bottleneck}")
+
+
+def graph_summary(graph: ir.LayerGraph) -> dict:
+  """Totals of a LayerGraph, and its full per-layer content."""
+  return {
+      "name": graph.name, "num_layers": len(graph.layers), "num_params": graph.num_params,
+      "flops_per_sample": graph.flops_per_sample, "state_bytes": graph.state_bytes,
+      "activation_bytes_per_sample": sum(l.activation_bytes for l in graph.layers),
+      "io_bytes_per_sample": sum(l.io_bytes for l in graph.layers),
+      "captured_batch_size": graph.captured_batch_size, "dtype_bytes": graph.dtype_bytes,
+      "optimizer": graph.optimizer, "seq_len": graph.seq_len,
+      "fingerprint": graph.fingerprint(),
+      "layers": [l.to_dict() for l in graph.layers],
+  }
+
+
+def plan_json(graph, plan, perf, engine) -> dict:
+  """The plan.json document (see write_reports)."""
+  step = perf.step_time_s if perf and math.isfinite(perf.step_time_s) else None
+  layers = []
+  for p in plan.layers:
+    d = {"name": p.name, "cores": p.cores,
+         "region": None if p.region is None else
+                   {"x": p.region.x, "y": p.region.y, "w": p.region.w, "h": p.region.h},
+         "memory_bytes": p.memory_bytes, "flops": p.flops, "time_s": p.time_s,
+         "replica": p.replica}
+    layers.append(d)
+  perf_d = None
+  if perf is not None:
+    perf_d = {k: v for k, v in perf.to_dict().items() if k != "timeline"}
+    for k, v in perf_d.items():
+      if isinstance(v, float) and not math.isfinite(v):
+        perf_d[k] = None  # JSON has no inf
+  return {
+      "model": graph.name,
+      "fits": plan.fits,
+      "execution_strategy": plan.execution_strategy,
+      "engine": plan.engine,
+      "num_replicas": plan.num_replicas,
+      "num_csx": plan.num_csx,
+      "batch_size": plan.batch_size,
+      "samples_per_sec": perf.samples_per_sec if perf else 0.0,
+      "padded_samples_per_sec": (perf.padded_samples_per_sec or perf.samples_per_sec)
+                                if perf else 0.0,
+      "vts": bool(perf and perf.padded_samples_per_sec and
+                  perf.padded_samples_per_sec != perf.samples_per_sec),
+      "step_time_s": step,
+      "utilization": perf.utilization if perf else 0.0,
+      "bottleneck": perf.bottleneck if perf else "",
+      "memory_needed_bytes": plan.memory_needed_bytes,
+      "memory_available_bytes": plan.memory_available_bytes,
+      "reason": plan.reason,
+      "notes": list(plan.notes),
+      "performance": perf_d,
+      "engine_spec": engine.summary(),
+      "layers": layers,
+      "graph": graph_summary(graph),
+  }
+
+
+def report_text(graph, plan, perf, engine) -> str:
+  """report.txt: header, then one row per layer, then totals."""
+  sps = perf.samples_per_sec if perf else 0.0
+  lines = [
+      f"model:            {graph.name} ({graph.num_params:,} params, {len(graph.layers)} layers,"
+      f" {graph.flops_per_sample:.4g} FLOPs/sample)",
+      f"engine:           {engine.name} ({engine.usable_cores:,} usable cores, "
+      f"{engine.peak_flops / 1e15:.2f} PFLOP/s fp16 peak; {engine.source_path})",
+      f"strategy:         {plan.execution_strategy} (replicas {plan.num_replicas}, systems "
+      f"{plan.num_csx}, batch {plan.batch_size})",
+      f"fits:             {'yes' if plan.fits else 'NO'} - {plan.reason}",
+      f"memory:           {_fmt_bytes(plan.memory_needed_bytes)} needed / "
+      f"{_fmt_bytes(plan.memory_available_bytes)} available",
+      f"samples/s:        {sps:,.1f} (compute {_fmt_rate(perf.compute_samples_per_sec)}, io "
+      f"{_fmt_rate(perf.io_samples_per_sec)})" if perf else "samples/s:        -",
+      f"padded samples/s: {(perf.padded_samples_per_sec or perf.samples_per_sec):,.1f} (VTS "
+      f"speedup {perf.samples_per_sec / (perf.padded_samples_per_sec or perf.samples_per_sec):.2f}x)"
+      if perf and perf.samples_per_sec > 0 else "padded samples/s: -",
+      f"step time:        {perf.step_time_s * 1e3:.3f} ms" if perf and
+      math.isfinite(perf.step_time_s) else "step time:        -",
+      f"utilization:      {perf.utilization:.1%} of peak" if perf else "utilization:      -",
+      f"bottleneck:       {perf.bottleneck}" if perf else "bottleneck:       -",
+  ]
+  lines += [f"note:             {n}" for n in plan.notes]
+  lines += [f"model:            {n}" for n in (perf.notes if perf else ())]
+  lines.append("")
+  total_cores = engine.usable_cores
+  step = perf.step_time_s if perf and math.isfinite(perf.step_time_s) and \
+      perf.step_time_s > 0 else 0.0
+  width = max([len(p.name) for p in plan.layers] + [10])
+  hdr = (f"{'#':>4}  {'layer':<{width}}  {'cores':>9}  {'wafer%':>7}  {'memory':>11}  "
+         f"{'FLOPs/step':>11}  {'step%':>6}")
+  lines += [hdr, "-" * len(hdr)]
+  for i, p in enumerate(plan.layers):
+    share = p.time_s / step if step else 0.0
+    lines.append(f"{i:>4}  {p.name:<{width}}  {p.cores:>9,}  {p.cores / total_cores:>7.2%}  "
+                 f"{_fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}")
+  lines.append("-" * len(hdr))
+  used = sum(p.cores for p in plan.layers)
+  lines.append(f"{'':>4}  {'total':<{width}}  {used:>9,}  {used / total_cores:>7.2%}  "
+               f"{_fmt_bytes(sum(p.memory_bytes for p in plan.layers)):>11}  "
+               f"{sum(p.flops for p in plan.layers):>11.4g}")
+  return "\n".join(lines) + "\n"
+
+
+def trace_json(perf: base.Performance, graph: ir.LayerGraph) -> dict:
+  """Chrome trace-event JSON (Perfetto / chrome://tracing) of the simulated step."""
+  tracks = []
+  for e in perf.timeline if perf else ():
+    if e.track not in tracks:
+      tracks.append(e.track)
+  # "step" and "io" first, then layers in program order.
+  order = {t: i for i, t in enumerate(["step", "io"] + [l.name for l in graph.layers])}
+  tracks.sort(key=lambda t: order.get(t, len(order)))
+  tid = {t: i for i, t in enumerate(tracks)}
+  events = [{"name": "process_name", "ph": "M", "pid": 0, "tid": 0,
+             "args": {"name": f"{graph.name} (simulated)"}}]
+  for t, i in tid.items():
+    events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": t}})
+    events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": i,
+                   "args": {"sort_index": i}})
+  for e in perf.timeline if perf else ():
+    events.append({"name": e.name, "ph": "X", "ts": e.start_s * 1e6, "dur": e.dur_s * 1e6,
+                   "pid": 0, "tid": tid[e.track], "cat": "fwd_bwd" if e.track not in
+                   ("step", "io") else e.track})
+  return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _short(name: str) -> str:
+  """A label that fits in a rectangle: layer index + last scope, e.g. "L3 intermediate"."""
+  m = re.search(r"(?:layer_|h_)(\d+)", name)
+  tail = name.rsplit("/", 1)[-1]
+  return f"L{m.group(1)} {tail}" if m else name.split("/", 1)[-1] if "/" in name else name
+
+
+def draw_wafer(path: str, graph, plan, perf, engine) -> None:
+  """wafer.png: the usable grid with each layer's region, coloured by program order."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  from matplotlib import cm, colors, patches  # pylint: disable=import-outside-toplevel
+  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  w, h = engine.grid_width, engine.grid_height
+  fig, ax = plt.subplots(figsize=(9, 9 * h / w + 0.8), dpi=110)
+  ax.add_patch(patches.Rectangle((0, 0), w, h, facecolor="#f2f2f2", edgecolor="black", lw=1))
+  placed = [p for p in plan.layers if p.region is not None]
+  per_replica = max(1, len(plan.layers) // max(1, plan.num_replicas))
+  n = max(1, per_replica - 1)
+  cmap = matplotlib.colormaps["turbo"]
+  ppu = 9 * 72 * 0.8 / w  # about how many points one core column spans in the figure
+  for i, p in enumerate(plan.layers):
+    r = p.region
+    if r is None:
+      continue
+    ax.add_patch(patches.Rectangle((r.x, r.y), r.w, r.h, facecolor=cmap((i % per_replica) / n),
+                                   edgecolor="white", lw=0.3))
+    label = _short(p.name)
+    along, across = (r.h, r.w) if r.h > r.w else (r.w, r.h)
+    fs = min(8.0, across * ppu * 0.7)  # points; label only what can hold its text
+    if fs >= 4.0 and len(label) * fs * 0.62 <= along * ppu:
+      ax.text(r.x + r.w / 2, r.y + r.h / 2, label, ha="center", va="center",
+              fontsize=fs, rotation=90 if r.h > r.w else 0, color="black")
+  ax.set_xlim(0, w)
+  ax.set_ylim(h, 0)  # row 0 at the top, like the fabric coordinates
+  ax.set_aspect("equal")
+  ax.set_xlabel(f"x (core column, {w})")
+  ax.set_ylabel(f"y (core row, {h})")
+  for k in range(plan.num_replicas if placed else 0):  # outline each copy
+    rs = [p.region for p in placed if p.replica == k]
+    if rs:
+      x0, x1 = min(r.x for r in rs), max(r.x + r.w for r in rs)
+      ax.add_patch(patches.Rectangle((x0, 0), x1 - x0, h, fill=False, edgecolor="black", lw=1.2))
+      if plan.num_replicas > 1:
+        ax.text((x0 + x1) / 2, h * 0.01, f"replica {k}", ha="center", va="top", fontsize=6)
+  if placed:
+    sm = cm.ScalarMappable(cmap=cmap, norm=colors.Normalize(0, per_replica - 1))
+    cb = fig.colorbar(sm, ax=ax, fraction=0.04, pad=0.02)
+    cb.set_label(f"layer index in program order (0 = {_short(plan.layers[0].name)}, "
+                 f"{len(plan.layers) - 1} = {_short(plan.layers[-1].name)})", fontsize=7)
+  elif plan.fits:  # weight streaming: the whole grid runs one layer at a time
+    ax.add_patch(patches.Rectangle((0, 0), w, h, facecolor="#9ecae1", edgecolor="black", lw=1))
+    ax.text(w / 2, h / 2, f"{plan.execution_strategy}: the whole grid runs one layer at a "
+            f"time\n(x {plan.num_csx} system(s)); weights stream from MemoryX\n" +
+            _wrap(plan.reason, 50), ha="center", va="center", fontsize=9)
+  else:
+    ax.text(w / 2, h / 2, "does not fit\n" + _wrap(plan.reason, 50), ha="center",
+            va="center", fontsize=10, color="darkred")
+  sps = f"{perf.samples_per_sec:,.0f} samples/s, {perf.utilization:.1%} util" \
+      if perf and plan.fits else "no prediction"
+  ax.set_title(f"{graph.name} on {engine.name} ({plan.execution_strategy}): "
+               f"{'fits' if plan.fits else 'does NOT fit'}, {sps}\n"
+               f"{len(placed)} layers, {sum(p.cores for p in placed):,} of {w * h:,} cores",
+               fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def _wrap(text: str, width: int) -> str:
+  words, lines, cur = text.split(), [], ""
+  for wd in words:
+    if len(cur) + len(wd) + 1 > width and cur:
+      lines.append(cur)
+      cur = wd
+    else:
+      cur = (cur + " " + wd).strip()
+  return "\n".join(lines + [cur])
+
+
+def write_reports(compile_dir: str, graph: ir.LayerGraph, plan: base.Plan,
+                  perf: base.Performance, engine) -> Dict[str, str]:
+  """Writes the four reports; returns {"report", "plan", "wafer", "timeline"} -> path."""
+  os.makedirs(compile_dir, exist_ok=True)
+  paths = {k: os.path.join(compile_dir, f) for k, f in (
+      ("report", "report.txt"), ("plan", "plan.json"), ("wafer", "wafer.png"),
+      ("timeline", "timeline.json"))}
+  with open(paths["report"], "w") as fh:
+    fh.write(report_text(graph, plan, perf, engine))
+  with open(paths["plan"], "w") as fh:
+    json.dump(plan_json(graph, plan, perf, engine), fh, indent=1)
+  with open(paths["timeline"], "w") as fh:
+    json.dump(trace_json(perf, graph), fh)
+  draw_wafer(paths["wafer"], graph, plan, perf, engine)
+  return paths
