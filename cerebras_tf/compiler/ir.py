@@ -1,0 +1,140 @@
+"""The layer-graph IR: what the compiler knows about a model, free of TensorFlow.
+
+`lower.py` turns a captured tf.Graph into a `LayerGraph`; planners and the performance model
+read only this. All per-sample quantities are for ONE training sample (the captured batch size
+is divided out), so a planner can price any batch size.
+"""
+
+import dataclasses
+import hashlib
+import json
+from typing import Dict, List, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSite:
+  """One TF op inside a layer, with where the user wrote it."""
+
+  name: str          # tf op name, e.g. "bert/encoder/layer_0/attention/self/query/MatMul"
+  type: str          # tf op type, e.g. "MatMul"
+  source: str = ""   # "path/to/model.py:123" of the user frame that created it, if known
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+  """A group of ops under one variable/name scope, in program (topological) order.
+
+  Attributes:
+    name: scope that identifies the layer, e.g. "bert/encoder/layer_3/attention".
+    kind: coarse category for the planner: "matmul" (dense, attention, embedding lookups as
+      gathers count here too), "elementwise" (norms, activations), "loss", "other".
+    fwd_flops: forward FLOPs per sample (a multiply-add counts 2).
+    bwd_flops: backward FLOPs per sample (about 2x forward for matmuls).
+    num_params: trainable scalars owned by the layer.
+    weight_bytes: bytes of the layer's trainable weights (params * dtype size).
+    grad_bytes: bytes of the gradients of those weights.
+    optimizer_bytes: bytes of optimizer state for those weights (Adam: 2 slots).
+    activation_bytes: bytes of activations per sample that must be kept from forward until
+      backward (the layer's output tensors).
+    io_bytes: bytes per sample that enter the model here from the host (input features);
+      non-zero only for layers that consume the input_fn's features.
+    ops: the layer's ops with their source locations.
+    token_scaling: how the layer's work grows with the real (unpadded) tokens of a sample,
+      for variable tensor shape (VTS): "linear" (position-wise: dense, norms, embeddings),
+      "quadratic" (token-pair work: attention scores and context), "none" (per-sequence:
+      pooler, classifier, the loss over a fixed number of predictions).
+  """
+
+  name: str
+  kind: str
+  fwd_flops: float
+  bwd_flops: float
+  num_params: int
+  weight_bytes: int
+  grad_bytes: int
+  optimizer_bytes: int
+  activation_bytes: float
+  io_bytes: float = 0.0
+  ops: Tuple[OpSite, ...] = ()
+  token_scaling: str = "linear"
+
+  @property
+  def flops(self) -> float:
+    """Forward + backward FLOPs per sample."""
+    return self.fwd_flops + self.bwd_flops
+
+  @property
+  def state_bytes(self) -> int:
+    """Bytes that live for the whole run: weights, gradients and optimizer state."""
+    return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+
+  def to_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    d["ops"] = [dataclasses.asdict(o) for o in self.ops]
+    return d
+
+  @classmethod
+  def from_dict(cls, d: dict) -> "Layer":
+    d = dict(d)
+    d["ops"] = tuple(OpSite(**o) for o in d.get("ops", ()))
+    return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerGraph:
+  """A model as an ordered chain of layers (neighbours in the list are neighbours on chip).
+
+  Attributes:
+    name: model name for reports.
+    layers: layers in program order.
+    captured_batch_size: batch size of the traced graph (per-sample values are divided by it).
+    dtype_bytes: bytes per element of the compute dtype (2 for fp16/bf16, 4 for fp32).
+    optimizer: optimizer name, e.g. "adam", "sgd", "momentum".
+    seq_len: sequence length when the model is a sequence model (for reports / VTS), else 0.
+  """
+
+  name: str
+  layers: Tuple[Layer, ...]
+  captured_batch_size: int
+  dtype_bytes: int = 2
+  optimizer: str = "adam"
+  seq_len: int = 0
+
+  @property
+  def num_params(self) -> int:
+    return sum(l.num_params for l in self.layers)
+
+  @property
+  def flops_per_sample(self) -> float:
+    return sum(l.flops for l in self.layers)
+
+  @property
+  def state_bytes(self) -> int:
+    return sum(l.state_bytes for l in self.layers)
+
+  def layer(self, name: str) -> Layer:
+    for l in self.layers:
+      if l.name == name:
+        return l
+    raise KeyError(name)
+
+  def to_dict(self) -> dict:
+    return {
+        "name": self.name,
+        "captured_batch_size": self.captured_batch_size,
+        "dtype_bytes": self.dtype_bytes,
+        "optimizer": self.optimizer,
+        "seq_len": self.seq_len,
+        "layers": [l.to_dict() for l in self.layers],
+    }
+
+  @classmethod
+  def from_dict(cls, d: dict) -> "LayerGraph":
+    d = dict(d)
+    d["layers"] = tuple(Layer.from_dict(l) for l in d["layers"])
+    return cls(**d)
+
+  def fingerprint(self) -> str:
+    """A stable hash of everything a planner reads (used as part of the compile-cache key)."""
+    blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,314 @@
+"""Lower: a captured tf.Graph -> the TF-free LayerGraph IR, and validation against the kernels.
+
+Forward ops are the ancestors of the loss; backward ops are the ones TF's autodiff created
+(under `gradients*/` or `gradient_tape/`). Ops are grouped into layers by variable scope:
+an op belongs to the deepest scope that owns trainable variables and contains it; ops that sit
+above such scopes (e.g. the attention core in `.../attention/self`, which owns no variables
+itself but contains `query/`, `key/`, `value/`) form a layer of their own scope. FLOPs are
+counted from static shapes (a multiply-add is 2 FLOPs), so `Einsum` and `BatchMatMul` are
+counted right, which TF's own profiler does not do for Einsum.
+"""
+
+import collections
+import os
+import re
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from cerebras_tf.compiler import ir
+from cerebras_tf.compiler import kernels
+from cerebras_tf.compiler.capture import CapturedGraph
+from cerebras_tf.errors import UnsupportedOpError
+
+_GRAD_PREFIX = re.compile(r"^(gradients(_\d+)?|gradient_tape)/")
+_ROOT = "(root)"
+# Layers with no weights and less than this share of the forward FLOPs are folded into their
+# predecessor: a residual add or a reshape is not worth its own region of the wafer.
+_FOLD_FLOPS_SHARE = 0.01
+_OPTIMIZER_SLOTS = (("Adam", 2), ("Lamb", 2), ("Adagrad", 1), ("Momentum", 1), ("RMSProp", 2),
+                    ("Ftrl", 2), ("GradientDescent", 0))
+_FRAMEWORK_DIRS = tuple(os.path.normpath(os.path.dirname(m.__file__)) + os.sep for m in (np, tf))
+
+
+def _scope(name: str) -> str:
+  return name.rsplit("/", 1)[0] if "/" in name else ""
+
+
+def _forward_name(grad_op_name: str) -> str:
+  """Name of the forward op a gradient op was made for (approximately)."""
+  rest = _GRAD_PREFIX.sub("", grad_op_name)
+  parts = rest.split("/")
+  for i, p in enumerate(parts):
+    if p.endswith("_grad"):
+      return "/".join(parts[:i] + [p[:-5]])
+  return "/".join(parts[:-1]) or rest
+
+
+def _prefixes(scope: str) -> Iterable[str]:
+  parts = scope.split("/") if scope else []
+  for i in range(len(parts), 0, -1):
+    yield "/".join(parts[:i])
+
+
+def _static_size(shape: tf.TensorShape) -> Optional[int]:
+  if shape.rank is None or not shape.is_fully_defined():
+    return None
+  return int(np.prod(shape.as_list(), dtype=np.int64))
+
+
+def _einsum_flops(op) -> float:
+  eq = op.get_attr("equation").decode()
+  lhs, _, _ = eq.partition("->")
+  terms = lhs.split(",")
+  sizes: Dict[str, int] = {}
+  for term, t in zip(terms, op.inputs):
+    dims = t.shape.as_list()
+    if "..." in term:
+      n_ell = len(dims) - (len(term) - 3)
+      term = term.replace("...", "".join(chr(0x100 + i) for i in range(n_ell)))
+    for label, d in zip(term, dims):
+      if d is not None:
+        sizes[label] = max(sizes.get(label, 1), d)
+  total = float(np.prod(list(sizes.values()), dtype=np.float64))
+  return 2.0 * total if len(terms) > 1 else total
+
+
+def op_flops(op) -> float:
+  """FLOPs of one op from its static shapes (0 when shapes are unknown or it does no math)."""
+  cat = kernels.category(op.type)
+  if cat in (None, kernels.FREE, kernels.GATHER) or not op.outputs:
+    return 0.0
+  try:
+    if op.type == "Einsum":
+      return _einsum_flops(op)
+    if cat == kernels.MATMUL:
+      out = _static_size(op.outputs[0].shape)
+      a = op.inputs[0].shape.as_list()
+      if out is None or not a:
+        return 0.0
+      if op.type in ("MatMul", "_FusedMatMul"):
+        k = a[0] if op.get_attr("transpose_a") else a[1]
+      else:
+        adj = op.get_attr("adj_x")
+        k = a[-2] if adj else a[-1]
+      return 2.0 * out * k
+    if cat == kernels.CONV:
+      if op.type == "Conv2DBackpropFilter":
+        filt = op.outputs[0].shape.as_list()
+        out = _static_size(op.inputs[2].shape)
+      elif op.type == "Conv2DBackpropInput":
+        filt = op.inputs[1].shape.as_list()
+        out = _static_size(op.inputs[2].shape)
+      else:
+        filt = op.inputs[1].shape.as_list()
+        out = _static_size(op.outputs[0].shape)
+      if out is None or None in filt:
+        return 0.0
+      per_out = float(np.prod(filt[:-1]))  # kh * kw * cin
+      if op.type == "DepthwiseConv2dNative":
+        per_out = float(np.prod(filt[:-2]))
+      return 2.0 * out * per_out
+    if cat == kernels.REDUCTION:
+      return float(_static_size(op.inputs[0].shape) or 0)
+    return float(_static_size(op.outputs[0].shape) or 0)
+  except (ValueError, TypeError, IndexError):
+    return 0.0
+
+
+def user_source(op) -> str:
+  """`file:line` of the innermost frame outside TensorFlow/numpy/cerebras_tf that built `op`."""
+  try:
+    frames = list(op.traceback)
+  except Exception:  # pylint: disable=broad-except
+    return ""
+  ours = os.path.normpath(os.path.dirname(os.path.dirname(__file__))) + os.sep
+  for f in reversed(frames):
+    path = os.path.normpath(f.filename)
+    if "site-packages" in path or path.startswith(_FRAMEWORK_DIRS) or path.startswith(ours):
+      continue
+    if os.sep + "python3." in path and os.sep + "lib" + os.sep in path:
+      continue
+    return f"{os.path.relpath(path) if not os.path.relpath(path).startswith('..') else path}:{f.lineno}"
+  return ""
+
+
+def _reads_variable(op, depth: int = 3) -> bool:
+  """True when `op` is a variable read, possibly behind a few casts/identities/transposes."""
+  if op.type in ("ReadVariableOp", "VariableV2", "VarHandleOp", "ResourceGather"):
+    return True
+  if depth and op.type in ("Cast", "Identity", "Transpose", "Reshape") and op.inputs:
+    return _reads_variable(op.inputs[0].op, depth - 1)
+  return False
+
+
+def forward_ops(captured: CapturedGraph) -> List[tf.Operation]:
+  """Ops on the data path from the inputs and variables to the loss, in creation order."""
+  seen: Set[tf.Operation] = set()
+  stack = [captured.loss.op]
+  while stack:
+    op = stack.pop()
+    if op in seen:
+      continue
+    seen.add(op)
+    stack.extend(t.op for t in op.inputs)
+  return [op for op in captured.graph.get_operations() if op in seen]
+
+
+def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None) -> None:
+  """Raises UnsupportedOpError naming the first op the engine cannot run, and its source line."""
+  fwd = forward_ops(captured) if fwd is None else fwd
+  bad = []
+  for op in fwd:
+    cat = kernels.category(op.type)
+    if cat is None:
+      bad.append((op, kernels.unsupported_reason(op.type)))
+    elif cat != kernels.FREE and op.type != "Const" and any(
+        not o.shape.is_fully_defined() for o in op.outputs):
+      bad.append((op, f"has a dynamic output shape {op.outputs[0].shape}"))
+  if bad:
+    op, why = bad[0]
+    where = user_source(op)
+    more = f" (and {len(bad) - 1} more unsupported op(s))" if len(bad) > 1 else ""
+    raise UnsupportedOpError(
+        f"{where + ': ' if where else ''}unsupported op '{op.name}' of type {op.type}: it {why}; "
+        f"move it into the input_fn or replace it with supported TF ops{more}")
+
+
+def _slots_per_param(captured: CapturedGraph) -> Tuple[str, int]:
+  """Optimizer name and slots per parameter, from the recorded optimizer or the update ops."""
+  names = list(captured.optimizers) + [
+      op.type for op in captured.graph.get_operations()
+      if op.type.startswith(("Apply", "ResourceApply"))]
+  for name, slots in _OPTIMIZER_SLOTS:
+    if any(name.lower() in n.lower() for n in names):
+      return name.lower(), slots
+  return "adam", 2  # unknown: assume the common, conservative case
+
+
+def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
+          weight_dtype_bytes: int = 4, fwd: Optional[List[tf.Operation]] = None,
+          seq_len: int = 0) -> ir.LayerGraph:
+  """Groups the captured graph into layers and costs them per sample.
+
+  Args:
+    captured: the traced TRAIN graph.
+    name: model name for reports.
+    act_dtype_bytes: bytes per activation element on the engine (fp16: 2).
+    weight_dtype_bytes: bytes per weight, gradient and optimizer-slot element (fp32 master
+      copies: 4).
+    fwd: forward ops if already computed.
+    seq_len: sequence length for reports, 0 when not a sequence model.
+  """
+  graph = captured.graph
+  fwd = forward_ops(captured) if fwd is None else fwd
+  fwd_set = set(fwd)
+  batch = captured.batch_size
+  with graph.as_default():
+    trainable = tf.compat.v1.trainable_variables()
+  var_scopes = {_scope(v.op.name) for v in trainable}
+  ancestors = {p for s in var_scopes for p in list(_prefixes(s))[1:]}
+
+  def layer_of(scope: str) -> str:
+    for p in _prefixes(scope):
+      if p in var_scopes:
+        return p
+    for p in _prefixes(scope):
+      if p in ancestors:
+        return p
+    return scope.split("/")[0] if scope else _ROOT
+
+  order: Dict[str, int] = {}
+  heaviest: Dict[str, float] = {}
+  fwd_flops = collections.Counter()
+  bwd_flops = collections.Counter()
+  mm_flops = collections.Counter()
+  pair_flops = collections.Counter()
+  act_bytes = collections.Counter()
+  io_bytes = collections.Counter()
+  bwd_ops = []
+  for i, op in enumerate(graph.get_operations()):
+    if op in fwd_set:
+      if op.type in ("Placeholder", "VarHandleOp", "VariableV2", "Const", "ReadVariableOp"):
+        continue
+      layer = layer_of(_scope(op.name))
+      f = op_flops(op)
+      # A layer sits in the pipeline where its heaviest op runs (not its first reshape).
+      if layer not in order or f > heaviest[layer]:
+        order[layer], heaviest[layer] = i, f
+      fwd_flops[layer] += f
+      if kernels.category(op.type) in (kernels.MATMUL, kernels.CONV):
+        mm_flops[layer] += f
+        if not any(_reads_variable(t.op) for t in op.inputs):
+          pair_flops[layer] += f  # activation x activation: attention scores / context
+      for t in op.inputs:
+        if t.op.type == "Placeholder":
+          io_bytes[layer] += (_static_size(t.shape) or 0) * t.dtype.size
+    elif _GRAD_PREFIX.match(op.name):
+      bwd_ops.append(op)
+  for op in bwd_ops:
+    layer = layer_of(_scope(_forward_name(op.name)))
+    bwd_flops[layer] += op_flops(op)
+  # A pipeline stage keeps, until its backward pass, the tensors it hands to other stages;
+  # its own intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on
+  # the engine, so counting them would make memory depend on how finely TF spelled the math.
+  layer_cache: Dict[tf.Operation, str] = {}
+
+  def op_layer(op):
+    if op not in layer_cache:
+      layer_cache[op] = layer_of(_scope(op.name))
+    return layer_cache[op]
+
+  for op in fwd:
+    if op.type in ("Const", "ReadVariableOp", "Placeholder", "VarHandleOp", "Shape"):
+      continue
+    for t in op.outputs:
+      if any(c in fwd_set and op_layer(c) != op_layer(op) for c in t.consumers()):
+        act_bytes[op_layer(op)] += (_static_size(t.shape) or 0) * act_dtype_bytes
+  params = collections.Counter()
+  for v in trainable:
+    params[layer_of(_scope(v.op.name))] += _static_size(v.shape) or 0
+  # Backward ops of unknown origin (e.g. a tape name we could not map) land in layers that have
+  # no forward ops; fold them into the layer list only if they carry weights or FLOPs.
+  names = sorted(order, key=order.get)
+  for extra in list(params) + list(bwd_flops):
+    if extra not in order and (params[extra] or bwd_flops[extra]):
+      order[extra] = len(order) + 10**9
+      names.append(extra)
+  names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes)
+  opt_name, slots = _slots_per_param(captured)
+  layers = []
+  for n in names:
+    p = int(params[n])
+    kind = ("matmul" if fwd_flops[n] and mm_flops[n] >= 0.5 * fwd_flops[n]
+            else "elementwise" if fwd_flops[n] else "other")
+    if "loss" in n.lower() or "crossentropy" in n.lower():
+      kind = "loss"
+    layers.append(ir.Layer(
+        name=n, kind=kind, fwd_flops=fwd_flops[n] / batch, bwd_flops=bwd_flops[n] / batch,
+        num_params=p, weight_bytes=p * weight_dtype_bytes, grad_bytes=p * weight_dtype_bytes,
+        optimizer_bytes=p * weight_dtype_bytes * slots,
+        activation_bytes=act_bytes[n] / batch, io_bytes=io_bytes[n] / batch,
+        token_scaling="quadratic" if pair_flops[n] > 0.5 * fwd_flops[n] else "linear"))
+  return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
+                       dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len)
+
+
+def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes) -> List[str]:
+  """Folds weightless layers with a tiny FLOP share into the layer before them."""
+  total = sum(fwd_flops.values()) or 1.0
+  out: List[str] = []
+  for n in names:
+    if out and not params[n] and fwd_flops[n] < _FOLD_FLOPS_SHARE * total:
+      keep = out[-1]
+      for c in (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes):
+        c[keep] += c.pop(n, 0)
+      continue
+    out.append(n)
+  # A tiny weightless first layer (e.g. input casts) folds into its successor instead.
+  if len(out) > 1 and not params[out[0]] and fwd_flops[out[0]] < _FOLD_FLOPS_SHARE * total:
+    first = out.pop(0)
+    for c in (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes):
+      c[out[0]] += c.pop(first, 0)
+  return out

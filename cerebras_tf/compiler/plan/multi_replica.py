@@ -1,0 +1,136 @@
+"""Multi-replica execution: R copies of a pipelined layout, trained data-parallel on one wafer.
+
+Why it helps (seed 004: "smaller models ... do not use the whole area of our Wafer-Scale
+Engine ... we copy the model until the wafer is completely filled"; BERT-Base 1.7x): in the
+pipelined model (`engine/perf.py`) every layer pays a per-token latency that more cores do not
+shorten, so a small model's pipeline saturates long before it uses the wafer's FLOP/s. Cutting
+the grid into R vertical slabs (each `grid_width // R` columns, full height) and placing one
+pipelined replica per slab (`pipelined.place_pipeline`) runs R such pipelines at once, each on
+B/R samples of the global batch B. A step ends with a ring all-reduce of the gradients across
+the slab boundaries (`perf.allreduce_time_s`).
+
+Choosing R (unless `options.num_replicas` forces it): every R from 1 up to what the SRAM
+allows (each replica's state and in-flight activations must fit its slab) that divides the
+global batch is planned and simulated; R is the largest one that still gains at least
+`MIN_GAIN` over the best smaller R (a copy that buys less is not worth its memory and
+all-reduce). The predicted speedup over one replica goes in `plan.notes`.
+"""
+
+import dataclasses
+import math
+
+from cerebras_tf.compiler import ir
+from cerebras_tf.compiler.plan import base
+from cerebras_tf.compiler.plan import pipelined
+from cerebras_tf.errors import ParamsError
+
+MIN_GAIN = 0.02   # a further replica must add 2% samples/s to be worth it
+_GB = 1e9
+
+
+def _plan_r(graph, engine, options, r, need):
+  """The Plan with r replicas, or a not-fitting Plan with the reason."""
+  batch = int(options.batch_size)
+  slab_w = engine.grid_width // r
+  slab_bytes = slab_w * engine.grid_height * engine.sram_per_core_bytes
+  placements, why = [], ""
+  if slab_w < 1:
+    why = f"{r} replicas need {r} columns, the grid has {engine.grid_width}"
+  elif need > slab_bytes:
+    why = (f"one replica needs {need / _GB:.2f} GB of SRAM, a 1/{r} slab "
+           f"({slab_w} x {engine.grid_height} cores) has {slab_bytes / _GB:.2f} GB")
+  else:
+    for k in range(r):
+      placed, why = pipelined.place_pipeline(graph, engine, options, batch // r, slab_w,
+                                             engine.grid_height, x0=k * slab_w, replica=k)
+      if not placed:
+        placements = []
+        break
+      placements += placed
+  fits = bool(placements)
+  if not fits:
+    mem = pipelined.layer_memory_bytes(graph)
+    placements = [base.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
+                                      flops=l.flops * batch // max(r, 1), time_s=0.0)
+                  for l, m in zip(graph.layers, mem)]
+  used = sum(p.cores for p in placements)
+  reason = (f"fits: {r} replica(s) of {need / _GB:.2f} GB SRAM each, per-replica batch "
+            f"{batch // r}, on {used:,} of {engine.usable_cores:,} cores" if fits else why)
+  return base.Plan(execution_strategy=base.MULTI_REPLICA, engine=engine.name, fits=fits,
+                   batch_size=batch, num_replicas=r, num_csx=1,
+                   memory_needed_bytes=need * r, memory_available_bytes=engine.usable_sram_bytes,
+                   layers=tuple(placements), reason=reason)
+
+
+class MultiReplicaPlanner(base.Planner):
+  """Plans R pipelined copies side by side (see the module docstring)."""
+
+  strategy = base.MULTI_REPLICA
+
+  def plan(self, graph: ir.LayerGraph, engine, options: base.PlanOptions) -> base.Plan:
+    """Picks (or takes) R, places R replicas, and notes the predicted speedup over R = 1.
+
+    Raises:
+      ParamsError: `options.num_replicas` is not a positive integer or does not divide the
+        global batch (names both numbers).
+    """
+    from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
+    batch = int(options.batch_size)
+    need = int(sum(pipelined.layer_memory_bytes(graph)))
+    forced = options.num_replicas
+    if forced is not None:
+      if isinstance(forced, bool) or not isinstance(forced, int) or forced < 1:
+        raise ParamsError(f"num_replicas must be a positive integer, got {forced!r}")
+      if batch % forced:
+        raise ParamsError(f"global batch_size {batch} is not divisible by num_replicas "
+                          f"{forced}: each replica needs batch_size / num_replicas samples")
+
+    def rate(p):
+      return perf.simulate(p, graph, engine, options).samples_per_sec if p.fits else 0.0
+
+    one = _plan_r(graph, engine, options, 1, need)
+    one_sps = rate(one)
+    notes = [f"replicas side by side on vertical slabs of {engine.grid_width} // R columns; "
+             f"gradients all-reduced across slab boundaries each step"]
+    if forced is not None:
+      chosen = _plan_r(graph, engine, options, forced, need)
+      sps = rate(chosen)
+      notes.append(f"num_replicas={forced} forced by the params")
+    else:
+      max_r = min(engine.grid_width, batch,
+                  max(1, engine.usable_sram_bytes // max(need, 1)))
+      chosen, sps, tried = one, one_sps, ["R=1 %.0f" % one_sps]
+      for r in range(2, max_r + 1):
+        if batch % r:
+          continue
+        p = _plan_r(graph, engine, options, r, need)
+        s = rate(p)
+        if p.fits:
+          tried.append(f"R={r} {s:.0f}")
+        if p.fits and s > sps * (1 + MIN_GAIN):
+          chosen, sps = p, s
+      notes.append(f"compiler chose R={chosen.num_replicas}: the largest R dividing batch "
+                   f"{batch} that fits and still gains >= {MIN_GAIN:.0%} (samples/s: "
+                   f"{', '.join(tried)})")
+    if chosen.fits and one_sps > 0:
+      speed = sps / one_sps
+      notes.append(f"predicted speedup over 1 replica: {speed:.2f}x ({sps:,.1f} vs "
+                   f"{one_sps:,.1f} samples/s)")
+      share = _saturation(perf.replica_layers(one, 0), graph, engine, options)
+      notes.append(
+          f"why copies gain: {share:.0%} of one replica's slowest-layer time is per-token latency ({engine.pipelined_token_latency_cycles:g} cycles per token per "
+          f"layer), which more cores per layer do not shorten; R copies each run their own "
+          f"stream of B/R samples")
+    return dataclasses.replace(chosen, notes=tuple(notes) + chosen.notes)
+
+
+def _saturation(placements, graph, engine, options) -> float:
+  """Share of the slowest layer's per-sample time that is token latency (not compute)."""
+  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
+  worst, share = 0.0, 0.0
+  for p, l in zip(placements, graph.layers):
+    t = perf.pipelined_sample_time(l, p.cores, graph, engine, options)
+    if t > worst:
+      lat = perf.pipelined_sample_time(l, math.inf, graph, engine, options)
+      worst, share = t, lat / t
+  return share

@@ -1,0 +1,282 @@
+"""Pipelined execution: one replica, every layer on its own rectangle of the core grid.
+
+The model of the hardware (pure Python, no TensorFlow):
+
+* All weights, gradients and optimizer state live in on-wafer SRAM for the whole run.
+* Layers form a pipeline: samples stream through the layers in program order forward and back
+  in reverse. Layer i of L (0-based) starts the forward pass of a new sample before the
+  backward pass of an earlier one comes back, so it keeps the activations of about
+  `2 * (L - i)` samples in flight (the round trip to the end of the network and back).
+  Its SRAM need is therefore `state_bytes + activation_bytes * 2 * (L - i)`.
+* Each layer's region gets cores in proportion to its share of the FLOPs (so every stage runs
+  at the same rate), but never fewer than its memory needs (`ceil(bytes / sram_per_core)`);
+  the cores freed that way are shared among the others by water-filling.
+* Layout: layers are grouped, in order, into vertical strips; strip widths are proportional to
+  their cores and each layer gets the full strip width and a share of its height. Strips are
+  walked as a boustrophedon (down, up, down...), so consecutive layers always share an edge:
+  inside a strip one lies under the other, across a strip boundary both touch the same end
+  row.
+* A layer's busy time per step is `batch * (flops_per_sample / (cores * FLOP/s per core *
+  efficiency) + tokens * token latency / clock)` (`engine/perf.py:pipelined_sample_time`), with
+  `efficiency` and the per-token latency the calibrated constants in the engine YAML. Because
+  the latency term does not shrink with cores, small models saturate well below the wafer's
+  FLOP/s; multi_replica then places copies (`place_pipeline` on a slab of the grid).
+
+If the whole model needs more SRAM than the usable grid has, the plan says `fits=False` with
+bytes needed vs available and suggests weight streaming.
+"""
+
+import math
+from typing import Dict, List, Sequence, Tuple
+
+from cerebras_tf.compiler import ir
+from cerebras_tf.compiler.plan import base
+
+_GB = 1e9
+
+
+def in_flight_samples(i: int, num_layers: int) -> int:
+  """Samples whose activations layer i (0-based) holds in a pipeline of num_layers layers."""
+  return 2 * (num_layers - i)
+
+
+def layer_memory_bytes(graph: ir.LayerGraph) -> List[int]:
+  """SRAM bytes each layer needs in pipelined mode (state + in-flight activations)."""
+  n = len(graph.layers)
+  return [int(l.state_bytes + math.ceil(l.activation_bytes * in_flight_samples(i, n)))
+          for i, l in enumerate(graph.layers)]
+
+
+def allocate_cores(flops: Sequence[float], floors: Sequence[int], total: int) -> List[float]:
+  """Cores per layer: proportional to FLOPs, at least `floors` (water-filling).
+
+  Args:
+    flops: FLOPs per sample of each layer.
+    floors: minimum cores of each layer (memory).
+    total: cores to share.
+
+  Returns:
+    Fractional cores per layer summing to `total` (caller checks sum(floors) <= total).
+  """
+  n = len(flops)
+  alloc = [0.0] * n
+  free = list(range(n))
+  remaining = float(total)
+  while free:
+    f_sum = sum(flops[i] for i in free)
+    share = {i: (remaining * flops[i] / f_sum if f_sum > 0 else remaining / len(free))
+             for i in free}
+    bound = [i for i in free if share[i] < floors[i]]
+    if not bound:
+      for i in free:
+        alloc[i] = share[i]
+      break
+    for i in bound:
+      alloc[i] = float(floors[i])
+      remaining -= floors[i]
+    bound_set = set(bound)
+    free = [i for i in free if i not in bound_set]
+  return alloc
+
+
+def _apportion(ideal: Sequence[float], minimum: Sequence[int], total: int) -> List[int]:
+  """Integers >= minimum summing to total, close to `ideal` (largest remainder).
+
+  Returns [] when sum(minimum) > total.
+  """
+  if sum(minimum) > total:
+    return []
+  out = [max(m, int(math.floor(x))) for x, m in zip(ideal, minimum)]
+  diff = total - sum(out)
+  # Relative remainders: a 1-unit shortfall hurts a small layer's rate more than a big one's.
+  rel = lambda i: (ideal[i] - out[i]) / max(ideal[i], 1e-12)
+  order = sorted(range(len(out)), key=lambda i: (-rel(i), i))
+  k = 0
+  while diff > 0:  # hand out the missing units to the biggest remainders
+    out[order[k % len(out)]] += 1
+    diff -= 1
+    k += 1
+  order = sorted(range(len(out)), key=lambda i: (rel(i), i))
+  while diff < 0:  # take back from those most over their ideal, never below minimum
+    progressed = False
+    for i in order:
+      if diff == 0:
+        break
+      if out[i] > minimum[i]:
+        out[i] -= 1
+        diff += 1
+        progressed = True
+    if not progressed:
+      return []
+  return out
+
+
+def layout(cores: Sequence[float], floors: Sequence[int], width: int,
+           height: int) -> Tuple[List[base.Region], str]:
+  """Places layers (in order) as a boustrophedon of vertical strips on a width x height grid.
+
+  Args:
+    cores: target cores per layer (fractional, sums to about width * height).
+    floors: minimum cores per layer.
+    width, height: the usable grid.
+
+  Returns:
+    (regions in layer order, "") or ([], why it failed).
+  """
+  n = len(cores)
+  total = float(sum(cores))
+  if n > width * height:
+    return [], f"{n} layers but only {width * height} cores"
+  k = max(1, min(width, n, int(round(math.sqrt(n)))))
+  # Each layer goes to the strip that holds its midpoint on the cumulative core axis.
+  strip_of, cum = [], 0.0
+  for c in cores:
+    strip_of.append(min(k - 1, int((cum + c / 2.0) / (total / k))))
+    cum += c
+  groups: List[List[int]] = []
+  for i, s in enumerate(strip_of):
+    if not groups or strip_of[groups[-1][0]] != s:
+      groups.append([])
+    groups[-1].append(i)
+  # A strip needs one row per layer; split strips taller than the grid (only with tiny grids).
+  split: List[List[int]] = []
+  for g in groups:
+    split += [g[j:j + height] for j in range(0, len(g), height)]
+  groups = split
+  if len(groups) > width:
+    return [], f"{len(groups)} strips needed but the grid is {width} columns wide"
+  strip_cores = [sum(cores[i] for i in g) for g in groups]
+  min_w = [max(1, max(math.ceil(floors[i] / height) for i in g)) for g in groups]
+  widths = _apportion([c / height for c in strip_cores], min_w, width)
+  if not widths:
+    return [], "the layers' memory does not fit the strips of the grid"
+  regions: List[base.Region] = [None] * n  # type: ignore[list-item]
+  x = 0
+  for s, (g, w) in enumerate(zip(groups, widths)):
+    ideal = [height * cores[i] / strip_cores[s] if strip_cores[s] > 0 else height / len(g)
+             for i in g]
+    mins = [max(1, math.ceil(floors[i] / w)) for i in g]
+    heights = _apportion(ideal, mins, height)
+    if not heights:
+      return [], (f"strip {s} ({w} columns) cannot hold the memory of "
+                  f"{len(g)} layers starting at #{g[0]}")
+    order = list(zip(g, heights))
+    y = 0 if s % 2 == 0 else height
+    for i, h in order:
+      if s % 2 == 0:
+        regions[i] = base.Region(x, y, w, h)
+        y += h
+      else:
+        y -= h
+        regions[i] = base.Region(x, y, w, h)
+    x += w
+  return regions, ""
+
+
+# A layer gets no more cores than make its compute time this fraction of its token latency:
+# past that point a further core buys under ~5% (the latency term does not shrink), so the
+# compiler leaves the rest of the wafer idle - room for multi_replica's copies.
+SATURATION = 0.05
+
+
+def useful_cores(graph: ir.LayerGraph, engine, options: base.PlanOptions) -> List[float]:
+  """Cores past which each layer's per-sample time stops improving (inf: no token latency)."""
+  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
+  rate = engine.flops_per_core_per_s * engine.efficiency(base.PIPELINED)
+  out = []
+  for l in graph.layers:
+    lat = perf.pipelined_sample_time(l, math.inf, graph, engine, options)
+    out.append(l.flops / (rate * SATURATION * lat) if lat > 0 else math.inf)
+  return out
+
+
+def place_pipeline(graph: ir.LayerGraph, engine, options: base.PlanOptions, batch: int,
+                   width: int, height: int, x0: int = 0, replica: int = 0):
+  """Places one pipelined replica on the `width x height` slab whose left column is x0.
+
+  Returns:
+    (placements, "") or ((), why it does not fit). Placements carry `replica`.
+  """
+  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
+  layers = graph.layers
+  mem = layer_memory_bytes(graph)
+  cores = width * height
+  floors = [max(1, math.ceil(m / engine.sram_per_core_bytes)) for m in mem]
+  if sum(floors) > cores:
+    return (), f"needs {sum(floors):,} cores for its memory, {cores:,} available"
+  useful = sum(max(u, f) for u, f in zip(useful_cores(graph, engine, options), floors))
+  if useful < cores:  # a small model: use only the columns it can keep busy
+    width = min(width, max(math.ceil(useful / height), int(math.sqrt(len(layers))) + 2))
+    cores = width * height
+  target = allocate_cores([l.flops for l in layers], floors, cores)
+  regions, why = layout(target, floors, width, height)
+  if not regions:
+    return (), f"cannot lay out {len(layers)} layers on the {width} x {height} grid: {why}"
+  out = []
+  for l, m, r in zip(layers, mem, regions):
+    r = base.Region(r.x + x0, r.y, r.w, r.h)
+    out.append(base.LayerPlacement(
+        name=l.name, cores=r.cores, region=r, memory_bytes=m, flops=l.flops * batch,
+        time_s=batch * perf.pipelined_sample_time(l, r.cores, graph, engine, options),
+        replica=replica))
+  return tuple(out), ""
+
+
+class PipelinedPlanner(base.Planner):
+  """Plans one replica with all state on the wafer (see the module docstring)."""
+
+  strategy = base.PIPELINED
+
+  def plan(self, graph: ir.LayerGraph, engine, options: base.PlanOptions) -> base.Plan:
+    """Places every layer of `graph` on `engine`'s usable grid.
+
+    Args:
+      graph: the model (per-sample FLOPs and bytes).
+      engine: `EngineSpec` (grid, SRAM per core, FLOP/s per core, calibrated efficiency).
+      options: batch_size is the global batch; num_csx > 1 is ignored (one system).
+
+    Returns:
+      A Plan; `fits=False` with a reason when the SRAM is too small.
+    """
+    batch = int(options.batch_size)
+    layers = graph.layers
+    mem = layer_memory_bytes(graph)
+    need = int(sum(mem))
+    avail = int(engine.usable_sram_bytes)
+    total_cores = engine.usable_cores
+    notes = [f"in-flight activations: layer i of {len(layers)} holds 2*(L-i) samples",
+             f"efficiency {engine.efficiency(base.PIPELINED):.3f} of per-core peak, "
+             f"{engine.pipelined_token_latency_cycles:g} cycles per token per layer (calibrated)"]
+    if options.num_csx > 1:
+      notes.append(f"pipelined runs on one system; num_csx={options.num_csx} ignored")
+
+    def unplaced(reason: str) -> base.Plan:
+      placements = tuple(
+          base.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
+                              flops=l.flops * batch, time_s=0.0)
+          for l, m in zip(layers, mem))
+      return base.Plan(execution_strategy=base.PIPELINED, engine=engine.name, fits=False,
+                       batch_size=batch, num_replicas=1, num_csx=1, memory_needed_bytes=need,
+                       memory_available_bytes=avail, layers=placements, reason=reason,
+                       notes=tuple(notes))
+
+    if not layers:
+      return unplaced("the graph has no layers")
+    if need > avail:
+      state = graph.state_bytes
+      return unplaced(f"needs {need / _GB:.1f} GB of SRAM ({state / _GB:.1f} GB weights, "
+                      f"gradients and optimizer state + {(need - state) / _GB:.1f} GB in-flight "
+                      f"activations), {avail / _GB:.1f} GB available "
+                      f"({total_cores:,} usable cores x {engine.sram_per_core_bytes // 1024} KB)"
+                      f"; use execution_strategy: weight_streaming")
+    placements, why = place_pipeline(graph, engine, options, batch, engine.grid_width,
+                                     engine.grid_height)
+    if not placements:
+      return unplaced(f"{why}; use execution_strategy: weight_streaming")
+    used = sum(p.cores for p in placements)
+    reason = (f"fits: {need / _GB:.2f} GB of {avail / _GB:.1f} GB SRAM; {len(layers)} layers "
+              f"on {used:,} of {total_cores:,} cores")
+    return base.Plan(execution_strategy=base.PIPELINED, engine=engine.name, fits=True,
+                     batch_size=batch, num_replicas=1, num_csx=1, memory_needed_bytes=need,
+                     memory_available_bytes=avail, layers=placements, reason=reason,
+                     notes=tuple(notes))

@@ -1,0 +1,121 @@
+"""Weight-streaming execution: weights live in MemoryX, stream in layer by layer (seed 003).
+
+The model of the hardware (pure Python, no TensorFlow):
+
+* MemoryX holds the weights and runs the optimizer: its capacity must hold the graph's state
+  (weights, gradients and optimizer slots; Adam in fp32 is seed 003's "four scalar values per
+  parameter ... single precision", 16 bytes). It must be within the engine's MemoryX range
+  (cs2: 4 TB to 2.4 PB, 120T parameters); the plan notes the configuration it needs.
+* `num_csx` systems each run the whole model on B / num_csx samples; SwarmX broadcasts the
+  weights to all of them and reduces their gradients on the way back (a tree of depth
+  ceil(log2 num_csx)). The global batch must divide evenly.
+* Each system's whole usable grid computes one layer at a time. Activations stay on the wafer:
+  micro-batching when a batch's do not fit, recomputation when not even one sample's do; the
+  streamed weights of the largest layer, double-buffered, must fit in half the SRAM.
+* Per layer: time = max(compute, stream-in, stream-out) + SwarmX latency; the cost model and the
+  bottleneck are `engine/perf.py:ws_cost` (shared with the simulator, so the plan's per-layer
+  times and the prediction agree).
+* Unstructured weight sparsity (`options.sparsity`) skips zero weights in the GEMMs but not
+  the 4-cycle partial-sum step per output feature, nor attention and elementwise work, so the
+  speedup saturates (Amdahl; seed 003).
+"""
+
+import math
+
+from cerebras_tf.compiler import ir
+from cerebras_tf.compiler.plan import base
+from cerebras_tf.errors import ParamsError
+
+_GB = 1e9
+_TB = 1e12
+
+
+class WeightStreamingPlanner(base.Planner):
+  """Plans weight streaming over `num_csx` systems (see the module docstring)."""
+
+  strategy = base.WEIGHT_STREAMING
+
+  def plan(self, graph: ir.LayerGraph, engine, options: base.PlanOptions) -> base.Plan:
+    """Checks MemoryX capacity, SwarmX size and wafer memory; costs every layer.
+
+    Raises:
+      ParamsError: num_csx < 1, sparsity outside [0, 1), or a global batch that num_csx does
+        not divide (names both numbers).
+    """
+    from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
+    batch = int(options.batch_size)
+    n = options.num_csx
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+      raise ParamsError(f"num_csx must be a positive integer, got {n!r}")
+    if not 0.0 <= options.sparsity < 1.0:
+      raise ParamsError(f"sparsity must be in [0, 1), got {options.sparsity!r}")
+    if batch % n:
+      raise ParamsError(f"global batch_size {batch} is not divisible by num_csx {n}: each "
+                        f"system trains on batch_size / num_csx samples")
+    state = graph.state_bytes
+    mx_need = max(float(state), engine.memoryx_min_bytes)
+    wbuf = perf.ws_weight_buffer_bytes(graph, options.sparsity)
+    acts = sum(l.activation_bytes for l in graph.layers)
+    avail = int(engine.usable_sram_bytes)
+    notes = [f"MemoryX: {state / _GB:,.1f} GB of weights, gradients and optimizer state "
+             f"({graph.num_params / 1e9:.2f}B params); needs a {mx_need / _TB:g} TB+ MemoryX "
+             f"(range {engine.memoryx_min_bytes / _TB:g} TB - {engine.memoryx_max_bytes / _TB:g}"
+             f" TB); the optimizer runs there",
+             f"SwarmX: {n} system(s), tree depth {math.ceil(math.log2(n)) if n > 1 else 0}; "
+             f"per-system batch {batch // n}",
+             f"wafer: {wbuf / _GB:.2f} GB double-buffered weights of the largest layer + "
+             f"{acts / _GB:.3f} GB activations per sample"]
+    why = ""
+    if engine.memoryx_max_bytes < 1e9:
+      why = f"{engine.name} has no MemoryX (weight streaming needs CS-2 or later)"
+    elif state > engine.memoryx_max_bytes:
+      why = (f"needs {state / _TB:,.1f} TB of MemoryX, the largest {engine.name} MemoryX holds "
+             f"{engine.memoryx_max_bytes / _TB:,.1f} TB")
+    elif engine.memoryx_max_params and graph.num_params > engine.memoryx_max_params:
+      why = (f"{graph.num_params:,} parameters exceed MemoryX's "
+             f"{engine.memoryx_max_params:,.0f}")
+    elif n > engine.swarmx_max_systems:
+      why = f"num_csx {n} exceeds SwarmX's {engine.swarmx_max_systems} systems for {engine.name}"
+    elif wbuf > avail / 2:
+      why = (f"the largest layer's streamed weights need {wbuf / _GB:.1f} GB double-buffered, "
+             f"more than half the wafer's {avail / _GB:.1f} GB SRAM")
+    need = int(wbuf + acts * min(batch // n, 1))
+    if why:
+      placements = tuple(base.LayerPlacement(name=l.name, cores=0, region=None,
+                                             memory_bytes=0, flops=l.flops * batch,
+                                             time_s=0.0) for l in graph.layers)
+      return base.Plan(execution_strategy=base.WEIGHT_STREAMING, engine=engine.name,
+                       fits=False, batch_size=batch, num_replicas=1, num_csx=n,
+                       memory_needed_bytes=int(state), memory_available_bytes=int(
+                           engine.memoryx_max_bytes), layers=placements,
+                       reason=why, notes=tuple(notes))
+    cost = perf.ws_cost(graph, engine, options)
+    need = int(wbuf + acts * cost.micro_batch * (1.0 - cost.recompute_fraction))
+    k = cost.num_micro
+    placements = tuple(
+        base.LayerPlacement(
+            name=c.name, cores=engine.usable_cores, region=None,
+            memory_bytes=int(l.num_params * perf.ws_streamed_bytes_per_param(
+                graph, options.sparsity) + l.activation_bytes * cost.micro_batch),
+            flops=l.flops * batch // n,
+            time_s=(k - 1) * max(c.compute_s, c.stream_in_s, c.stream_out_s) +
+            max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s))
+        for c, l in zip(cost.layers, graph.layers))
+    bounds = {}
+    for c in cost.layers:
+      bounds[c.bound] = bounds.get(c.bound, 0) + 1
+    notes.append(f"micro-batch {cost.micro_batch} ({k} per step): a batch's activations "
+                 f"must fit the wafer beside the streamed weights" +
+                 (f"; one sample's do not, so {cost.recompute_fraction:.0%} are recomputed in "
+                  f"backward" if cost.recompute_fraction else ""))
+    notes.append("layers bound by " + ", ".join(f"{v} {b}" for b, v in sorted(bounds.items())))
+    if options.sparsity:
+      notes.append(f"unstructured sparsity {options.sparsity:.0%}: zero weights skipped and not "
+                   f"streamed; the {engine.sparsity_partial_sum_cycles:g}-cycle partial sum per "
+                   f"output feature and attention/elementwise work are not (Amdahl)")
+    reason = (f"fits: {state / _GB:,.1f} GB of state in MemoryX; {n} x {engine.name}, "
+              f"micro-batch {cost.micro_batch} of per-system batch {batch // n}")
+    return base.Plan(execution_strategy=base.WEIGHT_STREAMING, engine=engine.name, fits=True,
+                     batch_size=batch, num_replicas=1, num_csx=n, memory_needed_bytes=need,
+                     memory_available_bytes=avail, layers=placements, reason=reason,
+                     notes=tuple(notes))
