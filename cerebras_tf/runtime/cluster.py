@@ -1,0 +1,252 @@
+"""The weight-streaming cluster: MemoryX weight servers as TensorFlow `ps` tasks.
+
+With no TF_CONFIG, `LocalCluster` launches `num_ps` ps tasks on 127.0.0.1 (free ports, one log
+file per task, a readiness timeout that names the task that did not come up) and ends them on
+exit, error or Ctrl-C; each task also exits by itself if this process dies, so no orphan is
+left. With TF_CONFIG, the `ps` addresses it names are used as they are (a real cluster).
+
+The client (this process) serves the job `localhost`: the compute replicas (one per CS system)
+are its devices, the input pipeline runs here, and the graph's variables and optimizer live on
+the ps tasks, so updates are synchronous and match the other execution strategies.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional
+
+from cerebras_tf.errors import ConfigError
+
+CLIENT_JOB = "localhost"
+READY_TIMEOUT_S = 60.0
+MAX_RESTARTS = 3
+# How long the client waits for a (restarted) weight server before it gives up cleanly.
+SESSION_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _port_open(address: str) -> bool:
+  host, port = address.rsplit(":", 1)
+  try:
+    with socket.create_connection((host, int(port)), timeout=0.5):
+      return True
+  except OSError:
+    return False
+
+
+def ps_addresses_from_tf_config() -> Optional[List[str]]:
+  """The `ps` addresses TF_CONFIG names, None without TF_CONFIG."""
+  raw = os.environ.get("TF_CONFIG")
+  if not raw:
+    return None
+  try:
+    cfg = json.loads(raw)
+    ps = cfg["cluster"]["ps"]
+  except (ValueError, KeyError, TypeError) as e:
+    raise ConfigError(
+        f"TF_CONFIG for weight_streaming must be JSON with cluster.ps, e.g. "
+        f'{{"cluster": {{"ps": ["host:port"]}}, "task": {{"type": "chief", "index": 0}}}}; got {raw[:80]!r} ({e})') from e
+  if not isinstance(ps, list) or not ps or not all(isinstance(a, str) and ":" in a for a in ps):
+    raise ConfigError(f"TF_CONFIG cluster.ps must be a non-empty list of 'host:port', got {ps!r}")
+  return ps
+
+
+class _PortTaken(Exception):
+  pass
+
+
+class LocalCluster:
+  """Launches and owns `num_ps` ps tasks on 127.0.0.1. Use as a context manager.
+
+  Attributes (after __enter__):
+    cluster: {"localhost": [client address], "ps": [...]} for tf.train.ClusterSpec.
+    procs: the ps task processes.
+  """
+
+  def __init__(self, num_ps: int, log_dir: str, ready_timeout_s: float = READY_TIMEOUT_S,
+               ps_addresses: Optional[List[str]] = None):
+    self.num_ps = num_ps
+    self.log_dir = log_dir
+    self.ready_timeout_s = ready_timeout_s
+    self.external = ps_addresses is not None
+    self.cluster: Dict[str, List[str]] = {
+        CLIENT_JOB: [f"127.0.0.1:{free_port()}"],
+        "ps": list(ps_addresses) if ps_addresses else
+              [f"127.0.0.1:{free_port()}" for _ in range(num_ps)]}
+    self.procs: List[subprocess.Popen] = []
+    self._logs = []
+    self._closing = threading.Event()
+    self.restarts = 0
+    self.failed: Optional[str] = None
+
+  def __enter__(self) -> "LocalCluster":
+    for attempt in range(3):
+      try:
+        if not self.external:
+          self._launch()
+        self._wait_ready()
+        return self
+      except _PortTaken as e:
+        self.close()
+        if attempt == 2:
+          raise ConfigError(str(e)) from None
+        # Another process took a port between our probe and the server's bind: new ports.
+        self.cluster["ps"] = [f"127.0.0.1:{free_port()}" for _ in range(self.num_ps)]
+        self.procs, self._closing = [], threading.Event()
+      except BaseException:
+        self.close()
+        raise
+    raise AssertionError("unreachable")
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def _launch(self) -> None:
+    os.makedirs(self.log_dir, exist_ok=True)
+    for i in range(self.num_ps):
+      self.procs.append(self._start(i))
+    self._watchdog = threading.Thread(target=self._watch, daemon=True)
+    self._watchdog.start()
+
+  def _start(self, i: int) -> subprocess.Popen:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    log = open(os.path.join(self.log_dir, f"ps_{i}.log"), "a")
+    self._logs.append(log)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cerebras_tf.runtime.server", "--cluster",
+         json.dumps(self.cluster), "--job", "ps", "--index", str(i), "--parent", str(os.getpid())],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+  def _watch(self) -> None:
+    """Restarts a weight server that died, on the same port, up to MAX_RESTARTS times.
+
+    The client's session then fails with Unavailable/Aborted, which tf's MonitoredSession
+    recovers from by recreating the session: the variables come back from the last checkpoint.
+    """
+    while not self._closing.wait(0.5):
+      for i, p in enumerate(self.procs):
+        if p.poll() is None or self._closing.is_set():
+          continue
+        if self.restarts >= MAX_RESTARTS:
+          self.failed = (f"weight server ps:{i} died {self.restarts + 1} times (last exit code "
+                         f"{p.returncode}); see {self.log_dir}/ps_{i}.log")
+          continue
+        self.restarts += 1
+        print(f"cerebras_tf: weight server ps:{i} exited with code {p.returncode}; restarting it "
+              f"({self.restarts}/{MAX_RESTARTS}); training resumes from the last checkpoint",
+              file=sys.stderr, flush=True)
+        self.procs[i] = self._start(i)
+
+  def _wait_ready(self) -> None:
+    deadline = time.monotonic() + self.ready_timeout_s
+    for i, address in enumerate(self.cluster["ps"]):
+      while not _port_open(address):
+        proc = self.procs[i] if i < len(self.procs) else None
+        if proc is not None and proc.poll() is not None:
+          log_path = os.path.join(self.log_dir, f"ps_{i}.log")
+          with open(log_path, errors="replace") as fh:
+            if "in use" in fh.read().lower():
+              raise _PortTaken(f"weight server ps:{i} could not bind {address}: the port is "
+                               f"already in use (3 attempts with fresh ports); see {log_path}")
+          raise ConfigError(f"weight server ps:{i} ({address}) exited with code {proc.returncode} "
+                            f"before it came up; see {self.log_dir}/ps_{i}.log")
+        if time.monotonic() > deadline:
+          raise ConfigError(f"weight server ps:{i} ({address}) did not come up within "
+                            f"{self.ready_timeout_s:.0f}s; check the address/port"
+                            + (f" and {self.log_dir}/ps_{i}.log" if proc else ""))
+        time.sleep(0.1)
+
+  def close(self) -> None:
+    self._closing.set()
+    for p in self.procs:
+      if p.poll() is None:
+        try:
+          os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+          pass
+    for p in self.procs:
+      try:
+        p.wait(timeout=10)
+      except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    for log in self._logs:
+      log.close()
+    self._logs = []
+
+  def alive(self) -> List[int]:
+    """Pids of ps tasks still running."""
+    return [p.pid for p in self.procs if p.poll() is None]
+
+
+class Client:
+  """This process's side of the cluster: its own server (job `localhost`) and placements."""
+
+  def __init__(self, cluster: LocalCluster, replicas: int):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from cerebras_tf.runtime import strategies  # pylint: disable=import-outside-toplevel
+    strategies.configure_logical_cpus(replicas)
+    self.cluster = cluster.cluster
+    self.local = cluster
+    self.replicas = replicas
+    self._server = tf.distribute.Server(tf.train.ClusterSpec(self.cluster), job_name=CLIENT_JOB,
+                                        task_index=0, start=True)
+
+  @property
+  def target(self) -> str:
+    return self._server.target
+
+  def device(self, k: int) -> str:
+    return f"/job:{CLIENT_JOB}/replica:0/task:0/device:CPU:{k}"
+
+  def device_fn(self):
+    """Variables (and so the optimizer's updates) round-robin on the ps tasks; compute here."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.compat.v1.train.replica_device_setter(
+        ps_tasks=len(self.cluster["ps"]), ps_device="/job:ps", worker_device=self.device(0))
+
+  def strategy(self, replicas: int):
+    """Synchronous data parallelism over `replicas` devices; variables on ps task 0."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.compat.v1.distribute.experimental.CentralStorageStrategy(
+        compute_devices=[self.device(k) for k in range(replicas)],
+        parameter_device="/job:ps/task:0/device:CPU:0")
+
+
+_CLIENT: Optional[Client] = None
+
+
+def client_for(num_ps: int, log_dir: str, replicas: int) -> Client:
+  """The process-wide client, launching (or joining, with TF_CONFIG) the cluster on first use.
+
+  One per process: TensorFlow binds a process's devices to the first server it starts.
+  """
+  global _CLIENT  # pylint: disable=global-statement
+  if _CLIENT is not None:
+    want_ps = ps_addresses_from_tf_config() or _CLIENT.cluster["ps"]
+    if (len(_CLIENT.cluster["ps"]) != (len(want_ps) if _CLIENT.local.external else num_ps)
+        or _CLIENT.replicas < replicas or not all(_port_open(a) for a in _CLIENT.cluster["ps"])):
+      raise ConfigError("this process already serves a weight-streaming cluster of another shape "
+                        "or one whose weight servers died; start a new process to change it")
+    return _CLIENT
+  import atexit  # pylint: disable=import-outside-toplevel
+  local = LocalCluster(num_ps, log_dir, ps_addresses=ps_addresses_from_tf_config()).__enter__()
+  atexit.register(local.close)
+  try:
+    _CLIENT = Client(local, replicas)
+  except BaseException:
+    local.close()
+    raise
+  return _CLIENT

@@ -1,0 +1,111 @@
+"""Session hooks for runs on the (simulated) engine: progress, TensorBoard, NaN guard."""
+
+import math
+import struct
+import time
+from typing import Optional
+
+import tensorflow as tf
+
+from cerebras_tf.errors import TrainingError
+
+
+def _png_size(png: bytes):
+  """(width, height) from a PNG header."""
+  return struct.unpack(">II", png[16:24])
+
+
+def wafer_image_summary(png: bytes, tag: str = "cerebras/wafer_placement") -> tf.compat.v1.Summary:
+  width, height = _png_size(png)
+  image = tf.compat.v1.Summary.Image(encoded_image_string=png, height=height, width=width,
+                                     colorspace=4)
+  return tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag, image=image)])
+
+
+def _fmt_eta(seconds: float) -> str:
+  if not math.isfinite(seconds) or seconds < 0:
+    return "?"
+  seconds = int(seconds)
+  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class CSProgressHook(tf.compat.v1.train.SessionRunHook):
+  """Logs step, loss, host examples/s, simulated engine samples/s and ETA; guards against NaN.
+
+  Every `every_n_steps` it also writes TensorBoard scalars `cerebras/*` into `summary_dir`, and
+  once, at the first step, the wafer placement picture.
+  """
+
+  def __init__(self, loss: tf.Tensor, batch_size: int, simulated_samples_per_sec: float,
+               utilization: float, summary_dir: Optional[str], last_step: Optional[int],
+               every_n_steps: int = 100, wafer_png: Optional[bytes] = None,
+               model_dir: Optional[str] = None, log_fn=None):
+    self._loss = loss
+    self._batch = batch_size
+    self._sim_sps = simulated_samples_per_sec
+    self._util = utilization
+    self._summary_dir = summary_dir
+    self._last_step = last_step
+    self._every = max(1, int(every_n_steps))
+    self._wafer_png = wafer_png
+    self._model_dir = model_dir
+    self._log = log_fn or tf.compat.v1.logging.info
+
+  def begin(self):
+    self._global_step = tf.compat.v1.train.get_global_step()
+    self._writer = (tf.compat.v1.summary.FileWriterCache.get(self._summary_dir)
+                    if self._summary_dir else None)
+    self._t0 = None
+    self._step0 = None
+    self._since_t = None
+    self._since_step = None
+    self._runs = 0
+
+  def before_run(self, run_context):
+    # Fetch only on logging steps: tf.estimator's NanTensorHook already checks every step
+    # (CerebrasEstimator turns its error into ours), and a fetch per step costs throughput.
+    self._runs += 1
+    if self._t0 is not None and self._runs % self._every:
+      return None
+    return tf.compat.v1.train.SessionRunArgs({"loss": self._loss, "step": self._global_step})
+
+  def after_run(self, run_context, run_values):
+    if run_values.results is None:
+      return
+    loss = float(run_values.results["loss"])
+    step = int(run_values.results["step"]) + 1  # the step just taken
+    now = time.perf_counter()
+    if not math.isfinite(loss):
+      raise TrainingError(self.nan_message(loss, step))
+    if self._t0 is None:
+      self._t0, self._step0 = now, step
+      self._since_t, self._since_step = now, step
+      if self._writer is not None and self._wafer_png:
+        self._writer.add_summary(wafer_image_summary(self._wafer_png), step)
+      return
+    host_eps = (step - self._since_step) * self._batch / max(now - self._since_t, 1e-9)
+    overall = (step - self._step0) / max(now - self._t0, 1e-9)
+    eta = (self._last_step - step) / overall if self._last_step and overall > 0 else float("nan")
+    total = f"/{self._last_step}" if self._last_step else ""
+    self._log(f"step {step}{total}  loss {loss:.4f}  host {host_eps:,.1f} examples/s  "
+              f"engine (simulated) {self._sim_sps:,.0f} samples/s  util {self._util:.1%}  "
+              f"ETA {_fmt_eta(eta)}")
+    if self._writer is not None:
+      summary = tf.compat.v1.Summary(value=[
+          tf.compat.v1.Summary.Value(tag="cerebras/simulated_samples_per_sec", simple_value=self._sim_sps),
+          tf.compat.v1.Summary.Value(tag="cerebras/simulated_utilization", simple_value=self._util),
+          tf.compat.v1.Summary.Value(tag="cerebras/host_examples_per_sec", simple_value=host_eps),
+      ])
+      self._writer.add_summary(summary, step)
+    self._since_t, self._since_step = now, step
+
+  def nan_message(self, loss: float, step: Optional[int] = None) -> str:
+    if step is None:  # called for tf.estimator's NanTensorHook: count runs since the first
+      step = (self._step0 + self._runs - 1) if self._step0 is not None else f"{self._runs} of this run"
+    return (f"loss is {loss} at step {step}: training stopped (checkpoints in "
+            f"{self._model_dir or 'model_dir'} are intact); lower optimizer.learning_rate, set "
+            f"optimizer.max_gradient_norm, or enable loss scaling")
+
+  def end(self, session):
+    if self._writer is not None:
+      self._writer.flush()
