@@ -1,0 +1,233 @@
+"""The command line of `scripts/run.py`: absl flags over a params YAML file.
+
+    python scripts/run.py --params configs/params_bert_tiny_msl128.yaml --mode train \\
+        --model_dir runs/bert --max_steps 1000 --params_override optimizer.learning_rate=1e-4
+
+Flags override YAML values (they go through the same schema validation as the file, so an
+error names the flag). Bad input of any kind - params, flags, unknown flags - prints exactly one
+line to stderr and exits 2, without a traceback. TensorFlow is imported only once the input is
+known to be good, so those errors come back in a fraction of a second.
+"""
+
+import dataclasses
+import difflib
+import re
+import sys
+from typing import List, Optional, Tuple
+
+from absl import flags
+
+from cerebras_tf.compiler.plan import base as plan_base
+from cerebras_tf.errors import CerebrasTFError, ConfigError
+from cerebras_tf import params as params_lib
+
+_USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
+          "Flags override the YAML; --params_override SECTION.KEY=VALUE sets any params key.")
+
+# Flag -> params key. Flags not listed here only shape RunOptions.
+FLAG_TO_KEY = {
+    "model_dir": "runconfig.model_dir",
+    "mode": "runconfig.mode",
+    "cs_ip": "runconfig.cs_ip",
+    "max_steps": "runconfig.max_steps",
+    "eval_steps": "runconfig.eval_steps",
+    "multireplica": "csconfig.multireplica",
+    "num_csx": "csconfig.num_csx",
+    "num_wgt_servers": "csconfig.max_wgt_servers",
+    "execution_strategy": "csconfig.execution_strategy",
+    "engine": "csconfig.engine",
+    "compile_dir": "csconfig.compile_dir",
+}
+_HELP_FLAGS = ("--help", "-h", "-help", "--helpshort", "--helpfull", "-?")
+
+
+def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
+  """Defines the run flags in `fv`. Choices are checked by the params schema, not by absl,
+  so a bad value gets the same message (with a did-you-mean) as in the YAML."""
+  kw = {"flag_values": fv}
+  flags.DEFINE_string("params", None, "params YAML file (required)", **kw)
+  flags.DEFINE_string("model_dir", None, "checkpoints and summaries (runconfig.model_dir)", **kw)
+  flags.DEFINE_string("mode", None, "one of " + ", ".join(params_lib.MODES)
+                      + " (runconfig.mode; default train)", **kw)
+  flags.DEFINE_boolean("validate_only", False, "only check every op has an engine kernel", **kw)
+  flags.DEFINE_boolean("compile_only", False, "compile for the engine and report, no training",
+                       **kw)
+  flags.DEFINE_string("cs_ip", None, "host[:port] of the CS system (runconfig.cs_ip)", **kw)
+  flags.DEFINE_integer("steps", None, "train this many more steps (instead of max_steps)", **kw)
+  flags.DEFINE_integer("max_steps", None, "train up to this global step (runconfig.max_steps)",
+                       **kw)
+  flags.DEFINE_integer("eval_steps", None, "eval batches; 0: all (runconfig.eval_steps)", **kw)
+  flags.DEFINE_string("checkpoint_path", None, "checkpoint for eval/predict/export (default: "
+                      "latest)", **kw)
+  flags.DEFINE_string("export_dir", None, "write a SavedModel under this directory (--mode "
+                      "export, or after train / train_and_eval)", **kw)
+  flags.DEFINE_boolean("multireplica", False, "run multi_replica (csconfig.multireplica)", **kw)
+  flags.DEFINE_integer("num_csx", None, "CS systems (csconfig.num_csx)", **kw)
+  flags.DEFINE_integer("num_wgt_servers", None, "MemoryX weight servers "
+                       "(csconfig.max_wgt_servers)", **kw)
+  flags.DEFINE_string("execution_strategy", None, "one of " + ", ".join(plan_base.STRATEGIES)
+                      + " (csconfig.execution_strategy)", **kw)
+  flags.DEFINE_string("engine", None, "cs1, cs2, cs3 or an engine YAML (csconfig.engine)", **kw)
+  flags.DEFINE_string("compile_dir", None, "compiler output (csconfig.compile_dir)", **kw)
+  flags.DEFINE_boolean("no_cs", False, "run as a plain Estimator on CPU/GPU: no engine, no "
+                       "compile (runconfig.use_cs=false)", **kw)
+  flags.DEFINE_multi_string("params_override", [], "SECTION.KEY=VALUE (repeatable), e.g. "
+                            "train_input.batch_size=64", **kw)
+  return fv
+
+
+@dataclasses.dataclass(frozen=True)
+class Invocation:
+  """The parsed command line: where the params are and what overrides them."""
+
+  params_path: str
+  overrides: Tuple[params_lib.Override, ...]
+  validate_only: bool = False
+  compile_only: bool = False
+  steps: Optional[int] = None
+  max_steps: Optional[int] = None
+  eval_steps: Optional[int] = None
+  checkpoint_path: Optional[str] = None
+  export_dir: Optional[str] = None
+
+
+def parse_command_line(argv: List[str]) -> Invocation:
+  """argv (with the program name first) -> Invocation; bad input raises ConfigError/ParamsError."""
+  fv = define_flags(flags.FlagValues())
+  try:
+    rest = fv(list(argv))
+  except flags.UnrecognizedFlagError as e:
+    name = e.flagname
+    match = difflib.get_close_matches(name, list(fv), n=1, cutoff=0.6)
+    hint = f" (did you mean --{match[0]}?)" if match else ""
+    raise ConfigError(f"unknown flag --{name}{hint}; see --help") from None
+  except flags.IllegalFlagValueError as e:
+    raise ConfigError(_illegal_value_message(fv, e)) from None
+  except (flags.Error, ValueError) as e:  # absl raises ValueError for `--boolflag=`
+    message = " ".join(str(e).split())
+    m = re.match(r"Missing value for flag (--\S+)", message)
+    raise ConfigError(f"flag {m.group(1)} needs a value" if m else message) from None
+  if len(rest) > 1:
+    raise ConfigError(f"unexpected argument {rest[1]!r}; flags take the form --name=value")
+  if not fv.params:
+    raise ConfigError("--params is required: the params YAML file (e.g. --params "
+                      "configs/params_bert_tiny_msl128.yaml)")
+
+  overrides = []
+  for name, key in FLAG_TO_KEY.items():
+    if fv[name].present:
+      overrides.append(params_lib.Override(key, fv[name].value, f"--{name}"))
+  if fv.no_cs:
+    overrides.append(params_lib.Override("runconfig.use_cs", False, "--no_cs"))
+  overrides.extend(params_lib.parse_override(text) for text in fv.params_override)
+  for name in ("steps",):
+    value = fv[name].value
+    if value is not None and value < 1:
+      raise ConfigError(f"--{name} must be an int > 0, got {value}")
+  return Invocation(params_path=fv.params, overrides=tuple(overrides),
+                    validate_only=fv.validate_only, compile_only=fv.compile_only,
+                    steps=fv.steps, max_steps=fv.max_steps, eval_steps=fv.eval_steps,
+                    checkpoint_path=fv.checkpoint_path, export_dir=fv.export_dir)
+
+
+def _illegal_value_message(fv, e) -> str:
+  message = " ".join(str(e).split())
+  m = re.match(r"flag --(\w+)=(.*?): ", message)
+  if m and m.group(1) in fv:
+    kind = {"int": "an int", "bool": "true or false"}.get(fv[m.group(1)].flag_type())
+    if kind:
+      return f"--{m.group(1)} must be {kind}, got {m.group(2)!r}"
+  return message
+
+
+def load(argv: List[str]):
+  """argv -> (params dict, RunOptions), everything validated; no TensorFlow import."""
+  from cerebras_tf.runner import RunOptions  # pylint: disable=import-outside-toplevel
+  inv = parse_command_line(argv)
+  params = params_lib.load_params(inv.params_path, inv.overrides)
+  rc = params["runconfig"]
+  opts = RunOptions(mode=rc["mode"], validate_only=inv.validate_only,
+                    compile_only=inv.compile_only, steps=inv.steps, max_steps=inv.max_steps,
+                    eval_steps=inv.eval_steps, checkpoint_path=inv.checkpoint_path,
+                    use_cs=rc["use_cs"], export_dir=inv.export_dir)
+  return params, opts
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  """Runs the command line; returns the exit code (0, or 2 for bad input)."""
+  argv = list(sys.argv if argv is None else argv)
+  if any(arg in _HELP_FLAGS for arg in argv[1:]):
+    print(_USAGE.format(modes="|".join(params_lib.MODES)))
+    print(define_flags(flags.FlagValues()).get_help())
+    if "--helpfull" in argv:
+      print("\nparams keys (model families add their own):\n" + params_lib.help_text())
+    return 0
+  try:
+    params, opts = load(argv)
+    if not flags.FLAGS.is_parsed():
+      flags.FLAGS.mark_as_parsed()  # absl logging (used by TF) otherwise warns on every run
+    from cerebras_tf import runner  # pylint: disable=import-outside-toplevel
+    summary = runner.run(params, opts)
+  except CerebrasTFError as e:
+    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    return e.exit_code
+  except KeyboardInterrupt:
+    print("error: interrupted", file=sys.stderr)
+    return 130
+  except Exception as e:  # pylint: disable=broad-except
+    message = _user_facing_tf_error(e)
+    if message is None:
+      raise  # a bug: keep the traceback
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+  print(runner.format_summary(summary))
+  return 0
+
+
+def _user_facing_tf_error(e: BaseException) -> Optional[str]:
+  """One line for TensorFlow errors that are the user's to fix (a missing or corrupt data
+  file, an unwritable model_dir), else None."""
+  if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+    what = " ".join((e.strerror or str(e)).split())
+    where = f": {e.filename}" if e.filename else ""
+    return f"{what}{where}; fix the path in the params file (or run `python scripts/prepare_data.py`)"
+  if "tensorflow" not in sys.modules:
+    return None
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  first = _tf_error_text(e)
+  if isinstance(e, tf.compat.v1.train.NanLossDuringTrainingError):
+    # The plain-Estimator path (--no_cs); with the engine the runtime names the step itself.
+    return ("loss is NaN: training stopped (tf.estimator's NanTensorHook; checkpoints in "
+            "model_dir are intact); lower optimizer.learning_rate, set "
+            "optimizer.max_gradient_norm, or enable loss scaling")
+  key = re.search(r"Key (\S+) not found in checkpoint", str(getattr(e, "message", e)))
+  if isinstance(e, tf.errors.NotFoundError) and key:
+    return ("the checkpoint in model_dir does not match this model"
+            + f" (no variable {key.group(1)} in it)"
+            + "; use a fresh runconfig.model_dir (--model_dir) or the params it was trained with")
+  if isinstance(e, tf.errors.FailedPreconditionError) and re.search(
+      r"Is a directory|Not a directory", first):
+    return f"cannot read data: {first}; fix the data path in the params file"
+  if isinstance(e, tf.errors.NotFoundError):
+    return (f"file not found: {first}; run `python scripts/prepare_data.py` to fetch the "
+            f"datasets, or fix the path in the params file")
+  if isinstance(e, tf.errors.PermissionDeniedError):
+    return f"permission denied: {first}; choose a writable runconfig.model_dir (or --model_dir)"
+  if isinstance(e, tf.errors.DataLossError):
+    return (f"corrupt data: {first}; re-create it with `python scripts/prepare_data.py --force` "
+            f"or remove the damaged file")
+  return None
+
+
+def _tf_error_text(e: BaseException) -> str:
+  """The op's own message of a TF error, one line. A graph-mode error starts with 'Graph
+  execution error:' and a Python stack; the op's message follows the `Node: '...'` line."""
+  text = str(getattr(e, "message", e))
+  m = re.search(r"\nNode: '[^'\n]*'\n(.*?)(?:\n\s*\[\[|$)", text, re.S)
+  body = m.group(1) if m else text.split("\n")[0]
+  return " ".join(body.split())
+
+
+def run_main():
+  """Console-script entry point (`cerebras-run`)."""
+  sys.exit(main())

@@ -1,0 +1,286 @@
+"""Runs a validated params dict: train, eval, eval_all, train_and_eval, predict, or compile.
+
+`scripts/run.py` (through `cerebras_tf.cli`) loads params, then calls `run(params, opts)`. The
+model comes from `models.registry` by `model.name`; its `input_fn(params, mode)` is bound to a
+mode with functools.partial so the Estimator sees the usual `input_fn(params)`.
+
+TensorFlow is imported only when an estimator is built, so bad options fail fast.
+"""
+
+import dataclasses
+import functools
+import glob
+import math
+import os
+import re
+from typing import Any, Callable, Dict, List, Optional
+
+from cerebras_tf.cs_config import check_tf_config
+from cerebras_tf.errors import ConfigError, FitError, ParamsError
+from cerebras_tf.params import MODES
+
+# tf.estimator.ModeKeys values, spelled out to keep TensorFlow out of this module's imports.
+TRAIN, EVAL, PREDICT = "train", "eval", "infer"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """What to do with the params (from flags). None means: take it from params."""
+
+  mode: str = "train"
+  validate_only: bool = False
+  compile_only: bool = False
+  steps: Optional[int] = None        # train this many more steps (instead of max_steps)
+  max_steps: Optional[int] = None    # train up to this global step
+  eval_steps: Optional[int] = None   # eval batches; None or 0: all the eval data
+  checkpoint_path: Optional[str] = None
+  use_cs: bool = True
+  export_dir: Optional[str] = None   # SavedModel base directory (mode export, or after training)
+
+  def __post_init__(self):
+    if self.mode not in MODES:
+      raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+    for name, low in (("steps", 1), ("max_steps", 1), ("eval_steps", 0)):
+      value = getattr(self, name)
+      if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < low):
+        raise ConfigError(f"--{name} must be an int {'> 0' if low else '>= 0'}, got {value!r}")
+    if self.steps is not None and self.max_steps is not None:
+      raise ConfigError("--steps and --max_steps are exclusive: --steps trains that many more "
+                        "steps, --max_steps trains up to that global step")
+    if self.mode == "export" and not self.export_dir:
+      raise ConfigError("--mode export needs --export_dir: where to write the SavedModel")
+    if (self.validate_only or self.compile_only) and not self.use_cs:
+      flag = "--validate_only" if self.validate_only else "--compile_only"
+      raise ConfigError(f"{flag} compiles for the engine; it cannot be combined with --no_cs")
+
+
+def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
+  """CerebrasEstimator + CSRunConfig from the params sections `runconfig` and `csconfig`."""
+  # What TensorFlow would otherwise fail on with a traceback, checked before it starts.
+  check_tf_config(os.environ.get("TF_CONFIG"))
+  check_model_dir(params["runconfig"]["model_dir"])
+  if opts.checkpoint_path and opts.mode in ("eval", "predict"):
+    check_checkpoint_path(opts.checkpoint_path)
+  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
+  from tensorflow.python.util import deprecation
+  from cerebras_tf.estimator import CerebrasEstimator
+  from cerebras_tf.run_config import CSConfig, CSRunConfig
+  rc, cs = params["runconfig"], params["csconfig"]
+  # tf.estimator warns on every call that it is deprecated; we know. Other warnings stay.
+  deprecation._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
+  tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+  if rc.get("op_determinism"):
+    tf.config.experimental.enable_op_determinism()
+  config = CSRunConfig(
+      model_dir=rc["model_dir"],
+      save_checkpoints_steps=rc["save_checkpoints_steps"],
+      keep_checkpoint_max=rc["keep_checkpoint_max"],
+      log_step_count_steps=rc["log_step_count_steps"],
+      save_summary_steps=rc["save_summary_steps"],
+      tf_random_seed=rc["tf_random_seed"],
+      cs_ip=rc["cs_ip"],
+      cs_config=CSConfig(
+          execution_strategy=cs["execution_strategy"], engine=cs["engine"],
+          num_csx=cs["num_csx"], max_wgt_servers=cs["max_wgt_servers"],
+          num_replicas=cs["num_replicas"], sparsity=cs["sparsity"], vts=cs["vts"]))
+  return CerebrasEstimator(model_fn, model_dir=rc["model_dir"], compile_dir=cs["compile_dir"],
+                           config=config, params=params)
+
+
+def run(params: dict, opts: RunOptions,
+        estimator_factory: Callable[[Callable, dict, RunOptions], Any] = make_estimator) -> dict:
+  """Does what `opts.mode` says; returns a summary dict (see `format_summary`)."""
+  from models import registry  # pylint: disable=import-outside-toplevel
+  spec = registry.get_model(params["model"]["name"])
+  model_fn, input_fn = spec.resolve()
+  rc = params["runconfig"]
+  mode = opts.mode
+
+  def input_for(tf_mode):
+    if tf_mode != TRAIN and "eval_input" not in params:
+      raise ParamsError(f"mode '{mode}' needs an eval_input section in the params file")
+    return functools.partial(input_fn, mode=tf_mode)
+
+  max_steps = opts.max_steps if opts.max_steps is not None else rc["max_steps"]
+  eval_steps = opts.eval_steps if opts.eval_steps is not None else rc["eval_steps"]
+  eval_steps = eval_steps or None  # modelzoo: 0 means all the eval data
+  trains = mode in ("train", "train_and_eval")
+  evals = mode in ("eval", "eval_all", "train_and_eval")
+  if trains and opts.steps is None and max_steps is None and params["train_input"]["repeat"] \
+      and not (opts.validate_only or opts.compile_only):
+    raise ParamsError(f"mode '{mode}' with train_input.repeat: true never ends: set "
+                      "runconfig.max_steps (or --max_steps / --steps)")
+  if evals and eval_steps is None and params.get("eval_input", {}).get("repeat") \
+      and not (opts.validate_only or opts.compile_only):
+    raise ParamsError(f"mode '{mode}' with eval_input.repeat: true never ends: set "
+                      "runconfig.eval_steps (or --eval_steps)")
+
+  est = estimator_factory(model_fn, params, opts)
+  summary: Dict[str, Any] = {"mode": mode, "model": spec.name, "model_dir": rc["model_dir"]}
+
+  if opts.validate_only or opts.compile_only:
+    result = est.compile(input_for(TRAIN), validate_only=opts.validate_only, mode=TRAIN)
+    summary.update(mode="validate_only" if opts.validate_only else "compile_only",
+                   compile=result)
+    plan = getattr(result, "plan", None)
+    if plan is not None and not plan.fits:
+      raise FitError(f"model does not fit {plan.engine} in {plan.execution_strategy} mode: "
+                     f"{plan.reason}")
+    return summary
+
+  use_cs = opts.use_cs and rc["use_cs"]
+  if mode == "train":
+    est.train(input_for(TRAIN), steps=opts.steps,
+              max_steps=None if opts.steps is not None else max_steps, use_cs=use_cs)
+    summary["global_step"] = latest_step(rc["model_dir"])
+  elif mode == "eval":
+    summary["evals"] = [est.evaluate(input_for(EVAL), steps=eval_steps,
+                                     checkpoint_path=opts.checkpoint_path, use_cs=use_cs)]
+  elif mode == "eval_all":
+    checkpoints = list_checkpoints(rc["model_dir"])
+    if not checkpoints:
+      raise ConfigError(f"eval_all: no checkpoints in model_dir {rc['model_dir']}")
+    summary["evals"] = [est.evaluate(input_for(EVAL), steps=eval_steps, checkpoint_path=ckpt,
+                                     use_cs=use_cs) for ckpt in checkpoints]
+  elif mode == "train_and_eval":
+    step = latest_step(rc["model_dir"])
+    last = step + opts.steps if opts.steps is not None else max_steps
+    interval = rc["save_checkpoints_steps"] or last
+    summary["evals"] = []
+    while step < last:
+      target = min(step + interval, last)
+      est.train(input_for(TRAIN), max_steps=target, use_cs=use_cs)
+      metrics = est.evaluate(input_for(EVAL), steps=eval_steps, use_cs=use_cs)
+      summary["evals"].append(metrics)
+      step = int(metrics.get("global_step", target)) if isinstance(metrics, dict) else target
+      step = max(step, target)  # never loop on a step counter that does not move
+    summary["global_step"] = step
+  elif mode == "predict":
+    count, keys = 0, set()
+    for prediction in est.predict(input_for(PREDICT), checkpoint_path=opts.checkpoint_path,
+                                  use_cs=use_cs):
+      count += 1
+      if isinstance(prediction, dict):
+        keys.update(prediction)
+    summary.update(predictions=count, prediction_keys=sorted(keys))
+  if opts.export_dir and mode in ("export", "train", "train_and_eval"):
+    summary["export"] = export(est, spec, params, opts.export_dir, opts.checkpoint_path)
+  return summary
+
+
+def serving_input_fn_for(spec) -> Callable:
+  """The model family's `serving_input_receiver_fn(params)`: from `models.<name>.export`,
+  else from its input_fn's module."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  _, input_fn = spec.resolve()
+  for module in (f"models.{spec.name}.export", getattr(input_fn, "__module__", "")):
+    try:
+      fn = getattr(importlib.import_module(module), "serving_input_receiver_fn", None)
+    except ImportError:
+      continue
+    if fn is not None:
+      return fn
+  raise ConfigError(f"model {spec.name} has no serving_input_receiver_fn: it cannot be "
+                    "exported as a SavedModel")
+
+
+def export(est, spec, params: dict, export_dir: str,
+           checkpoint_path: Optional[str] = None) -> str:
+  """Writes a SavedModel of the latest (or the given) checkpoint; returns its directory."""
+  serving_fn = serving_input_fn_for(spec)
+  if checkpoint_path is None and not list_checkpoints(params["runconfig"]["model_dir"]):
+    raise ConfigError(f"export: no checkpoints in model_dir {params['runconfig']['model_dir']}")
+  path = est.export_saved_model(export_dir, functools.partial(serving_fn, params),
+                                checkpoint_path=checkpoint_path)
+  return path.decode() if isinstance(path, bytes) else str(path)
+
+
+def check_model_dir(model_dir: str) -> None:
+  """Creates `model_dir` if needed; a path that cannot be a writable directory is a one-line
+  ConfigError here rather than a traceback from deep inside the Estimator."""
+  if "://" in model_dir:
+    return  # gs://, hdfs://: TensorFlow's file systems decide
+  try:
+    os.makedirs(model_dir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f"runconfig.model_dir {model_dir} cannot be created: "
+                      f"{e.strerror or e}; choose a writable directory (--model_dir)") from None
+  if not os.access(model_dir, os.W_OK | os.X_OK):
+    raise ConfigError(f"runconfig.model_dir {model_dir} is not writable; choose a writable "
+                      "directory (--model_dir)")
+
+
+def check_checkpoint_path(path: str) -> None:
+  """--checkpoint_path must name a checkpoint prefix (`<dir>/model.ckpt-N`, its .index exists)."""
+  if "://" in path or os.path.exists(path + ".index"):
+    return
+  found = list_checkpoints(path) if os.path.isdir(path) else []
+  hint = (f"; did you mean {found[-1]}?" if found
+          else "; give a prefix such as <model_dir>/model.ckpt-1000 (its .index file must exist)")
+  raise ConfigError(f"--checkpoint_path {path} is not a checkpoint{hint}")
+
+
+_CKPT_RE = re.compile(r"-(\d+)\.index$")
+
+
+def list_checkpoints(model_dir: str) -> List[str]:
+  """Checkpoint prefixes in `model_dir`, oldest step first (TF-free: reads the file names)."""
+  found = []
+  for index in glob.glob(os.path.join(glob.escape(model_dir), "*.ckpt-*.index")):
+    m = _CKPT_RE.search(index)
+    if m:
+      found.append((int(m.group(1)), index[:-len(".index")]))
+  return [path for _, path in sorted(found)]
+
+
+def latest_step(model_dir: str) -> int:
+  checkpoints = list_checkpoints(model_dir)
+  return int(_CKPT_RE.search(checkpoints[-1] + ".index").group(1)) if checkpoints else 0
+
+
+def format_metrics(metrics: dict) -> str:
+  parts = []
+  for key in sorted(metrics, key=lambda k: (k != "global_step", k)):
+    value = metrics[key]
+    try:
+      number = float(value)
+    except (TypeError, ValueError):
+      continue
+    if key == "global_step" or (number.is_integer() and abs(number) < 1e15):
+      parts.append(f"{key}={int(number)}")
+    elif math.isfinite(number):
+      parts.append(f"{key}={number:.4g}")
+    else:
+      parts.append(f"{key}={number}")
+  return " ".join(parts)
+
+
+def format_summary(summary: dict) -> str:
+  """A few lines for the terminal."""
+  lines = [f"{summary['mode']}: model {summary['model']}, model_dir {summary['model_dir']}"]
+  result = summary.get("compile")
+  if result is not None:
+    plan, perf = getattr(result, "plan", None), getattr(result, "performance", None)
+    if plan is None:
+      lines.append("validation passed: every op has an engine kernel")
+    else:
+      lines.append(f"compiled for {plan.engine} ({plan.execution_strategy}): fits, "
+                   f"{plan.num_replicas} replica(s)"
+                   + (f", {perf.samples_per_sec:.1f} samples/s predicted, bottleneck "
+                      f"{perf.bottleneck}" if perf is not None else ""))
+      report = getattr(result, "compile_dir", None)
+      if report:
+        lines.append(f"reports in {report}")
+  for metrics in summary.get("evals", []):
+    if isinstance(metrics, dict):
+      lines.append(f"eval: {format_metrics(metrics)}")
+  if "global_step" in summary and not summary.get("evals"):
+    lines.append(f"global_step={summary['global_step']}")
+  if summary.get("export"):
+    lines.append(f"SavedModel: {summary['export']}")
+  if "predictions" in summary:
+    keys = ", ".join(summary["prediction_keys"]) or "-"
+    lines.append(f"predictions: {summary['predictions']} (keys: {keys})")
+  return "\n".join(lines)
