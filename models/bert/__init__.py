@@ -1,0 +1,57 @@
+"""BERT reference model: pretraining (masked LM + next sentence) and sequence classification.
+
+  modeling.py      backbone (google-research/bert variable names; loads its checkpoints)
+  heads.py         masked-LM, next-sentence and classifier heads
+  optimization.py  AdamW, learning-rate schedules, clipping, gradient accumulation
+  model.py         model_fn(features, labels, mode, params)
+  input.py         input_fn(params, mode): tensorflow-text tokenize + pack + mask
+
+`model.name: bert` selects it; `model.task` is `pretraining` (default) or `classification`.
+No TensorFlow import here (the registry loads model_fn/input_fn lazily).
+"""
+
+from cerebras_tf.params import TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS, Field
+from models.registry import ModelSpec, register
+
+MODEL_FN = "models.bert.model:model_fn"
+INPUT_FN = "models.bert.input:input_fn"
+
+# BERT's keys beyond cerebras_tf.params' shared transformer / text-input keys.
+SCHEMA = {
+    "model": {
+        **TRANSFORMER_MODEL_FIELDS,
+        "vocab_size": Field("int", 30522, "vocabulary rows (word embeddings, MLM output)", low=1),
+        "type_vocab_size": Field("int", 2, "segment (token type) embedding rows", low=1),
+        "task": Field("str", "pretraining", "what the heads train",
+                      choices=("pretraining", "classification")),
+        "num_classes": Field("int", 2, "classes of the classification head", low=2),
+        "init_checkpoint": Field("path", None, "warm start: checkpoint restored by variable name "
+                                 "(google-bert checkpoints load as they are)"),
+        "predict_all_outputs": Field("bool", False, "predict also yields hidden states and "
+                                     "log-probs (debugging, checkpoint checks)"),
+    },
+    "train_input": {
+        **TEXT_INPUT_FIELDS,
+        "split": Field("str", None, "TFRecord split name (null: train)"),
+        "file_pattern": Field("path", None, "TFRecord glob; overrides data_dir and split"),
+        "num_shards": Field("int", None, "shard the records (when no input_context)", low=1),
+        "shard_index": Field("int", None, "this worker's shard", low=0),
+    },
+}
+SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
+SCHEMA["eval_input"]["split"] = Field("str", None, "TFRecord split name (null: eval, or dev "
+                                      "for classification)")
+
+SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA))
+
+
+def model_fn(features, labels, mode, params):
+  """Lazy alias of models.bert.model.model_fn (keeps this package TensorFlow-free)."""
+  from models.bert import model  # pylint: disable=import-outside-toplevel
+  return model.model_fn(features, labels, mode, params)
+
+
+def input_fn(params, mode="train", input_context=None):
+  """Lazy alias of models.bert.input.input_fn."""
+  from models.bert import input as input_lib  # pylint: disable=import-outside-toplevel
+  return input_lib.input_fn(params, mode, input_context)

@@ -1,0 +1,254 @@
+"""BERT's optimizer: AdamW, warm-up + decay, clipping, gradient accumulation, loss scaling.
+
+`build_train_op` reads `params["optimizer"]`:
+  optimizer_type      adamw (default) | adam | sgd | momentum
+  learning_rate       a list of schedule segments (modelzoo form, as cerebras_tf.params
+                      validates it), or a peak rate with the google-bert keys below
+  warmup_steps        linear warm-up from 0 over this many optimizer updates
+  learning_rate_decay linear | polynomial | constant (default constant, or linear when
+                      warmup_steps is set); decays to end_learning_rate (0) at the last
+                      update, counted from step 0 (as google-bert)
+  decay_power         power of the polynomial decay (1.0 = linear)
+  max_gradient_norm   clip by global norm (0/None = no clipping)
+  weight_decay_rate   decoupled weight decay; never applied to LayerNorm or bias variables
+  beta1, beta2, epsilon
+  grad_accum_steps    N micro-batches per update (default 1)
+  loss_scaling_factor static loss scale (default 1.0); "dynamic" means none here
+
+Steps. `global_step` counts micro-batches, like every Estimator hook and `max_steps`. The
+optimizer update count is `global_step // grad_accum_steps`, and the learning-rate schedule
+(warm-up and decay length) is in updates.
+
+Loss scaling. bfloat16 has float32's exponent range, so bf16 mixed precision needs no loss
+scaling and the default factor is 1.0. A static factor is there for float16-style runs:
+the loss is multiplied before differentiation and the gradients divided after.
+"""
+
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+class AdamWeightDecayOptimizer(tf1.train.Optimizer):
+  """Adam with decoupled weight decay, without bias correction (as BERT was trained).
+
+  update = m / (sqrt(v) + eps) + weight_decay_rate * w   (decay skipped for excluded names)
+  w     <- w - lr * update
+  Slots: `adam_m`, `adam_v`. Built on tf1's Optimizer so distribution strategies and slot
+  creation work as for TF's own optimizers.
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate: float = 0.0, beta1: float = 0.9,
+               beta2: float = 0.999, epsilon: float = 1e-6,
+               exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               name: str = "AdamWeightDecay"):
+    super().__init__(use_locking=False, name=name)
+    self._lr = learning_rate
+    self._weight_decay_rate = weight_decay_rate
+    self._beta1, self._beta2, self._epsilon = beta1, beta2, epsilon
+    self._exclude = tuple(exclude_from_weight_decay or ())
+
+  def decays(self, var_name: str) -> bool:
+    """Whether the variable named `var_name` gets weight decay."""
+    if not self._weight_decay_rate:
+      return False
+    return not any(re.search(p, var_name) for p in self._exclude)
+
+  def _create_slots(self, var_list):
+    for v in var_list:
+      self._zeros_slot(v, "adam_m", self._name)
+      self._zeros_slot(v, "adam_v", self._name)
+
+  def _prepare(self):
+    self._lr_t = tf.convert_to_tensor(self._call_if_callable(self._lr), name="learning_rate")
+
+  def _apply(self, grad, var):
+    m, v = self.get_slot(var, "adam_m"), self.get_slot(var, "adam_v")
+    lr = tf.cast(self._lr_t, var.dtype.base_dtype)
+    next_m = self._beta1 * m + (1.0 - self._beta1) * grad
+    next_v = self._beta2 * v + (1.0 - self._beta2) * tf.square(grad)
+    update = next_m / (tf.sqrt(next_v) + self._epsilon)
+    if self.decays(var.op.name):
+      update += self._weight_decay_rate * var
+    return tf.group(var.assign_sub(lr * update), m.assign(next_m), v.assign(next_v))
+
+  _apply_dense = _apply
+  _resource_apply_dense = _apply
+
+  def _resource_apply_sparse(self, grad, handle, indices):
+    # Embedding gradients arrive as slices; Adam's moments touch every row anyway.
+    dense = tf.math.unsorted_segment_sum(grad, indices, tf.shape(handle)[0])
+    return self._apply(dense, handle)
+
+  def _apply_sparse(self, grad, var):
+    return self._apply(tf.convert_to_tensor(grad), var)
+
+
+def learning_rate_schedule(opt: Mapping[str, Any], update_step, total_updates: int):
+  """The learning rate at `update_step`.
+
+  `learning_rate` is either a list of modelzoo-style segments (what cerebras_tf.params
+  validates: `{scheduler: Linear|Constant|Exponential|Cosine, steps, ...}`, e.g. a Linear
+  warm-up 0 -> peak followed by a Linear decay peak -> 0), or a number. A number is constant
+  unless `warmup_steps` / `learning_rate_decay` (linear | polynomial) are given, the
+  google-bert form for plain-Estimator users.
+
+  Args:
+    opt: params["optimizer"].
+    update_step: int64 scalar tensor, optimizer updates done so far.
+    total_updates: updates in the whole run (the decay length; <= 0 if unknown).
+  Returns:
+    float32 scalar tensor.
+  """
+  lr = opt["learning_rate"]
+  if isinstance(lr, (list, tuple)):
+    return _segments_schedule(lr, update_step, total_updates,
+                              bool(opt.get("disable_lr_steps_reset")))
+  peak = float(lr)
+  decay = opt.get("learning_rate_decay") or ("linear" if opt.get("warmup_steps") else "constant")
+  if total_updates <= 0:
+    decay = "constant"  # no known run length: nothing to decay towards
+  step = tf.cast(update_step, tf.float32)
+  if decay in ("linear", "polynomial"):
+    power = 1.0 if decay == "linear" else float(opt.get("decay_power", 1.0))
+    lr = tf1.train.polynomial_decay(peak, update_step, int(total_updates),
+                                    end_learning_rate=float(opt.get("end_learning_rate", 0.0)),
+                                    power=power)
+  elif decay == "constant":
+    lr = tf.constant(peak)
+  else:
+    raise ValueError("learning_rate_decay must be linear, polynomial or constant, got %r"
+                     % (decay,))
+  warmup = int(opt.get("warmup_steps") or 0)
+  if warmup > 0:
+    warm_lr = peak * step / float(warmup)
+    lr = tf.where(step < float(warmup), warm_lr, lr)
+  return lr
+
+
+def _segment_lr(seg, local_step, steps):
+  kind = seg["scheduler"]
+  if kind == "Constant":
+    return tf.constant(float(seg["learning_rate"]))
+  if kind == "Linear":
+    return tf1.train.polynomial_decay(float(seg["initial_learning_rate"]), local_step,
+                                      max(steps, 1), float(seg["end_learning_rate"]), power=1.0)
+  if kind == "Cosine":
+    init = float(seg["initial_learning_rate"])
+    end = float(seg.get("end_learning_rate") or 0.0)
+    alpha = end / init if init else 0.0
+    return tf1.train.cosine_decay(init, local_step, max(steps, 1), alpha=alpha)
+  if kind == "Exponential":
+    return tf1.train.exponential_decay(float(seg["initial_learning_rate"]), local_step,
+                                       int(seg["decay_steps"]), float(seg["decay_rate"]),
+                                       staircase=bool(seg.get("staircase")))
+  raise ValueError("unknown learning-rate scheduler %r" % (kind,))
+
+
+def _segments_schedule(segments, update_step, total_updates, no_reset):
+  """Piecewise schedule: segment i runs from sum(steps[:i]); the last one runs on."""
+  start, starts, rates = 0, [], []
+  for seg in segments:
+    steps = seg.get("steps")
+    if steps is None:  # only the last segment: it lasts the rest of the run
+      steps = max(int(total_updates) - start, 1)
+    local = update_step if no_reset else tf.maximum(update_step - start, 0)
+    starts.append(start)
+    rates.append(tf.cast(_segment_lr(seg, local, int(steps)), tf.float32))
+    start += int(steps)
+  lr = rates[-1]
+  for s, r in reversed(list(zip(starts[1:], rates[:-1]))):
+    lr = tf.where(update_step < s, r, lr)
+  return lr
+
+
+def make_optimizer(opt: Mapping[str, Any], learning_rate):
+  """The tf1 optimizer named by `optimizer_type`."""
+  kind = (opt.get("optimizer_type") or "adamw").lower()
+  if kind == "adamw":
+    return AdamWeightDecayOptimizer(
+        learning_rate, weight_decay_rate=float(opt.get("weight_decay_rate", 0.01)),
+        beta1=float(opt.get("beta1", 0.9)), beta2=float(opt.get("beta2", 0.999)),
+        epsilon=float(opt.get("epsilon", 1e-6)))
+  if kind == "adam":
+    return tf1.train.AdamOptimizer(learning_rate, beta1=float(opt.get("beta1", 0.9)),
+                                   beta2=float(opt.get("beta2", 0.999)),
+                                   epsilon=float(opt.get("epsilon", 1e-6)))
+  if kind == "sgd":
+    return tf1.train.GradientDescentOptimizer(learning_rate)
+  if kind == "momentum":
+    return tf1.train.MomentumOptimizer(learning_rate, float(opt.get("momentum", 0.9)))
+  raise ValueError("optimizer_type must be adamw, adam, sgd or momentum, got %r" % (kind,))
+
+
+def _clip(grads, max_norm):
+  if not max_norm:
+    return grads, tf.linalg.global_norm(grads)
+  return tf.clip_by_global_norm(grads, float(max_norm))
+
+
+def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
+                   var_list: Optional[Sequence[tf.Variable]] = None):
+  """Gradients of `loss`, clipped and (optionally accumulated) applied; bumps global_step.
+
+  Args:
+    loss: float32 scalar.
+    opt: params["optimizer"].
+    total_steps: micro-batches in the run (runconfig max_steps), for the decay length.
+    var_list: variables to train (default: all trainable variables).
+  Returns:
+    (train_op, dict of scalar tensors for logging: learning_rate, gradient_norm).
+  """
+  global_step = tf1.train.get_or_create_global_step()
+  accum = max(int(opt.get("grad_accum_steps") or 1), 1)
+  scale = opt.get("loss_scaling_factor") or 1.0
+  # float32 and bfloat16 share the exponent range: "dynamic" scaling has nothing to do here.
+  scale = 1.0 if scale == "dynamic" else float(scale)
+  tvars = list(var_list) if var_list is not None else tf1.trainable_variables()
+
+  lr = learning_rate_schedule(opt, global_step // accum, total_steps // accum)
+  optimizer = make_optimizer(opt, lr)
+  # Under a distribution strategy each replica sees 1/R of the global batch and apply_gradients
+  # SUMS the replicas' gradients; dividing by R makes that the global-batch mean, as in one
+  # device. (tf1's compute_gradients does this itself; tf.gradients does not.)
+  ctx = tf.distribute.get_replica_context()
+  replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+  grads = tf.gradients(loss * (scale / replicas) if scale != 1.0 or replicas > 1 else loss, tvars)
+  if scale != 1.0:
+    grads = [None if g is None else g / scale for g in grads]
+  pairs = [(g, v) for g, v in zip(grads, tvars) if g is not None]
+  max_norm = opt.get("max_gradient_norm")
+
+  if accum == 1:
+    clipped, norm = _clip([g for g, _ in pairs], max_norm)
+    update = optimizer.apply_gradients(list(zip(clipped, [v for _, v in pairs])))
+  else:
+    # Accumulate the mean of N micro-batch gradients in float32 slots kept in checkpoints,
+    # apply them on every N-th micro-step, then zero them.
+    with tf1.variable_scope("grad_accum"):
+      slots = [tf1.get_variable(v.op.name, v.shape, tf.float32, tf1.zeros_initializer(),
+                                trainable=False) for _, v in pairs]
+    adds = [s.assign_add(tf.convert_to_tensor(g) / float(accum))
+            for s, (g, _) in zip(slots, pairs)]
+
+    def apply_accumulated():
+      clipped, norm = _clip([s.read_value() for s in slots], max_norm)
+      applied = optimizer.apply_gradients(list(zip(clipped, [v for _, v in pairs])))
+      with tf.control_dependencies([applied]):
+        zeroed = tf.group([s.assign(tf.zeros_like(s)) for s in slots])
+      with tf.control_dependencies([zeroed]):
+        return tf.identity(norm)
+
+    with tf.control_dependencies(adds):
+      is_update = tf.equal((global_step + 1) % accum, 0)
+      norm = tf.cond(is_update, apply_accumulated, lambda: tf.constant(-1.0))
+    update = norm.op
+
+  with tf.control_dependencies([update]):
+    train_op = global_step.assign_add(1)
+  return train_op, {"learning_rate": lr, "gradient_norm": norm}

@@ -1,0 +1,129 @@
+"""Shared English+Spanish WordPiece vocabulary: built once from the training split, cached.
+
+The vocabulary comes from tensorflow-text's `bert_vocab_from_dataset` over both sides of the
+training pairs (one vocabulary, so source and target can share an embedding table). It is
+cached as `<data_dir>/en_es/vocab/wordpiece_<sha256 of train file>[:16]_v<size>.txt`; a new
+training file or another size gives another file, so a stale vocabulary is never reused.
+
+Tokenization keeps case and accents (`lower_case=False`): BLEU is case-sensitive and Spanish
+accents carry meaning. Ids 0-3 are the reserved tokens below; [PAD] is 0 so padding masks are
+`ids != 0`.
+"""
+
+import hashlib
+import os
+import re
+from typing import List, Optional, Sequence
+
+import tensorflow as tf
+import tensorflow_text as tft
+
+PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
+RESERVED = (PAD, UNK, START, END)
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+# Keep case and accents; split punctuation (the BERT basic tokenizer does that).
+TOKENIZER_PARAMS = dict(lower_case=False)
+
+graph_fn = tf.autograph.experimental.do_not_convert
+
+
+def file_sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def cache_path(train_file: str, vocab_size: int, cache_dir: Optional[str] = None) -> str:
+  """Where the vocabulary for (train_file contents, vocab_size) lives."""
+  cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(train_file)), "vocab")
+  return os.path.join(cache_dir, "wordpiece_%s_v%d.txt" % (file_sha256(train_file)[:16],
+                                                           vocab_size))
+
+
+def _text_dataset(train_file: str, keys: Sequence[str]) -> tf.data.Dataset:
+  spec = {k: tf.io.FixedLenFeature([], tf.string) for k in keys}
+  ds = tf.data.TFRecordDataset(train_file).batch(1024)
+  ds = ds.map(lambda s: tf.io.parse_example(s, spec))
+  return ds.flat_map(lambda ex: tf.data.Dataset.from_tensor_slices(
+      tf.concat([ex[k] for k in keys], 0)))
+
+
+def build_vocab(train_file: str, vocab_size: int, keys: Sequence[str] = ("en", "es")) -> List[str]:
+  """Learns a WordPiece vocabulary of about `vocab_size` tokens from a TFRecord's text keys."""
+  # pylint: disable=import-outside-toplevel
+  from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+  return bert_vocab.bert_vocab_from_dataset(
+      _text_dataset(train_file, keys), vocab_size=vocab_size, reserved_tokens=list(RESERVED),
+      bert_tokenizer_params=TOKENIZER_PARAMS, learn_params={})
+
+
+def ensure_vocab(train_file: str, vocab_size: int, cache_dir: Optional[str] = None,
+                 keys: Sequence[str] = ("en", "es")) -> str:
+  """Path of the cached vocabulary for this training file and size, building it if absent."""
+  path = cache_path(train_file, vocab_size, cache_dir)
+  if tf.io.gfile.exists(path):
+    return path
+  with tf.init_scope():  # the builder iterates eagerly, also when called in an Estimator graph
+    tokens = build_vocab(train_file, vocab_size, keys)
+  tf.io.gfile.makedirs(os.path.dirname(path))
+  tmp = "%s.tmp%d" % (path, os.getpid())
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    f.write("".join(t + "\n" for t in tokens))
+  tf.io.gfile.rename(tmp, path, overwrite=True)  # atomic: concurrent builders cannot tear it
+  return path
+
+
+def read_vocab(path: str) -> List[str]:
+  with tf.io.gfile.GFile(path) as f:
+    tokens = [line.rstrip("\n") for line in f]
+  if tuple(tokens[:len(RESERVED)]) != RESERVED:
+    raise ValueError("%s: the first tokens must be %s" % (path, RESERVED))
+  return tokens
+
+
+class Tokenizer:
+  """In-graph WordPiece tokenize / detokenize over a vocabulary held as graph constants.
+
+  The vocabulary is a constant in the graph (not an asset file), so an exported SavedModel
+  is self-contained. Build it inside the graph that uses it (input_fn, model_fn).
+  """
+
+  def __init__(self, tokens: Sequence[str]):
+    self.tokens = list(tokens)
+    self.vocab_size = len(self.tokens)
+    keys = tf.constant(self.tokens)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(keys, tf.range(self.vocab_size, dtype=tf.int64)),
+        default_value=UNK_ID)
+    self._id_to_token = keys
+    self._tokenizer = tft.BertTokenizer(table, token_out_type=tf.int64, unknown_token=UNK,
+                                        **TOKENIZER_PARAMS)
+
+  def tokenize(self, texts):
+    """[B] strings -> ragged [B, (t)] int64 ids."""
+    return self._tokenizer.tokenize(texts).merge_dims(-2, -1)
+
+  def detokenize(self, ids):
+    """[B, T] int ids (stops at the first [END]; [PAD]/[START] dropped) -> [B] strings."""
+    ids = tf.cast(ids, tf.int64)
+    # Everything from the first [END] on is dropped.
+    alive = tf.math.cumprod(tf.cast(tf.not_equal(ids, END_ID), tf.int64), axis=-1)
+    keep = tf.logical_and(tf.cast(alive, tf.bool), ids > END_ID)
+    ragged = tf.ragged.boolean_mask(ids, keep)
+    words = tf.gather(self._id_to_token, ragged)
+    text = tf.strings.reduce_join(words, axis=-1, separator=" ")
+    return detokenize_text(text)
+
+
+def detokenize_text(text):
+  """Joins '##' pieces and undoes punctuation splitting (tensor or python strings)."""
+  rules = ((r" ##", ""), (r" ([.,;:!?)\]»])", r"\1"), (r"([¿¡(\[«]) ", r"\1"))
+  if isinstance(text, str):
+    for pattern, repl in rules:
+      text = re.sub(pattern, repl, text)
+    return text.strip()
+  for pattern, repl in rules:
+    text = tf.strings.regex_replace(text, pattern, repl)
+  return tf.strings.strip(text)
