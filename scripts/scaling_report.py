@@ -1,0 +1,65 @@
+#!/usr/bin/env python
+"""Weight-streaming scaling report for a params YAML, without TensorFlow.
+
+  python scripts/scaling_report.py --params configs/params_gpt.yaml --systems 1,2,4,8,16 \
+      [--engine cs2] [--batch 512] [--sparsity 0.9] [--out DIR]
+
+The graph is NOT traced from the model code: it is built by cerebras_tf/compiler/analytic.py
+from the params' `model` section (hidden_size, num_hidden_layers, num_heads, filter_size,
+vocab_size, max_sequence_length, batch_size): `model.name: gpt...` gives a decoder-only LM,
+`bert...` an encoder with MLM/NSP heads, `transformer...` an encoder-decoder. So it runs in a
+second and needs no TensorFlow. The global batch stays fixed and is split across systems
+(see cerebras_tf/engine/scaling.py). Writes scaling.txt, scaling.json and scaling.png to --out
+(default: the current directory) and prints the table. Errors: one line, exit 2.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import yaml  # noqa: E402
+
+from cerebras_tf.compiler import analytic  # noqa: E402
+from cerebras_tf.compiler.plan import base  # noqa: E402
+from cerebras_tf.engine import scaling, spec  # noqa: E402
+from cerebras_tf.errors import CerebrasTFError  # noqa: E402
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap.add_argument("--params", required=True, help="params YAML with a `model` section")
+  ap.add_argument("--systems", default="1,2,4,8,16", help="comma-separated system counts")
+  ap.add_argument("--engine", default="cs2")
+  ap.add_argument("--batch", type=int, default=None, help="global batch (default: the params')")
+  ap.add_argument("--sparsity", type=float, default=0.0)
+  ap.add_argument("--out", default=".")
+  a = ap.parse_args(argv)
+  try:
+    try:
+      systems = tuple(int(x) for x in a.systems.split(",") if x.strip())
+    except ValueError:
+      raise CerebrasTFError(f"--systems must be comma-separated integers, got {a.systems!r}")
+    if not systems or min(systems) < 1:
+      raise CerebrasTFError(f"--systems must be positive, got {a.systems!r}")
+    try:
+      with open(a.params) as fh:
+        params = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as e:
+      raise CerebrasTFError(f"{a.params}: {str(e).splitlines()[0]}") from None
+    graph = analytic.graph_from_params(params, batch=a.batch)
+    engine = spec.load_engine(a.engine)
+    opts = base.PlanOptions(batch_size=a.batch or graph.captured_batch_size,
+                            execution_strategy=base.WEIGHT_STREAMING, sparsity=a.sparsity)
+    paths = scaling.write_scaling_report(a.out, graph, engine, opts, sorted(systems))
+  except CerebrasTFError as e:
+    print(f"scaling_report: {e}", file=sys.stderr)
+    return 2
+  print(open(paths["txt"]).read(), end="")
+  print(f"wrote {', '.join(paths.values())}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
