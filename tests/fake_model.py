@@ -1,0 +1,30 @@
+"""A TensorFlow-free model family for params/CLI/runner tests (registered as `toy`)."""
+
+from cerebras_tf.params import Field, TEXT_INPUT_FIELDS
+from models.registry import ModelSpec, register
+
+CALLS = []
+
+
+def model_fn(features, labels, mode, params):
+  raise AssertionError("the fake estimator never calls model_fn")
+
+
+def input_fn(params, mode):
+  CALLS.append(mode)
+  return {"mode": mode, "batch_size": params["train_input"]["batch_size"]}
+
+
+SPEC = register(ModelSpec(
+    name="toy", model_fn=model_fn, input_fn=input_fn,
+    schema={
+        "model": {
+            "hidden_size": Field("int", 16, "width", low=0, low_open=True),
+            "num_heads": Field("int", 2, "heads", low=0, low_open=True),
+            "dropout_rate": Field("float", 0.0, "dropout", low=0, high=1, high_open=True),
+        },
+        "train_input": {"num_examples": Field("int", 64, "examples", low=1),
+                        **TEXT_INPUT_FIELDS},
+        "eval_input": {"num_examples": Field("int", 64, "examples", low=1),
+                       **TEXT_INPUT_FIELDS},
+    }))

@@ -1,0 +1,337 @@
+"""BERT: google-bert checkpoint compatibility, heads, optimizer, input pipeline, configs."""
+
+import glob
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bert_test_base as base
+from bert_test_base import tf1
+from models.bert import heads, input as input_lib, model, modeling, optimization
+
+TRAIN, EVAL, PREDICT = (tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.EVAL,
+                        tf.estimator.ModeKeys.PREDICT)
+needs_fixture = pytest.mark.skipif(
+    not os.path.exists(os.path.join(base.GOOGLE_BERT_TINY, "model.ckpt.index")),
+    reason="google_bert_tiny fixture not found at %s" % base.GOOGLE_BERT_TINY)
+
+
+def google_tiny_params(**model_overrides):
+  """Params for the google_bert_tiny checkpoint, warm-started through model.init_checkpoint."""
+  cfg = modeling.BertConfig.from_google_json(os.path.join(base.GOOGLE_BERT_TINY,
+                                                          "bert_config.json"))
+  m = {f: getattr(cfg, f) for f in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                    "num_heads", "filter_size", "max_position_embeddings",
+                                    "type_vocab_size", "dropout_rate", "attention_dropout_rate",
+                                    "initializer_range")}
+  m.update(name="bert", task="pretraining",
+           init_checkpoint=os.path.join(base.GOOGLE_BERT_TINY, "model.ckpt"))
+  m.update(model_overrides)
+  return {"model": m, "runconfig": {}}
+
+
+def load_fixture():
+  inputs = np.load(os.path.join(base.GOOGLE_BERT_TINY, "inputs.npz"))
+  ref = np.load(os.path.join(base.GOOGLE_BERT_TINY, "outputs.npz"))
+  return base.npz_features(inputs), {k: ref[k] for k in ref.files}
+
+
+def as_reference_layout(out):
+  """This model's outputs in outputs.npz's layout."""
+  got = dict(out)
+  got["all_encoder_layers"] = np.transpose(out["all_encoder_layers"], (1, 0, 2, 3))
+  got["masked_lm_log_probs"] = out["masked_lm_log_probs"].reshape(
+      -1, out["masked_lm_log_probs"].shape[-1])
+  if "masked_lm_loss" in out:
+    got["total_loss"] = out["masked_lm_loss"] + out["next_sentence_loss"]
+  return got
+
+
+class CheckpointCompatibilityTest(base.BertTestCase):
+  """google-research/bert's own outputs for its own checkpoint, reproduced through model_fn."""
+
+  def eval_outputs(self, **model_overrides):
+    features, _ = load_fixture()
+    params = google_tiny_params(**model_overrides)
+
+    def build():
+      feats = {k: tf.constant(v) for k, v in features.items()}
+      return model.model_fn(feats, None, EVAL, params)
+
+    sess, spec = self.run_graph(build)
+    self.last_session = sess
+    return as_reference_layout(sess.run(spec.predictions)), spec
+
+  @needs_fixture
+  def test_matches_google_bert_outputs(self):
+    got, _ = self.eval_outputs()
+    _, ref = load_fixture()
+    diffs = {k: float(np.max(np.abs(got[k] - ref[k]))) for k in ref}
+    print("max abs diff vs google-bert:", diffs)
+    for key, diff in diffs.items():
+      self.assertLess(diff, 1e-5, "%s differs by %g" % (key, diff))
+
+  @needs_fixture
+  def test_pretraining_eval_metrics(self):
+    _, spec = self.eval_outputs()
+    sess = self.last_session
+    with sess.graph.as_default():
+      sess.run(tf1.local_variables_initializer())
+      sess.run([op for _, op in spec.eval_metric_ops.values()])
+      values = sess.run({k: v for k, (v, _) in spec.eval_metric_ops.items()})
+    _, ref = load_fixture()
+    self.assertAllClose(values["masked_lm_loss"], ref["masked_lm_example_loss"].mean(), atol=1e-5)
+    self.assertAllClose(values["next_sentence_loss"], ref["next_sentence_loss"], atol=1e-5)
+    mlm_acc = np.mean(ref["masked_lm_log_probs"].argmax(-1) == [47, 323, 359, 314, 193, 337])
+    self.assertAllClose(values["masked_lm_accuracy"], mlm_acc)
+    nsp_acc = np.mean(ref["next_sentence_log_probs"].argmax(-1) == [0, 1])
+    self.assertAllClose(values["next_sentence_accuracy"], nsp_acc)
+
+  @needs_fixture
+  def test_estimator_predict_warm_starts_from_init_checkpoint(self):
+    features, ref = load_fixture()
+    params = google_tiny_params(predict_all_outputs=True)
+    est = tf.estimator.Estimator(model.model_fn, model_dir=self.get_temp_dir(), params=params)
+    feed = {k: v for k, v in features.items() if not k.startswith("masked_lm_i")
+            and not k.startswith("masked_lm_w") and k != "next_sentence_label"}
+    preds = list(est.predict(lambda: tf.data.Dataset.from_tensor_slices(feed).batch(2),
+                             yield_single_examples=False))
+    got = as_reference_layout(preds[0])
+    for key in ("sequence_output", "pooled_output", "masked_lm_log_probs",
+                "next_sentence_log_probs"):
+      self.assertAllClose(got[key], ref[key], atol=1e-5, rtol=0, msg=key)
+
+  @needs_fixture
+  def test_variable_names_and_shapes_match_checkpoint(self):
+    with open(os.path.join(base.GOOGLE_BERT_TINY, "variables.txt")) as f:
+      expected = sorted(line.split()[0] + " " + line.split()[1] for line in f if line.strip())
+    with tf.Graph().as_default():
+      features, _ = load_fixture()
+      model.model_fn({k: tf.constant(v) for k, v in features.items()}, None, EVAL,
+                     google_tiny_params(init_checkpoint=None))
+      got = sorted("%s [%s]" % (v.op.name, ",".join(map(str, v.shape.as_list())))
+                   for v in tf1.trainable_variables())
+    self.assertEqual(got, expected)
+
+  @needs_fixture
+  def test_bfloat16_keeps_float32_weights_and_stays_close(self):
+    got, _ = self.eval_outputs(mixed_precision=True)
+    _, ref = load_fixture()
+    # bf16 has an 8-bit mantissa: agreement to a few 1e-2 is all one can ask.
+    self.assertAllClose(got["masked_lm_log_probs"], ref["masked_lm_log_probs"], atol=0.1)
+    self.assertAllClose(got["sequence_output"], ref["sequence_output"], atol=0.15)
+    self.assertLess(abs(got["total_loss"] - ref["total_loss"]), 0.05)
+
+  def test_gelu_is_the_tanh_form(self):
+    # The checkpoint fixture cannot tell erf from tanh GELU (4.5e-6); values far from 0 can.
+    x = np.linspace(-6.0, 6.0, 241).astype(np.float32)
+    tanh_form = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    erf_form = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    got = self.evaluate(modeling.gelu(tf.constant(x)))
+    self.assertAllClose(got, tanh_form, atol=1e-6, rtol=0)
+    self.assertGreater(np.max(np.abs(got - erf_form)), 1e-4)
+    self.assertIs(modeling.BertConfig().activation, modeling.gelu)
+
+
+class HeadsAndTrainingTest(base.BertTestCase):
+
+  @needs_fixture
+  def test_classifier_head_names_and_warm_start_leaves_head_fresh(self):
+    features, _ = load_fixture()
+    params = google_tiny_params(task="classification", num_classes=3)
+
+    def build():
+      feats = {k: tf.constant(features[k]) for k in ("token_ids", "segment_ids", "padding_mask")}
+      spec = model.model_fn(feats, tf.constant([0, 2]), EVAL, params)
+      names = {v.op.name: v.shape.as_list() for v in tf1.trainable_variables()}
+      return spec, names
+
+    sess, (spec, names) = self.run_graph(build)
+    self.assertEqual(names["cls/classifier/output_weights"], [3, 64])
+    self.assertEqual(names["cls/classifier/output_bias"], [3])
+    self.assertNotIn("cls/predictions/output_bias", names)
+    probs, loss = sess.run([spec.predictions["probabilities"], spec.loss])
+    self.assertEqual(probs.shape, (2, 3))
+    self.assertAllClose(probs.sum(-1), [1.0, 1.0], atol=1e-6)
+    self.assertTrue(np.isfinite(loss))
+    # Backbone came from the checkpoint, the fresh head did not.
+    with sess.graph.as_default():
+      pooler = sess.run([v for v in tf1.global_variables()
+                         if v.op.name == "bert/pooler/dense/bias"][0])
+    ckpt = tf.train.load_variable(os.path.join(base.GOOGLE_BERT_TINY, "model.ckpt"),
+                                  "bert/pooler/dense/bias")
+    self.assertAllEqual(pooler, ckpt)
+
+  def test_tiny_model_learns_toy_mlm(self):
+    # Toy language: a sentence repeats one of 20 words. A masked word can only be read off its
+    # context, so the MLM loss falls from log(20) only if attention and heads learn.
+    rng = np.random.RandomState(0)
+    params = base.tiny_params(vocab_size=32, hidden_size=32, filter_size=64)
+    params["optimizer"].update(learning_rate=3e-3, weight_decay_rate=0.0)
+    b, s, p = 16, 16, 3
+
+    def batch():
+      start = rng.randint(0, 20, size=(b, 1))
+      ids = np.repeat(start + 5, s, axis=1)
+      pos = np.stack([rng.choice(np.arange(1, s), p, replace=False) for _ in range(b)])
+      masked = ids.copy()
+      np.put_along_axis(masked, pos, 4, axis=1)  # [MASK]
+      return {"token_ids": masked.astype(np.int32), "segment_ids": np.zeros((b, s), np.int32),
+              "padding_mask": np.ones((b, s), np.int32), "masked_lm_positions": pos.astype(np.int32),
+              "masked_lm_ids": np.take_along_axis(ids, pos, 1).astype(np.int32),
+              "masked_lm_weights": np.ones((b, p), np.float32),
+              "next_sentence_label": rng.randint(0, 2, size=b).astype(np.int32)}
+
+    def build():
+      phs = {k: tf1.placeholder(tf.as_dtype(v.dtype), v.shape) for k, v in batch().items()}
+      spec = model.model_fn(phs, None, TRAIN, params)
+      return phs, spec
+
+    sess, (phs, spec) = self.run_graph(build)
+    mlm = spec.predictions["masked_lm_loss"]
+    losses = []
+    for _ in range(100):
+      feed = {phs[k]: v for k, v in batch().items()}
+      losses.append(sess.run([spec.train_op, mlm], feed)[1])
+    first, last = np.mean(losses[:10]), np.mean(losses[-10:])
+    self.assertGreater(first, 2.5)
+    self.assertLess(last, 0.3 * first, "MLM loss %.3f -> %.3f" % (first, last))
+
+
+class OptimizationTest(base.BertTestCase):
+
+  def test_adamw_excludes_layer_norm_and_bias_from_weight_decay(self):
+    def build():
+      tvars = [tf1.get_variable(n, [3], initializer=tf1.ones_initializer())
+               for n in ("layer/dense/kernel", "layer/dense/bias", "layer/LayerNorm/gamma",
+                         "layer/LayerNorm/beta")]
+      opt = optimization.AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.5)
+      step = opt.apply_gradients([(tf.zeros([3]), v) for v in tvars])  # zero grads: decay only
+      return tvars, step, opt
+
+    sess, (tvars, step, opt) = self.run_graph(build)
+    sess.run(step)
+    kernel, bias, gamma, beta = sess.run(tvars)
+    self.assertAllClose(kernel, [1 - 0.1 * 0.5] * 3)
+    for value in (bias, gamma, beta):
+      self.assertAllEqual(value, [1.0] * 3)
+    self.assertFalse(opt.decays("bert/encoder/layer_0/attention/output/LayerNorm/beta"))
+    self.assertTrue(opt.decays("bert/encoder/layer_0/attention/self/query/kernel"))
+    self.assertTrue(opt.decays("bert/embeddings/word_embeddings"))
+
+  def train_linear(self, accum, micro_batch, updates):
+    """Weights of a linear regression after `updates` AdamW updates on fixed data."""
+    rng = np.random.RandomState(0)
+    x = rng.randn(updates * 8, 4).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5, 3.0], np.float32) + 0.1).astype(np.float32)
+    opt = {"optimizer_type": "adamw", "learning_rate": 0.05, "weight_decay_rate": 0.1,
+           "max_gradient_norm": 0.5, "grad_accum_steps": accum}
+
+    def build():
+      xp, yp = tf1.placeholder(tf.float32, [None, 4]), tf1.placeholder(tf.float32, [None])
+      w = tf1.get_variable("dense/kernel", [4], initializer=tf1.zeros_initializer())
+      b = tf1.get_variable("dense/bias", [], initializer=tf1.zeros_initializer())
+      loss = tf.reduce_mean(tf.square(tf.linalg.matvec(xp, w) + b - yp))
+      train_op, _ = optimization.build_train_op(loss, opt, total_steps=updates * accum)
+      return xp, yp, w, b, train_op
+
+    sess, (xp, yp, w, b, train_op) = self.run_graph(build)
+    for i in range(0, len(x), micro_batch):
+      sess.run(train_op, {xp: x[i:i + micro_batch], yp: y[i:i + micro_batch]})
+    step = sess.run(tf1.train.get_global_step(sess.graph))
+    return np.append(*sess.run([w, b])), step
+
+  def test_grad_accumulation_equals_one_big_batch(self):
+    big, big_steps = self.train_linear(accum=1, micro_batch=8, updates=5)
+    acc, acc_steps = self.train_linear(accum=4, micro_batch=2, updates=5)
+    self.assertEqual((big_steps, acc_steps), (5, 20))  # global_step counts micro-batches
+    self.assertAllClose(acc, big, atol=1e-6, rtol=0)
+    self.assertGreater(np.abs(big).max(), 0.1)  # it did train
+
+  def test_learning_rate_segments_warm_up_then_decay(self):
+    opt = {"learning_rate": [
+        {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0,
+         "steps": 10},
+        {"scheduler": "Linear", "initial_learning_rate": 1.0, "end_learning_rate": 0.0,
+         "steps": 90}]}
+    with tf.Graph().as_default():
+      step = tf1.placeholder(tf.int64, [])
+      lr = optimization.learning_rate_schedule(opt, step, 100)
+      with tf1.Session() as sess:
+        got = [sess.run(lr, {step: s}) for s in (0, 5, 10, 55, 100, 150)]
+    self.assertAllClose(got, [0.0, 0.5, 1.0, 0.5, 0.0, 0.0], atol=1e-6)
+
+
+class InputPipelineTest(base.BertTestCase):
+
+  def test_masking_rate_split_determinism_and_fresh_masks_per_epoch(self):
+    data_dir = self.make_data_dir()
+    params = base.with_overrides(base.tiny_params(data_dir), "train_input", shuffle=False,
+                                 max_predictions_per_seq=8, batch_size=16)
+    batches = self.take(input_lib.input_fn, params, TRAIN, 8)  # 64 pairs: 2 epochs
+    again = self.take(input_lib.input_fn, params, TRAIN, 8)
+    for (a, _), (b, _) in zip(batches, again):  # same graph seed -> same masks
+      for k in a:
+        self.assertAllEqual(a[k], b[k])
+
+    vocab = {t: i for i, t in enumerate(base.VOCAB)}
+    special = [vocab[t] for t in ("[CLS]", "[SEP]", "[PAD]")]
+    counts, selected, maskable = np.zeros(3), 0, 0
+    for f, labels in batches:
+      self.assertEqual(f["token_ids"].shape, (16, 32))
+      self.assertAllEqual(labels, f["next_sentence_label"])
+      for i in range(16):
+        n = int(f["masked_lm_weights"][i].sum())
+        real = f["token_ids"][i][f["padding_mask"][i] == 1]
+        candidates = int(np.sum(~np.isin(real, special))) + np.sum(
+            np.isin(real[f["masked_lm_positions"][i][:n]], special))  # random picks may be special
+        self.assertEqual(n, min(8, math.ceil(0.15 * candidates)))
+        selected, maskable = selected + n, maskable + candidates
+        for pos, orig in zip(f["masked_lm_positions"][i][:n], f["masked_lm_ids"][i][:n]):
+          self.assertNotIn(orig, special)
+          now = f["token_ids"][i][pos]
+          counts[0 if now == vocab["[MASK]"] else 1 if now == orig else 2] += 1
+    frac = counts / counts.sum()
+    self.assertAllClose(frac, [0.8, 0.1, 0.1], atol=0.07)
+    self.assertBetween(selected / maskable, 0.13, 0.2)
+
+    # Epoch 2 (batches 4..7) repeats epoch 1's text with new masks.
+    for e1, e2 in zip(batches[:4], batches[4:]):
+      self.assertAllEqual(e1[0]["segment_ids"], e2[0]["segment_ids"])
+      self.assertNotAllEqual(e1[0]["masked_lm_positions"], e2[0]["masked_lm_positions"])
+
+  def test_estimator_fine_tunes_classifier_with_f1(self):
+    # Also proves the tokenizer's lookup table is built inside the Estimator's own graphs.
+    params = base.tiny_params(self.make_data_dir(), task="classification")
+    params["eval_input"].update(batch_size=48)
+    est = tf.estimator.Estimator(model.model_fn, model_dir=self.get_temp_dir(), params=params,
+                                 config=tf.estimator.RunConfig(tf_random_seed=1))
+    est.train(lambda params: input_lib.input_fn(params, TRAIN), max_steps=50)
+    metrics = est.evaluate(lambda params: input_lib.input_fn(params, EVAL))
+    for key in ("accuracy", "precision", "recall", "f1", "loss"):
+      self.assertIn(key, metrics)
+    p, r = metrics["precision"], metrics["recall"]
+    self.assertAllClose(metrics["f1"], 2 * p * r / max(p + r, 1e-9), atol=1e-5)
+    self.assertGreater(metrics["accuracy"], 0.8)  # sentiment words make this easy
+
+
+class ConfigsTest(base.BertTestCase):
+
+  def test_all_bert_configs_validate_and_build(self):
+    from cerebras_tf.params import load_params  # pylint: disable=import-outside-toplevel
+    files = sorted(glob.glob(os.path.join(base.REPO, "configs", "params_bert_*.yaml")))
+    self.assertGreaterEqual(len(files), 8)
+    sizes = {}
+    for path in files:
+      params = load_params(path)
+      config = modeling.BertConfig.from_params(params["model"])
+      self.assertEqual(config.filter_size, 4 * config.hidden_size)
+      sizes[os.path.basename(path)] = modeling.num_parameters(config)
+    # BERT-base's backbone is the well-known ~110M parameters.
+    self.assertBetween(sizes["params_bert_base_msl128.yaml"], 108e6, 111e6)
+    self.assertTrue(load_params(os.path.join(base.REPO, "configs",
+                                             "params_bert_base_msl128.yaml"))["model"][
+                                                 "mixed_precision"])

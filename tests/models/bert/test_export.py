@@ -1,0 +1,70 @@
+"""SavedModel export of the BERT classifier: raw strings in, probabilities out."""
+
+import glob
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+import yaml
+
+import bert_test_base as base
+from cerebras_tf import cli
+from models.bert import export as export_lib
+from models.bert import input as input_lib
+from models.bert import model
+
+TRAIN, PREDICT = tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.PREDICT
+
+
+class ExportTest(base.BertTestCase):
+
+  def test_saved_model_classifies_raw_strings_with_vocab_asset(self):
+    data_dir = self.make_data_dir()
+    params = base.tiny_params(data_dir, task="classification")
+    params["eval_input"].update(split="test")
+    model_dir = os.path.join(self.get_temp_dir(), "model")
+    est = tf.estimator.Estimator(model.model_fn, model_dir=model_dir, params=params,
+                                 config=tf.estimator.RunConfig(tf_random_seed=1))
+    est.train(lambda params: input_lib.input_fn(params, TRAIN), max_steps=5)
+    expected = np.stack([p["probabilities"] for p in est.predict(
+        lambda params: input_lib.input_fn(params, PREDICT))])
+
+    # The CLI path: --mode export on a validated params file.
+    yaml_params = {
+        "model": {k: v for k, v in params["model"].items()},
+        "train_input": {k: v for k, v in params["train_input"].items()},
+        "eval_input": dict(params["eval_input"]),
+        "optimizer": {"learning_rate": 1e-3},
+        "runconfig": {"model_dir": model_dir, "use_cs": False},
+    }
+    yaml_params["eval_input"].pop("split")
+    path = os.path.join(self.get_temp_dir(), "params.yaml")
+    with open(path, "w") as f:
+      yaml.safe_dump(yaml_params, f)
+    export_base = os.path.join(self.get_temp_dir(), "export")
+    self.assertEqual(cli.main(["run.py", "--params", path, "--mode", "export", "--export_dir",
+                               export_base]), 0)
+    (saved,) = glob.glob(os.path.join(export_base, "*", "saved_model.pb"))
+    saved = os.path.dirname(saved)
+    self.assertTrue(os.path.exists(os.path.join(saved, "assets", "bert_uncased_vocab.txt")))
+
+    sentences = [s.decode() for s in _test_sentences(params)]
+    shutil.rmtree(data_dir)  # the SavedModel must not need the training data or vocab path
+    loaded = tf.saved_model.load(saved)  # a fresh eager TF2 load, as a server would do it
+    out = loaded.signatures["serving_default"](sentences=tf.constant(sentences))
+    probs, preds = out["probabilities"].numpy(), out["predictions"].numpy()
+    self.assertEqual(probs.shape, (len(sentences), 2))
+    self.assertAllClose(probs.sum(-1), np.ones(len(sentences)), atol=1e-5)
+    self.assertAllEqual(preds, probs.argmax(-1))
+    self.assertAllClose(probs, expected, atol=1e-5)  # same tokenization, same weights
+
+  def test_pretraining_task_is_refused(self):
+    with self.assertRaisesRegex(ValueError, "classification"):
+      export_lib.serving_input_receiver_fn(base.tiny_params(self.make_data_dir()))
+
+
+def _test_sentences(params):
+  path = os.path.join(params["eval_input"]["data_dir"], "rotten_tomatoes", "test.tfrecord")
+  return [tf.train.Example.FromString(r.numpy()).features.feature["sentence"].bytes_list.value[0]
+          for r in tf.data.TFRecordDataset(path)]

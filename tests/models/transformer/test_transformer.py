@@ -1,0 +1,252 @@
+"""Transformer (encoder-decoder) tests on tiny synthetic data: cached decoding, beam search,
+input masks, BLEU statistics, the configs, and a SavedModel that translates raw text."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cerebras_tf import params as params_lib
+import models.transformer  # noqa: F401  registers the model
+from models.transformer import decoding
+from models.transformer import input as input_lib
+from models.transformer import model as model_lib
+from models.transformer import modeling
+from models.transformer import vocab as vocab_lib
+
+tf1 = tf.compat.v1
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+
+EN = ["the", "cat", "dog", "sees", "a", "bird", "and", "big", "small", "house"]
+ES = {"the": "el", "cat": "gato", "dog": "perro", "sees": "ve", "a": "un", "bird": "pájaro",
+      "and": "y", "big": "grande", "small": "pequeño", "house": "casa"}
+
+
+def _pairs(n, seed=0):
+  rng = random.Random(seed)
+  out = []
+  for _ in range(n):
+    words = [rng.choice(EN) for _ in range(rng.randint(2, 7))]
+    out.append((" ".join(words).capitalize() + ".", " ".join(ES[w] for w in words).capitalize()
+                + "."))
+  return out
+
+
+def _write(path, pairs):
+  with tf.io.TFRecordWriter(path) as w:
+    for en, es in pairs:
+      ex = tf.train.Example(features=tf.train.Features(feature={
+          "en": tf.train.Feature(bytes_list=tf.train.BytesList(value=[en.encode()])),
+          "es": tf.train.Feature(bytes_list=tf.train.BytesList(value=[es.encode()]))}))
+      w.write(ex.SerializeToString())
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  root = tmp_path_factory.mktemp("data")
+  os.makedirs(root / "en_es")
+  _write(str(root / "en_es" / "train.tfrecord"), _pairs(200, 0))
+  _write(str(root / "en_es" / "test.tfrecord"), _pairs(12, 1))
+  return str(root)
+
+
+def _params(data_dir, model_dir="model", **model):
+  text = f"""
+train_input: {{data_dir: {data_dir}, vocab_size: 80, batch_size: 8, max_source_length: 12,
+               max_target_length: 12, bucket_boundaries: [4, 8], shuffle_buffer: 100}}
+eval_input: {{data_dir: {data_dir}, vocab_size: 80, batch_size: 4, max_source_length: 12,
+              max_target_length: 12}}
+model: {{name: transformer, hidden_size: 16, num_hidden_layers: 1, num_heads: 2,
+         filter_size: 32, beam_width: 2, eval_beam_width: 1, dropout_rate: 0.0,
+         attention_dropout_rate: 0.0}}
+optimizer: {{optimizer_type: adam, learning_rate: 0.01}}
+runconfig: {{max_steps: 2, model_dir: {model_dir}, tf_random_seed: 1, use_cs: false,
+             save_checkpoints_steps: 2, log_step_count_steps: 1}}
+"""
+  p = params_lib.parse_params(text, "/tmp/transformer_test.yaml")
+  p["model"].update(model)
+  return p
+
+
+def _tiny_config(**kw):
+  args = dict(vocab_size=20, hidden_size=16, num_encoder_layers=2, num_decoder_layers=2,
+              num_heads=2, filter_size=24, dropout_rate=0.0, attention_dropout_rate=0.0,
+              initializer_range=0.2)
+  args.update(kw)
+  return modeling.TransformerConfig(**args)
+
+
+@pytest.mark.parametrize("pre_norm,positions,tied", [(False, "fixed", True),
+                                                     (True, "learned", False)])
+def test_cached_decoder_step_matches_full_forward(pre_norm, positions, tied):
+  config = _tiny_config(pre_norm=pre_norm, position_embedding_type=positions,
+                        tie_output_projection=tied, share_embedding_weights=tied)
+  rng = np.random.RandomState(0)
+  batch, src_len, tgt_len = 3, 5, 4
+  src = rng.randint(4, 20, size=[batch, src_len]).astype(np.int32)
+  src_mask = np.ones_like(src)
+  src_mask[0, 3:] = 0  # padded source positions must not matter
+  src[0, 3:] = 0
+  tgt = rng.randint(4, 20, size=[batch, tgt_len]).astype(np.int32)
+  with tf.Graph().as_default():
+    out = modeling.transformer(src, src_mask, tgt, config, training=False)
+    with tf1.variable_scope("transformer", reuse=True):
+      cross_kv = modeling.cross_key_values(out["encoder_output"], config)
+      cross_bias = modeling.padding_bias(src_mask)
+      cache = modeling.init_cache(batch, tgt_len, config)
+      steps = []
+      for i in range(tgt_len):
+        logits, cache = modeling.decode_step(tgt[:, i:i + 1], tf.constant(i), cache, cross_kv,
+                                             cross_bias, config, tgt_len)
+        steps.append(logits)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      full, stepped = sess.run([out["logits"], tf.stack(steps, axis=1)])
+  np.testing.assert_allclose(stepped, full, rtol=1e-4, atol=1e-4)
+
+
+def _row_bias(batch, vocab, seed):
+  """Per-example logit offsets, with [END] (id 3) made likely so that sequences end."""
+  bias = np.random.RandomState(seed + 100).randn(batch, vocab).astype(np.float32)
+  bias[:, 3] += 1.5
+  return tf.constant(bias)
+
+
+def _random_step_fn(vocab, seed):
+  """A cache-free 'model' whose next-token logits depend on the last token and the step."""
+  table = tf.constant(np.random.RandomState(seed).randn(vocab, 12, vocab).astype(np.float32) * 3)
+
+  def step(ids, i, cache):
+    logits = tf.gather(table[:, i], ids[:, 0]) + cache["bias"]
+    return logits, {"bias": cache["bias"] * 1.0}
+
+  return step
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_search_width_one_equals_greedy(seed):
+  vocab, batch, max_len = 9, 5, 10
+  with tf.Graph().as_default():
+    step = _random_step_fn(vocab, seed)
+    bias = _row_bias(batch, vocab, seed)
+    greedy, g_scores = decoding.greedy_decode(step, {"bias": bias}, batch, max_len, 2, 3)
+    beam, b_scores = decoding.beam_search(step, {"bias": bias}, batch, 1, max_len, 0.0, 2, 3)
+    with tf1.Session() as sess:
+      greedy, beam, g_scores, b_scores = sess.run([greedy, beam, g_scores, b_scores])
+  assert (greedy == 3).any(), "the test wants some sequences to end"
+  np.testing.assert_array_equal(beam[:, 0], greedy)
+  np.testing.assert_allclose(b_scores[:, 0], g_scores, rtol=1e-5)
+
+
+def test_beam_search_returns_sorted_beams():
+  vocab, batch, max_len = 9, 6, 8
+  with tf.Graph().as_default():
+    step = _random_step_fn(vocab, 5)
+    row_bias = _row_bias(batch, vocab, 5)
+    bias = decoding.tile_beams(row_bias, 4)
+    ids, b_scores = decoding.beam_search(step, {"bias": bias}, batch, 4, max_len, 0.0, 2, 3)
+    with tf1.Session() as sess:
+      ids, b_scores = sess.run([ids, b_scores])
+  assert ids.shape == (batch, 4, max_len)
+  assert np.all(np.diff(b_scores, axis=1) <= 1e-6)  # best first
+
+
+def test_label_smoothing_matches_one_hot_formula():
+  rng = np.random.RandomState(0)
+  logits = rng.randn(2, 3, 7).astype(np.float32)
+  labels = rng.randint(0, 7, size=[2, 3]).astype(np.int32)
+  weights = np.array([[1, 1, 0], [1, 0, 0]], np.int32)
+  eps = 0.1
+  q = np.eye(7)[labels] * (1 - eps) + eps / 7
+  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  want = (-(q * logp).sum(-1) * weights).sum() / weights.sum()
+  loss, _ = model_lib.smoothed_xent(tf.constant(logits), tf.constant(labels),
+                                    tf.constant(weights), eps)
+  np.testing.assert_allclose(loss.numpy(), want, rtol=1e-5)
+
+
+def test_bleu_statistics_sum_to_sacrebleu_corpus_score():
+  import sacrebleu  # pylint: disable=import-outside-toplevel
+  hyps = ["Y dijo Jehová á Moisés.", "el gato ve un perro", "nada"]
+  refs = ["Y habló Jehová á Moisés, diciendo:", "el gato ve un pájaro", "todo"]
+  stats = model_lib.bleu_stats(tf.constant(hyps[:2]), tf.constant(refs[:2])).numpy()
+  stats += model_lib.bleu_stats(tf.constant(hyps[2:]), tf.constant(refs[2:])).numpy()
+  assert model_lib.bleu_from_stats(stats) == pytest.approx(
+      sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
+
+
+def test_vocab_cached_by_checksum_and_size(data_dir):
+  train = os.path.join(data_dir, "en_es", "train.tfrecord")
+  path = vocab_lib.ensure_vocab(train, 80)
+  assert path == vocab_lib.cache_path(train, 80) and os.path.exists(path)
+  assert vocab_lib.cache_path(train, 90) != path
+  mtime = os.path.getmtime(path)
+  assert vocab_lib.ensure_vocab(train, 80) == path and os.path.getmtime(path) == mtime
+  tokens = vocab_lib.read_vocab(path)
+  assert tokens[:4] == list(vocab_lib.RESERVED)
+  assert any("á" in t for t in tokens) and any(t[:1].isupper() for t in tokens)  # kept
+  tok = vocab_lib.Tokenizer(tokens)
+  ids = tok.tokenize(tf.constant(["El perro ve un pájaro grande."])).to_tensor()
+  ids = tf.concat([ids, [[vocab_lib.END_ID, 7]]], axis=1)  # text after [END] is dropped
+  assert tok.detokenize(ids).numpy()[0].decode() == "El perro ve un pájaro grande."
+
+
+def test_input_masks_lengths_and_static_shapes(data_dir):
+  params = _params(data_dir)
+  with tf.Graph().as_default():
+    ds = input_lib.input_fn(params, "train")
+    features, labels = tf1.data.make_initializable_iterator(ds).get_next()
+    assert features["source_ids"].shape.as_list() == [8, 12]
+    assert labels.shape.as_list() == [8, 12]
+    it = tf1.data.make_initializable_iterator(ds)
+    nxt = it.get_next()
+    with tf1.Session() as sess:
+      sess.run([tf1.tables_initializer(), it.initializer])
+      f, l = sess.run(nxt)
+  np.testing.assert_array_equal(f["source_padding_mask"], f["source_ids"] != 0)
+  np.testing.assert_array_equal(f["source_lengths"], f["source_padding_mask"].sum(1))
+  np.testing.assert_array_equal(f["target_lengths"], f["target_padding_mask"].sum(1))
+  assert (f["target_input_ids"][:, 0] == vocab_lib.START_ID).all()
+  rows = np.arange(8)
+  assert (l[rows, f["target_lengths"] - 1] == vocab_lib.END_ID).all()
+  # Decoder output = decoder input shifted left by one.
+  np.testing.assert_array_equal(l[:, :-1] * (f["target_input_ids"][:, 1:] != 0),
+                                f["target_input_ids"][:, 1:])
+
+
+def test_configs_load_with_paper_sizes():
+  sizes = {}
+  for name in ("tiny", "base", "big"):
+    p = params_lib.load_params(os.path.join(ROOT, "configs", f"params_transformer_{name}.yaml"))
+    sizes[name] = modeling.TransformerConfig.from_params(dict(p["model"], vocab_size=8000))
+  base, big = sizes["base"], sizes["big"]
+  assert (base.hidden_size, base.filter_size, base.num_heads) == (512, 2048, 8)
+  assert (base.num_encoder_layers, base.num_decoder_layers) == (6, 6)
+  assert (big.hidden_size, big.filter_size, big.num_heads) == (1024, 4096, 16)
+  assert not base.pre_norm and sizes["tiny"].pre_norm
+
+
+@pytest.mark.slow
+def test_train_predict_and_saved_model_translate_raw_text(data_dir, tmp_path):
+  params = _params(data_dir, str(tmp_path / "model"))
+  est = tf.estimator.Estimator(model_lib.model_fn, model_dir=params["runconfig"]["model_dir"],
+                               params=params)
+  est.train(lambda: input_lib.input_fn(params, "train"), max_steps=2)
+  metrics = est.evaluate(lambda: input_lib.input_fn(params, "eval"))
+  assert {"bleu", "token_accuracy", "cross_entropy", "loss"} <= set(metrics)
+  sentence = "The dog sees a small house."
+  export = est.export_saved_model(str(tmp_path / "export"), model_lib.serving_input_receiver_fn)
+
+  def predict_input():
+    return tf.data.Dataset.from_tensors({"source_text": tf.constant([sentence])})
+
+  want = next(est.predict(predict_input))
+  loaded = tf.saved_model.load(export.decode() if isinstance(export, bytes) else export)
+  out = loaded.signatures["serving_default"](source_text=tf.constant([sentence]))
+  got = out["translation"].numpy()[0]
+  assert isinstance(got, bytes)
+  assert got == want["translation"]
+  np.testing.assert_array_equal(out["output_ids"].numpy()[0], want["output_ids"])

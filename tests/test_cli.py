@@ -1,0 +1,312 @@
+"""scripts/run.py: flags over YAML, one-line errors with exit code 2, and runner dispatch."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fake_model  # registers `toy` in this process
+from cerebras_tf import cli, runner
+from cerebras_tf.errors import CerebrasTFError, ConfigError, FitError, ParamsError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+PY = sys.executable
+
+YAML = textwrap.dedent("""\
+    train_input:
+      batch_size: 8
+    eval_input:
+      batch_size: 8
+    model:
+      name: toy
+    runconfig:
+      max_steps: 10
+      save_checkpoints_steps: 4
+      eval_steps: 2
+    """)
+
+
+@pytest.fixture
+def params_file(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "p.yaml").write_text(YAML)
+  return "p.yaml"
+
+
+def _main(argv, capsys):
+  code = cli.main(["run.py"] + argv)
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+# (argv after --params p.yaml, the stderr line)
+FLAG_CASES = [
+    (["--foo"], "error: unknown flag --foo; see --help"),
+    (["--num_cs=3"], "error: unknown flag --num_cs (did you mean --num_csx?); see --help"),
+    (["--mode=trian"], "error: --mode: runconfig.mode must be one of train, eval, eval_all, "
+     "train_and_eval, predict, export, got 'trian' (did you mean 'train'?)"),
+    (["--execution_strategy=pipelind"], "error: --execution_strategy: "
+     "csconfig.execution_strategy must be one of pipelined, multi_replica, weight_streaming, "
+     "auto, got 'pipelind' (did you mean 'pipelined'?)"),
+    (["--engine=cs9"], "error: --engine: csconfig.engine must be one of cs1, cs2, cs3 or a path "
+     "to an engine .yaml file, got 'cs9'"),
+    (["--num_csx=0"], "error: --num_csx: csconfig.num_csx must be an int > 0, got 0"),
+    (["--num_csx=abc"], "error: --num_csx must be an int, got 'abc'"),
+    (["--num_wgt_servers=-1"], "error: --num_wgt_servers: csconfig.max_wgt_servers must be an "
+     "int > 0, got -1"),
+    (["--num_csx"], "error: flag --num_csx needs a value"),
+    (["--no_cs=maybe"], "error: --no_cs must be true or false, got 'maybe'"),
+    (["--max_steps=0"], "error: --max_steps: runconfig.max_steps must be an int > 0 or null, got 0"),
+    (["--steps=0"], "error: --steps must be an int > 0, got 0"),
+    (["--steps=3", "--max_steps=5"], "error: --steps and --max_steps are exclusive: --steps "
+     "trains that many more steps, --max_steps trains up to that global step"),
+    (["--no_cs", "--compile_only"], "error: --compile_only compiles for the engine; it cannot "
+     "be combined with --no_cs"),
+    (["--params_override=model.hiden_size=3"], "error: override 'model.hiden_size=3': unknown "
+     "key 'hiden_size' in model (did you mean 'hidden_size'?)"),
+    (["--params_override=model.hidden_size"], "error: override 'model.hidden_size': expected "
+     "SECTION.KEY=VALUE, e.g. train_input.batch_size=64"),
+    (["--multireplica", "--execution_strategy=weight_streaming"], "error: --multireplica: "
+     "csconfig.multireplica: true conflicts with csconfig.execution_strategy "
+     "'weight_streaming' (use multi_replica)"),
+    (["--params_override=csconfig.num_replicas=3"], "error: p.yaml:2: train_input.batch_size 8 "
+     "must be divisible by csconfig.num_replicas 3"),
+    (["extra"], "error: unexpected argument 'extra'; flags take the form --name=value"),
+    (["--mode=eval", "--params_override=runconfig.eval_steps=null",
+      "--params_override=eval_input.repeat=true"],
+     "error: mode 'eval' with eval_input.repeat: true never ends: set runconfig.eval_steps (or "
+     "--eval_steps)"),
+]
+
+
+@pytest.mark.parametrize("argv,line", FLAG_CASES, ids=[" ".join(c[0]) for c in FLAG_CASES])
+def test_bad_flags_one_line_exit_2(params_file, capsys, argv, line):
+  code, out, err = _main(["--params", params_file] + argv, capsys)
+  assert (code, err, out) == (2, line + "\n", "")
+
+
+def test_missing_params_flag_and_file(tmp_path, capsys, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert _main([], capsys)[:3:2] == (2, "error: --params is required: the params YAML file "
+                                        "(e.g. --params configs/params_bert_tiny_msl128.yaml)\n")
+  assert _main(["--params", "foo.yaml"], capsys)[:3:2] == (
+      2, "error: params file not found: foo.yaml\n")
+
+
+def _subprocess(args, cwd):
+  env = dict(os.environ, PYTHONPATH=TESTS, CEREBRAS_TF_MODEL_MODULES="fake_model")
+  return subprocess.run([PY, os.path.join(ROOT, "scripts", "run.py")] + args, cwd=cwd, env=env,
+                        capture_output=True, text=True, timeout=60)
+
+
+SUBPROCESS_CASES = [
+    (["--params", "p.yaml", "--bogus"], "error: unknown flag --bogus; see --help"),
+    (["--params", "p.yaml", "--mode", "dance"], "error: --mode: runconfig.mode must be one of "
+     "train, eval, eval_all, train_and_eval, predict, export, got 'dance'"),
+    (["--params", "p.yaml", "--num_csx", "0"], "error: --num_csx: csconfig.num_csx must be an "
+     "int > 0, got 0"),
+    (["--params", "bad.yaml"], "error: bad.yaml: YAML syntax error at line 3 column 3: "
+     "expected <block end>, but found '<block mapping start>'"),
+    (["--params", "evil.yaml"], "error: evil.yaml:1: YAML tag '!!python/object/apply:os.system' "
+     "is not allowed; params files hold plain mappings, lists, strings, numbers, booleans and "
+     "null"),
+    (["--params", "p.yaml", "--params_override", "train_input.batch_size=abc"],
+     "error: override 'train_input.batch_size=abc': train_input.batch_size must be an int > 0, "
+     "got 'abc'"),
+]
+
+
+def test_script_bad_input_exit_2_no_traceback_no_tensorflow(tmp_path):
+  (tmp_path / "p.yaml").write_text(YAML)
+  (tmp_path / "bad.yaml").write_text("model:\n    name: toy\n  x: 1\n")
+  (tmp_path / "evil.yaml").write_text("model: !!python/object/apply:os.system ['touch pwned']\n")
+  for args, line in SUBPROCESS_CASES:
+    proc = _subprocess(args, tmp_path)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line + "\n", ""), args
+  assert not (tmp_path / "pwned").exists()
+
+
+def test_cli_import_does_not_import_tensorflow():
+  code = ("import sys; from cerebras_tf import cli, params, runner; from models import registry; "
+          "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+  proc = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+
+
+def test_help_exits_0(capsys):
+  code, out, _ = _main(["--helpfull"], capsys)
+  assert code == 0 and "--params_override" in out and "max_wgt_servers" in out
+
+
+def test_flags_override_yaml(params_file):
+  params, opts = cli.load(["run.py", "--params", params_file, "--mode", "train_and_eval",
+                           "--model_dir", "m", "--num_csx", "2", "--num_wgt_servers", "3",
+                           "--execution_strategy", "weight_streaming", "--engine", "cs3",
+                           "--compile_dir", "c", "--no_cs", "--max_steps", "20",
+                           "--eval_steps", "0", "--cs_ip", "10.0.0.5",
+                           "--params_override", "model.hidden_size=32",
+                           "--params_override", "train_input.batch_size=4"])
+  cwd = os.getcwd()
+  assert params["runconfig"]["model_dir"] == os.path.join(cwd, "m")
+  assert params["runconfig"]["mode"] == "train_and_eval" and params["runconfig"]["max_steps"] == 20
+  assert params["runconfig"]["cs_ip"] == "10.0.0.5:9000" and params["runconfig"]["use_cs"] is False
+  cs = params["csconfig"]
+  assert (cs["num_csx"], cs["max_wgt_servers"], cs["execution_strategy"], cs["engine"]) == (
+      2, 3, "weight_streaming", "cs3")
+  assert cs["compile_dir"] == os.path.join(cwd, "c")
+  assert params["model"]["hidden_size"] == 32 and params["train_input"]["batch_size"] == 4
+  assert opts == runner.RunOptions(mode="train_and_eval", max_steps=20, eval_steps=0,
+                                   use_cs=False)
+
+
+# --- runner dispatch with a fake estimator -------------------------------------------------
+
+class FakeEstimator:
+  """Records calls; writes checkpoint index files the way TF names them."""
+
+  def __init__(self, model_dir, fits=True):
+    self.model_dir, self.fits, self.calls, self.step = model_dir, fits, [], 0
+    os.makedirs(model_dir, exist_ok=True)
+
+  def _ckpt(self):
+    open(os.path.join(self.model_dir, f"model.ckpt-{self.step}.index"), "w").close()
+
+  def compile(self, input_fn, validate_only=False, mode="train"):
+    self.calls.append(("compile", input_fn(params={"train_input": {"batch_size": 8}}),
+                       validate_only, mode))
+    plan = type("Plan", (), {"fits": self.fits, "engine": "cs2", "num_replicas": 1,
+                             "execution_strategy": "pipelined", "reason": "needs 9 GB > 4 GB"})
+    return type("Result", (), {"plan": None if validate_only else plan, "performance": None,
+                               "compile_dir": "/c"})
+
+  def train(self, input_fn, steps=None, max_steps=None, use_cs=None):
+    self.calls.append(("train", input_fn.keywords["mode"], steps, max_steps, use_cs))
+    self.step = max_steps if max_steps is not None else self.step + steps
+    self._ckpt()
+
+  def evaluate(self, input_fn, steps=None, checkpoint_path=None, use_cs=None):
+    self.calls.append(("evaluate", input_fn.keywords["mode"], steps, checkpoint_path, use_cs))
+    return {"loss": 0.5, "accuracy": 0.75, "global_step": self.step}
+
+  def predict(self, input_fn, checkpoint_path=None, use_cs=None):
+    self.calls.append(("predict", input_fn.keywords["mode"], checkpoint_path, use_cs))
+    return iter([{"class": 1, "probabilities": [0.1, 0.9]}] * 3)
+
+
+def _run(params_file, argv, fits=True):
+  params, opts = cli.load(["run.py", "--params", params_file] + argv)
+  made = []
+
+  def factory(model_fn, p, o):
+    assert model_fn is fake_model.model_fn and p is params and o is opts
+    made.append(FakeEstimator(p["runconfig"]["model_dir"], fits))
+    return made[0]
+
+  summary = runner.run(params, opts, estimator_factory=factory)
+  return summary, made[0].calls
+
+
+def test_runner_train(params_file):
+  summary, calls = _run(params_file, [])
+  assert calls == [("train", "train", None, 10, True)]
+  assert summary["global_step"] == 10
+  summary, calls = _run(params_file, ["--steps", "3", "--no_cs"])
+  assert calls == [("train", "train", 3, None, False)]
+
+
+def test_runner_eval_eval_all_predict(params_file):
+  _, calls = _run(params_file, ["--mode", "eval", "--checkpoint_path", "ck"])
+  assert calls == [("evaluate", "eval", 2, "ck", True)]
+  with pytest.raises(ConfigError, match="eval_all: no checkpoints in model_dir"):
+    _run(params_file, ["--mode", "eval_all", "--model_dir", "empty"])
+  for step in (4, 12, 8):
+    os.makedirs("m", exist_ok=True)
+    open(f"m/model.ckpt-{step}.index", "w").close()
+  summary, calls = _run(params_file, ["--mode", "eval_all", "--model_dir", "m",
+                                      "--eval_steps", "0"])
+  cwd = os.getcwd()
+  assert [c[3] for c in calls] == [f"{cwd}/m/model.ckpt-{s}" for s in (4, 8, 12)]
+  assert all(c[2] is None for c in calls)  # eval_steps 0: all the eval data
+  summary, calls = _run(params_file, ["--mode", "predict"])
+  assert calls == [("predict", "infer", None, True)]
+  assert summary["predictions"] == 3
+  assert "predictions: 3 (keys: class, probabilities)" in runner.format_summary(summary)
+
+
+def test_runner_train_and_eval_alternates(params_file):
+  summary, calls = _run(params_file, ["--mode", "train_and_eval"])
+  assert [c[:4] for c in calls] == [
+      ("train", "train", None, 4), ("evaluate", "eval", 2, None),
+      ("train", "train", None, 8), ("evaluate", "eval", 2, None),
+      ("train", "train", None, 10), ("evaluate", "eval", 2, None)]
+  assert summary["global_step"] == 10
+  text = runner.format_summary(summary)
+  assert "eval: global_step=10 accuracy=0.75 loss=0.5" in text
+
+
+def test_runner_compile_and_validate(params_file):
+  summary, calls = _run(params_file, ["--validate_only"])
+  assert calls == [("compile", {"mode": "train", "batch_size": 8}, True, "train")]
+  assert "validation passed" in runner.format_summary(summary)
+  with pytest.raises(FitError, match="does not fit cs2 in pipelined mode: needs 9 GB > 4 GB"):
+    _run(params_file, ["--compile_only"], fits=False)
+
+
+def test_runner_needs_eval_input(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "p.yaml").write_text(YAML.split("eval_input")[0] + YAML.split("batch_size: 8\n", 2)[2])
+  with pytest.raises(ParamsError, match="mode 'eval' needs an eval_input section"):
+    _run("p.yaml", ["--mode", "eval"])
+
+
+def test_run_options_validate():
+  with pytest.raises(ConfigError, match="--mode must be one of"):
+    runner.RunOptions(mode="fit")
+  with pytest.raises(ConfigError, match="--eval_steps must be an int >= 0, got -1"):
+    runner.RunOptions(eval_steps=-1)
+
+
+# --- property: any argv gives (params, opts) or a CerebrasTFError ---------------------------
+
+_FLAG_NAMES = ["params", "model_dir", "mode", "validate_only", "compile_only", "cs_ip", "steps",
+               "max_steps", "eval_steps", "checkpoint_path", "multireplica", "num_csx",
+               "num_wgt_servers", "execution_strategy", "engine", "compile_dir", "no_cs",
+               "params_override", "nomultireplica", "bogus"]
+_VALUES = st.one_of(st.text(max_size=10), st.integers(-3, 20).map(str),
+                    st.sampled_from(["p.yaml", "train", "eval_all", "auto", "cs3", "true",
+                                     "model.hidden_size=8", "train_input.batch_size=x",
+                                     "csconfig.num_replicas=2", "a.b=c", "=", "x.y.z=[1",
+                                     "model.name=!!python/name:os.system", "runconfig.mode=eval"]))
+_ARG = st.one_of(
+    st.builds(lambda n, v: f"--{n}={v}", st.sampled_from(_FLAG_NAMES), _VALUES),
+    st.builds(lambda n: f"--{n}", st.sampled_from(_FLAG_NAMES)),
+    st.text(max_size=8))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_ARG, max_size=6), st.booleans())
+def test_property_any_argv_gives_params_or_one_line_error(tmp_path_factory, args, with_params):
+  directory = tmp_path_factory.getbasetemp()
+  path = directory / "prop.yaml"
+  if not path.exists():
+    path.write_text(YAML)
+  argv = ["run.py"] + (["--params", str(path)] if with_params else []) + args
+  try:
+    params, opts = cli.load(argv)
+  except CerebrasTFError as e:
+    assert str(e) and "\n" not in str(e)
+    return
+  assert isinstance(params, dict) and isinstance(opts, runner.RunOptions)
+  assert opts.mode == params["runconfig"]["mode"]
+
+
+def test_export_mode_needs_export_dir(params_file):
+  with pytest.raises(ConfigError, match="--mode export needs --export_dir"):
+    cli.load(["run.py", "--params", params_file, "--mode", "export"])
+  _, opts = cli.load(["run.py", "--params", params_file, "--mode", "export", "--export_dir", "x"])
+  assert (opts.mode, opts.export_dir) == ("export", "x")

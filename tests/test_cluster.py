@@ -1,0 +1,86 @@
+"""The local weight-server cluster: start/stop with no process left, restarts, and faults."""
+
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from cerebras_tf.errors import ConfigError
+from cerebras_tf.runtime import cluster as cluster_lib
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  with open(f"/proc/{pid}/stat") as fh:
+    return fh.read().split()[2] != "Z"
+
+
+def test_starts_serves_on_loopback_and_stops_without_orphans(tmp_path):
+  with cluster_lib.LocalCluster(num_ps=2, log_dir=str(tmp_path)) as c:
+    pids = [p.pid for p in c.procs]
+    assert all(_alive(p) for p in pids)
+    for address in c.cluster["ps"]:
+      assert address.startswith("127.0.0.1:")
+      with socket.create_connection(tuple(address.rsplit(":", 1)[0:1]) + (int(address.rsplit(":", 1)[1]),), 2):
+        pass
+  time.sleep(0.2)
+  assert not any(_alive(p) for p in pids)
+  assert sorted(os.listdir(tmp_path)) == ["ps_0.log", "ps_1.log"]
+
+
+def test_dead_weight_server_is_restarted_on_its_port(tmp_path):
+  with cluster_lib.LocalCluster(num_ps=1, log_dir=str(tmp_path)) as c:
+    first = c.procs[0].pid
+    os.kill(first, 9)
+    deadline = time.monotonic() + 60
+    while (c.procs[0].pid == first or not cluster_lib._port_open(c.cluster["ps"][0])) \
+        and time.monotonic() < deadline:
+      time.sleep(0.1)
+    assert c.restarts == 1 and c.procs[0].pid != first and _alive(c.procs[0].pid)
+    assert cluster_lib._port_open(c.cluster["ps"][0])
+  assert not _alive(c.procs[0].pid)
+
+
+def test_port_already_in_use_retries_with_fresh_ports(tmp_path, monkeypatch):
+  squatter = socket.socket()
+  squatter.bind(("127.0.0.1", 0))
+  squatter.listen(1)
+  taken = squatter.getsockname()[1]
+  ports = iter([taken])
+  real = cluster_lib.free_port
+  monkeypatch.setattr(cluster_lib, "free_port", lambda: next(ports, None) or real())
+  try:
+    with cluster_lib.LocalCluster(num_ps=1, log_dir=str(tmp_path)) as c:
+      assert c.cluster["ps"][0] != f"127.0.0.1:{taken}"
+      assert cluster_lib._port_open(c.cluster["ps"][0])
+  finally:
+    squatter.close()
+
+
+def test_task_that_never_comes_up_times_out_naming_it(tmp_path, monkeypatch):
+  dead = cluster_lib.free_port()  # nothing listens there
+  monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"ps": [f"127.0.0.1:{dead}"]},
+                                              "task": {"type": "chief", "index": 0}}))
+  t = time.monotonic()
+  with pytest.raises(ConfigError, match=rf"weight server ps:0 \(127.0.0.1:{dead}\) did not come "
+                                        r"up within 1s"):
+    cluster_lib.LocalCluster(1, str(tmp_path), ready_timeout_s=1,
+                             ps_addresses=cluster_lib.ps_addresses_from_tf_config()).__enter__()
+  assert time.monotonic() - t < 10
+
+
+@pytest.mark.parametrize("raw,fragment", [
+    ("{not json", "must be JSON with cluster.ps"),
+    (json.dumps({"cluster": {"worker": ["a:1"]}}), "must be JSON with cluster.ps"),
+    (json.dumps({"cluster": {"ps": []}}), "non-empty list of 'host:port'"),
+    (json.dumps({"cluster": {"ps": ["nohostport"]}}), "non-empty list of 'host:port'")])
+def test_malformed_tf_config_is_one_clear_line(monkeypatch, raw, fragment):
+  monkeypatch.setenv("TF_CONFIG", raw)
+  with pytest.raises(ConfigError, match=fragment) as err:
+    cluster_lib.ps_addresses_from_tf_config()
+  assert "\n" not in str(err.value)

@@ -1,0 +1,151 @@
+"""CerebrasEstimator: plain-Estimator compatibility, use_cs=True compile + train, validation."""
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.errors import FitError, TrainingError, UnsupportedOpError
+from models.mlp.model import input_fn, model_fn
+
+PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [64, 64],
+          "learning_rate": 1e-2, "num_examples": 512}
+
+
+def _config(tmp_path, **kw):
+  return CSRunConfig(model_dir=str(tmp_path / "model"), tf_random_seed=7,
+                     save_checkpoints_steps=20, log_step_count_steps=10, **kw)
+
+
+def _train_input(params):
+  return input_fn(params, tf.estimator.ModeKeys.TRAIN)
+
+
+def _eval_input(params):
+  return input_fn(params, tf.estimator.ModeKeys.EVAL)
+
+
+def test_is_an_estimator_subclass():
+  assert issubclass(CerebrasEstimator, tf.estimator.Estimator)
+
+
+def test_use_cs_false_is_the_plain_estimator(tmp_path):
+  """Same seed, same steps: identical eval loss to tf.estimator.Estimator, and no compile."""
+  plain = tf.estimator.Estimator(model_fn, config=tf.estimator.RunConfig(
+      model_dir=str(tmp_path / "plain"), tf_random_seed=7), params=PARAMS)
+  plain.train(_train_input, max_steps=30)
+  ours = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  ours.train(_train_input, max_steps=30, use_cs=False)
+  a = plain.evaluate(_eval_input, steps=4)
+  b = ours.evaluate(_eval_input, steps=4, use_cs=False)
+  assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+  assert not os.path.exists(ours.compile_dir)
+
+
+def test_use_cs_true_trains_evaluates_predicts_exports(tmp_path):
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  est.train(_train_input, max_steps=60, use_cs=True)
+  for name in ("report.txt", "plan.json", "wafer.png", "timeline.json"):
+    assert os.path.exists(os.path.join(est.compile_dir, name)), name
+  with open(os.path.join(est.compile_dir, "plan.json")) as fh:
+    plan = json.load(fh)
+  assert plan["fits"] is True and plan["execution_strategy"] == "pipelined"
+  assert plan["samples_per_sec"] > 0 and plan["batch_size"] == 16
+  tags = set()
+  for f in tf.io.gfile.glob(os.path.join(est.model_dir, "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(f):
+      for v in event.summary.value:
+        tags.add((v.tag, v.WhichOneof("value")))
+  assert ("cerebras/simulated_samples_per_sec", "simple_value") in tags
+  assert ("cerebras/simulated_utilization", "simple_value") in tags
+  assert ("cerebras/host_examples_per_sec", "simple_value") in tags
+  assert ("cerebras/wafer_placement", "image") in tags
+  metrics = est.evaluate(_eval_input, steps=8, use_cs=True)
+  # 4 classes: chance loss is ln 4 = 1.386; a learned model is far below it.
+  assert metrics["loss"] < 1.0 and metrics["accuracy"] > 0.6
+  preds = list(est.predict(lambda params: _eval_input(params).map(lambda f, l: f).take(1),
+                           use_cs=True))
+  assert len(preds) == 16 and preds[0]["probabilities"].shape == (4,)
+  def serving():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 32], name="x")
+    return tf.estimator.export.ServingInputReceiver({"x": x}, {"x": x})
+  export_dir = est.export_saved_model(str(tmp_path / "export"), serving)
+  loaded = tf.saved_model.load(export_dir)
+  out = loaded.signatures["serving_default"](x=tf.zeros([2, 32]))
+  assert out["probabilities"].shape == (2, 4)
+
+
+def test_constructor_use_cs_keyword_reaches_train(tmp_path):
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS, use_cs=True)
+  est.train(_train_input, max_steps=2)
+  assert os.path.exists(os.path.join(est.compile_dir, "plan.json"))
+
+
+def test_compile_cache_hit_is_fast(tmp_path):
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  first = est.compile(_train_input)
+  assert not first.cached
+  # A new estimator (as in a new process) hits the on-disk cache without tracing.
+  again = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  t = time.perf_counter()
+  second = again.compile(_train_input)
+  assert second.cached and time.perf_counter() - t < 1.0
+  assert second.performance.samples_per_sec == pytest.approx(first.performance.samples_per_sec)
+  # Changed params must miss.
+  other = CerebrasEstimator(model_fn, config=_config(tmp_path), params=dict(PARAMS, hidden_sizes=[32]))
+  assert not other.compile(_train_input).cached
+
+
+def _bad_model_fn(kind):
+  def fn(features, labels, mode, params):
+    x = features["x"]
+    if kind == "py_function":
+      x = tf.py_function(lambda t: t * 2.0, [x], tf.float32)  # LINE-MARK py_function
+      x.set_shape([None, 32])
+    elif kind == "strings":
+      x = x + tf.cast(tf.strings.length(tf.strings.as_string(x)), tf.float32)  # LINE-MARK strings
+    elif kind == "dynamic":
+      x = tf.reshape(tf.boolean_mask(x, x > 0), [-1, 1])  # LINE-MARK dynamic
+    logits = tf.keras.layers.Dense(4)(x)
+    loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, True))
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, tf.compat.v1.train.get_or_create_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+  return fn
+
+
+def _line_of(mark):
+  with open(__file__) as fh:
+    for i, line in enumerate(fh, 1):
+      if f"LINE-MARK {mark}" in line and "_line_of" not in line:
+        return i
+  raise AssertionError(mark)
+
+
+@pytest.mark.parametrize("kind,op_type", [
+    ("py_function", "EagerPyFunc"), ("strings", "AsString"), ("dynamic", "Where")])
+def test_validate_only_names_unsupported_op_type_and_source_line(tmp_path, kind, op_type):
+  est = CerebrasEstimator(_bad_model_fn(kind), config=_config(tmp_path), params=PARAMS)
+  with pytest.raises(UnsupportedOpError) as err:
+    est.compile(_train_input, validate_only=True)
+  msg = str(err.value)
+  assert f"of type {op_type}" in msg
+  assert f"test_estimator.py:{_line_of(kind)}" in msg
+  assert "\n" not in msg
+
+
+def test_nan_loss_stops_with_step_and_hint(tmp_path):
+  def nan_model_fn(features, labels, mode, params):
+    w = tf.compat.v1.get_variable("w", [32, 4])
+    step = tf.compat.v1.train.get_or_create_global_step()
+    blowup = tf.where(step >= 3, np.nan, 1.0)
+    loss = tf.reduce_mean(tf.matmul(features["x"], w)) * blowup
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+  est = CerebrasEstimator(nan_model_fn, config=_config(tmp_path), params=PARAMS)
+  with pytest.raises(TrainingError, match=r"loss is nan at step 4: .*learning_rate"):
+    est.train(_train_input, max_steps=10, use_cs=True)

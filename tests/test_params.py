@@ -1,0 +1,396 @@
+"""Params loading: defaults, paths, overrides, and one exact line for every kind of bad input."""
+
+import os
+import sys
+import textwrap
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fake_model  # noqa: F401  registers the `toy` model
+from cerebras_tf import params as params_lib
+from cerebras_tf.errors import ParamsError
+from models import registry
+
+GOOD = textwrap.dedent("""\
+    train_input:
+      batch_size: 32
+      data_dir: ./data
+      vocab_file: ../vocab.txt
+    eval_input:
+      batch_size: 16
+    model:
+      name: toy
+      hidden_size: 64
+    optimizer:
+      optimizer_type: adamw
+      learning_rate:
+        - scheduler: Linear
+          steps: 100
+          initial_learning_rate: 0.0
+          end_learning_rate: 1e-3
+        - scheduler: Linear
+          initial_learning_rate: 1.0e-3
+          end_learning_rate: 0.0
+    runconfig:
+      max_steps: 1000
+      model_dir: out/model
+    csconfig:
+      execution_strategy: pipelined
+    """)
+
+
+def _write(tmp_path, text, name="p.yaml"):
+  path = tmp_path / name
+  path.write_text(text)
+  return str(path)
+
+
+def _error(path, overrides=None) -> str:
+  with pytest.raises(ParamsError) as e:
+    params_lib.load_params(path, overrides)
+  message = str(e.value)
+  assert "\n" not in message
+  return message
+
+
+def test_good_file_fills_defaults_and_resolves_paths(tmp_path):
+  path = _write(tmp_path, GOOD)
+  p = params_lib.load_params(path)
+  assert set(p) == {"train_input", "eval_input", "model", "optimizer", "runconfig", "csconfig"}
+  assert p["train_input"]["data_dir"] == str(tmp_path / "data")
+  assert p["train_input"]["vocab_file"] == os.path.normpath(str(tmp_path / ".." / "vocab.txt"))
+  assert p["runconfig"]["model_dir"] == str(tmp_path / "out" / "model")
+  assert p["train_input"]["shuffle"] is True and p["eval_input"]["shuffle"] is False
+  assert p["eval_input"]["repeat"] is False
+  assert p["train_input"]["num_examples"] == 64           # from the model's schema
+  assert p["model"]["dropout_rate"] == 0.0
+  lr = p["optimizer"]["learning_rate"]
+  assert lr[0] == {"scheduler": "Linear", "initial_learning_rate": 0.0,
+                   "end_learning_rate": 1e-3, "steps": 100}  # "1e-3" (YAML 1.1 string) -> float
+  assert lr[1]["steps"] is None
+  assert p["csconfig"] == {"execution_strategy": "pipelined", "engine": "cs2", "num_csx": 1,
+                           "max_wgt_servers": 1, "num_replicas": None, "multireplica": False,
+                           "sparsity": 0.0, "vts": False, "compile_dir": None}
+  assert p["runconfig"]["use_cs"] is True and p["runconfig"]["mode"] == "train"
+  assert "tensorflow" not in sys.modules or True  # importing TF is the CLI test's concern
+
+
+def test_overrides_are_typed_and_relative_to_cwd(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  path = _write(tmp_path, GOOD)
+  p = params_lib.load_params(path, [
+      "train_input.batch_size=64", "csconfig.num_replicas=4", "runconfig.model_dir=runs/x",
+      "csconfig.execution_strategy=auto",
+      "optimizer.learning_rate=0.5", "optimizer.optimizer_type=SGD", "csconfig.engine=CS3",
+      params_lib.Override("runconfig.use_cs", False, "--no_cs")])
+  assert p["train_input"]["batch_size"] == 64
+  assert p["csconfig"]["execution_strategy"] == "auto"  # given: kept, replicas do not change it
+  assert p["runconfig"]["model_dir"] == str(tmp_path / "runs" / "x")
+  assert p["optimizer"]["learning_rate"] == 0.5
+  assert p["optimizer"]["optimizer_type"] == "sgd"
+  assert p["csconfig"]["engine"] == "cs3"
+  assert p["runconfig"]["use_cs"] is False
+
+
+def test_replicas_imply_multi_replica(tmp_path):
+  path = _write(tmp_path, GOOD.replace("  execution_strategy: pipelined\n", "  num_replicas: 4\n"))
+  p = params_lib.load_params(path)
+  assert p["csconfig"]["execution_strategy"] == "multi_replica"
+  assert p["csconfig"]["multireplica"] is True
+  p = params_lib.load_params(path, ["csconfig.num_replicas=null", "csconfig.multireplica=true"])
+  assert p["csconfig"]["execution_strategy"] == "multi_replica"
+
+
+def test_modelzoo_style_file(tmp_path):
+  text = textwrap.dedent("""\
+      train_input:
+          data_processor: BertTfRecordsProcessor
+          data_dir: './input/owt/train_512k_uncased_msl128'
+          vocab_file: '../../vocab/google_research_uncased_L-12_H-768_A-12.txt'
+          max_sequence_length: 128
+          max_predictions_per_seq: 20
+          batch_size: 256
+      model:
+          name: toy
+          hidden_size: 768
+          num_heads: 12
+          dropout_rate: 0.1
+          mixed_precision: True
+          boundary_casting: False
+          tf_summary: False
+      optimizer:
+          optimizer_type: 'adamw'
+          weight_decay_rate: 0.01
+          epsilon: 1e-6
+          max_gradient_norm: 1.0
+          disable_lr_steps_reset: True
+          learning_rate:
+              - steps: 10000
+                scheduler: 'Linear'
+                initial_learning_rate: 0.0
+                end_learning_rate: 0.0001
+              - scheduler: 'Constant'
+                learning_rate: 0.0001
+          loss_scaling_factor: 'dynamic'
+      runconfig:
+          save_summary_steps: 100
+          save_checkpoints_steps: 10000
+          keep_checkpoint_max: 0
+          max_steps: 900000
+          model_dir: 'model_dir'
+          cs_ip:
+          mode: 'train'
+      """)
+  p = params_lib.load_params(_write(tmp_path, text))
+  assert p["optimizer"]["epsilon"] == 1e-6
+  assert p["optimizer"]["loss_scaling_factor"] == "dynamic"
+  assert p["runconfig"]["cs_ip"] is None
+  assert "eval_input" not in p
+
+
+# (file text or None for GOOD, overrides, expected message; {f} is the file's path)
+BAD_CASES = [
+    ("syntax", "train_input:\n  batch_size: 32\n  bad: [1, 2\nmodel:\n  name: toy\n", None,
+     "{f}: YAML syntax error at line 4 column 6: expected ',' or ']', but got ':'"),
+    ("tab indent", "train_input:\n\tbatch_size: 3\n", None,
+     "{f}: YAML syntax error at line 2 column 1: found character '\\t' that cannot start any "
+     "token"),
+    ("unknown key", GOOD.replace("hidden_size: 64", "hiden_size: 64"), None,
+     "{f}:9: unknown key 'hiden_size' in model (did you mean 'hidden_size'?)"),
+    ("key in wrong section", GOOD + "  max_steps: 5\n", None,
+     "{f}:25: unknown key 'max_steps' in csconfig (it belongs in runconfig.max_steps)"),
+    ("wrong type", GOOD.replace("batch_size: 32", "batch_size: abc"), None,
+     "{f}:2: train_input.batch_size must be an int > 0, got 'abc'"),
+    ("bool for int", GOOD.replace("batch_size: 32", "batch_size: true"), None,
+     "{f}:2: train_input.batch_size must be an int > 0, got true"),
+    ("out of range", GOOD.replace("batch_size: 32", "batch_size: 0"), None,
+     "{f}:2: train_input.batch_size must be an int > 0, got 0"),
+    ("float range", GOOD.replace("hidden_size: 64", "dropout_rate: 1.5"), None,
+     "{f}:9: model.dropout_rate must be a number in [0, 1), got 1.5"),
+    ("bad choice", GOOD.replace("optimizer_type: adamw", "optimizer_type: adma"), None,
+     "{f}:11: optimizer.optimizer_type must be one of sgd, momentum, adam, adamw, got 'adma' "
+     "(did you mean 'adam'?)"),
+    ("bad strategy", GOOD.replace("execution_strategy: pipelined", "execution_strategy: wafer"),
+     None, "{f}:24: csconfig.execution_strategy must be one of pipelined, multi_replica, "
+     "weight_streaming, auto, got 'wafer'"),
+    ("bad engine", GOOD + "  engine: cs4\n", None,
+     "{f}:25: csconfig.engine must be one of cs1, cs2, cs3 or a path to an engine .yaml file, "
+     "got 'cs4'"),
+    ("missing section", "train_input:\n  batch_size: 3\n", None, "{f}: missing section 'model'"),
+    ("unknown section", GOOD + "modle:\n  x: 1\n", None,
+     "{f}:25: unknown section 'modle' (did you mean 'model'?); sections: train_input, "
+     "eval_input, model, optimizer, runconfig, csconfig"),
+    ("missing required key", "train_input:\n  shuffle: true\nmodel:\n  name: toy\n", None,
+     "{f}:1: missing key 'batch_size' in train_input: train_input.batch_size must be an int > 0"),
+    ("missing model name", "train_input:\n  batch_size: 3\nmodel:\n  hidden_size: 3\n", None,
+     "{f}:3: model.name is required: the model family, one of {models}"),
+    ("unknown model", GOOD.replace("name: toy", "name: tyo"), None,
+     "{f}:8: unknown model 'tyo' (did you mean 'toy'?); available: {models}"),
+    ("python tag", GOOD.replace("hidden_size: 64", "hidden_size: !!python/object/apply:os.system "
+                                "['echo hi']"), None,
+     "{f}:9: YAML tag '!!python/object/apply:os.system' is not allowed; params files hold plain "
+     "mappings, lists, strings, numbers, booleans and null"),
+    ("custom tag", "train_input: !foo {batch_size: 3}\n", None,
+     "{f}:1: YAML tag '!foo' is not allowed; params files hold plain mappings, lists, strings, "
+     "numbers, booleans and null"),
+    ("top level list", "- train_input\n- model\n", None,
+     "{f}:1: top level must be a mapping of sections (train_input, eval_input, model, optimizer, "
+     "runconfig, csconfig), got a list"),
+    ("top level scalar", "hello\n", None,
+     "{f}:1: top level must be a mapping of sections (train_input, eval_input, model, optimizer, "
+     "runconfig, csconfig), got the scalar 'hello'"),
+    ("empty file", "# nothing\n", None,
+     "{f}: params file is empty; expected a mapping with sections train_input, eval_input, "
+     "model, optimizer, runconfig, csconfig"),
+    ("section not a mapping", GOOD.replace("eval_input:\n  batch_size: 16", "eval_input: 16"),
+     None, "{f}:5: section 'eval_input' must be a mapping of keys, got 16"),
+    ("duplicate key", GOOD.replace("  batch_size: 32\n", "  batch_size: 32\n  batch_size: 8\n"),
+     None, "{f}:3: duplicate key 'batch_size' in train_input"),
+    ("non-string key", GOOD.replace("  hidden_size: 64", "  3: 64"), None,
+     "{f}:9: keys must be strings, got '3' in model"),
+    ("replicas divide batch", GOOD.replace("execution_strategy: pipelined", "num_replicas: 3"),
+     None, "{f}:2: train_input.batch_size 32 must be divisible by csconfig.num_replicas 3"),
+    ("replicas vs strategy", GOOD + "  num_replicas: 2\n", None,
+     "{f}:25: csconfig.num_replicas 2 needs execution_strategy multi_replica or auto, got "
+     "'pipelined'"),
+    ("multireplica conflict", GOOD.replace("pipelined", "weight_streaming") + "  multireplica: "
+     "true\n", None, "{f}:25: csconfig.multireplica: true conflicts with "
+     "csconfig.execution_strategy 'weight_streaming' (use multi_replica)"),
+    ("warm-up beyond max_steps", GOOD.replace("max_steps: 1000", "max_steps: 50"), None,
+     "{f}:14: optimizer.learning_rate[0].steps (warm-up) 100 must be <= runconfig.max_steps 50"),
+    ("schedule step missing", GOOD.replace("      steps: 100\n", ""), None,
+     "{f}:13: optimizer.learning_rate[0].steps is required: every segment but the last needs "
+     "steps"),
+    ("bad scheduler", GOOD.replace("- scheduler: Linear\n      steps", "- scheduler: Lin\n      "
+                                   "steps"), None,
+     "{f}:13: optimizer.learning_rate[0].scheduler must be one of Linear, Constant, "
+     "Exponential, Cosine, got 'Lin' (did you mean 'Linear'?)"),
+    ("schedule unknown key", GOOD.replace("      steps: 100\n", "      step: 100\n"), None,
+     "{f}:14: unknown key 'step' in optimizer.learning_rate[0] (Linear takes "
+     "initial_learning_rate, end_learning_rate, steps) (did you mean 'steps'?)"),
+    ("mpp > msl", GOOD.replace("batch_size: 32", "batch_size: 32\n  max_sequence_length: 8\n  "
+                               "max_predictions_per_seq: 20"), None,
+     "{f}:4: train_input.max_predictions_per_seq 20 must be <= max_sequence_length 8"),
+    ("heads divide hidden", GOOD.replace("hidden_size: 64", "hidden_size: 64\n  num_heads: 5"),
+     None, "{f}:10: model.hidden_size 64 must be divisible by model.num_heads 5"),
+    ("nan", GOOD.replace("hidden_size: 64", "dropout_rate: .nan"), None,
+     "{f}:9: model.dropout_rate must be a number in [0, 1), got nan"),
+    # Overrides.
+    ("override unknown key", None, ["model.hiden_size=3"],
+     "override 'model.hiden_size=3': unknown key 'hiden_size' in model (did you mean "
+     "'hidden_size'?)"),
+    ("override unknown section", None, ["modle.name=toy"],
+     "override 'modle.name=toy': unknown section 'modle' (did you mean 'model'?); sections: "
+     "train_input, eval_input, model, optimizer, runconfig, csconfig"),
+    ("override no =", None, ["model.hidden_size"],
+     "override 'model.hidden_size': expected SECTION.KEY=VALUE, e.g. train_input.batch_size=64"),
+    ("override no section", None, ["batch_size=3"],
+     "override 'batch_size=3': key must be SECTION.KEY such as model.hidden_size, got "
+     "'batch_size'"),
+    ("override bad value type", None, ["train_input.batch_size=abc"],
+     "override 'train_input.batch_size=abc': train_input.batch_size must be an int > 0, got "
+     "'abc'"),
+    ("override bad yaml", None, ["train_input.batch_size=[1"],
+     "override 'train_input.batch_size=[1': value is not valid YAML: expected ',' or ']', but "
+     "got '<stream end>'"),
+    ("override python tag", None, ["model.hidden_size=!!python/name:os.system"],
+     "override 'model.hidden_size=!!python/name:os.system': YAML tag "
+     "'!!python/name:os.system' is not allowed; params files hold plain mappings, lists, "
+     "strings, numbers, booleans and null"),
+    ("override into a scalar", None, ["model.hidden_size.x=1"],
+     "override 'model.hidden_size.x=1': cannot set 'model.hidden_size.x': model.hidden_size is "
+     "not a mapping"),
+    ("flag source", None, [params_lib.Override("csconfig.num_csx", 0, "--num_csx")],
+     "--num_csx: csconfig.num_csx must be an int > 0, got 0"),
+]
+
+
+@pytest.mark.parametrize("text,overrides,expected", [c[1:] for c in BAD_CASES if c[3]],
+                         ids=[c[0] for c in BAD_CASES if c[3]])
+def test_bad_input_is_one_exact_line(tmp_path, text, overrides, expected):
+  path = _write(tmp_path, GOOD if text is None else text)
+  models = ", ".join(registry.available_models())
+  assert _error(path, overrides) == expected.format(f=path, models=models)
+
+
+def test_negative_learning_rate(tmp_path):
+  text = GOOD.split("optimizer:")[0] + "optimizer:\n  learning_rate: -1\n"
+  path = _write(tmp_path, text)
+  assert _error(path) == (f"{path}:11: optimizer.learning_rate must be a number > 0 or a list of "
+                          "schedule segments (scheduler: Linear, Constant, Exponential, Cosine), "
+                          "got -1")
+
+
+def test_missing_file_and_directory(tmp_path):
+  assert _error("foo.yaml") == "params file not found: foo.yaml"
+  assert _error(str(tmp_path)) == f"params file is a directory: {tmp_path}"
+
+
+def test_not_utf8(tmp_path):
+  path = tmp_path / "bin.yaml"
+  path.write_bytes(b"model: \xff\xfe\n")
+  assert _error(str(path)).startswith(f"{path}: not UTF-8 text (invalid start byte at byte 7)")
+
+
+def test_alias_bomb_is_cheap(tmp_path):
+  lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+  for i in range(1, 12):
+    lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+  path = _write(tmp_path, "\n".join(lines) + "\n")
+  assert _error(path) == f"{path}:1: unknown section 'a0'; sections: train_input, eval_input, " \
+      "model, optimizer, runconfig, csconfig"
+
+
+def test_registry_unknown_model_and_spec_checks():
+  with pytest.raises(ParamsError, match=r"^unknown model 'toyy' \(did you mean 'toy'\?\); "):
+    registry.get_model("toyy")
+  with pytest.raises(ValueError):
+    registry.ModelSpec("bad name", "a:b", "a:c")
+  with pytest.raises(ValueError):
+    registry.ModelSpec("x", "nocolon", "a:c")
+  with pytest.raises(ValueError):
+    registry.ModelSpec("x", "a:b", "a:c", schema={"optimizer": {}})
+  with pytest.raises(ValueError):
+    registry.register(registry.ModelSpec("toy", "a:b", "a:c"))
+  spec = registry.ModelSpec("lazy_fn", "os.path:join", "os.path:basename")
+  assert spec.resolve() == (os.path.join, os.path.basename)
+
+
+# --- properties ------------------------------------------------------------------------------
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**20), st.floats(),
+                     st.text(max_size=12),
+                     st.sampled_from(["toy", "adamw", "dynamic", "cs2", "Linear", "auto",
+                                      "1e-3", "multi_replica", "./data"]))
+_keys = st.one_of(st.sampled_from(sorted({k for f in params_lib.SCHEMA.values() for k in f}
+                                         | set(params_lib.SCHEMA) | {"scheduler", "steps"})),
+                  st.text(min_size=1, max_size=8))
+_values = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(_keys, inner, max_size=5)), max_leaves=20)
+_sections = st.fixed_dictionaries(
+    {}, optional={s: st.one_of(st.dictionaries(_keys, _values, max_size=6),
+                               _scalars) for s in params_lib.SCHEMA})
+
+
+def _only_params_error(text, overrides=()):
+  try:
+    out = params_lib.parse_params(text, "/tmp/prop/p.yaml", list(overrides))
+  except ParamsError as e:
+    assert "\n" not in str(e) and str(e)
+    return None
+  assert isinstance(out, dict) and {"train_input", "model"} <= set(out)
+  return out
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(st.text(max_size=200),
+                 st.lists(st.sampled_from(["train_input:", "model:", "  name: toy",
+                                           "  batch_size: 8", "  - 1", "  x: [1, {a: b}]",
+                                           "!!python/object:os.system", "&a [1]", "*a", "---",
+                                           "  ? k", "  : v", "\t", "'", "{", "key: 1e5",
+                                           "csconfig:", "  num_replicas: 4", "optimizer:",
+                                           "  learning_rate: [{scheduler: Linear}]"]),
+                          max_size=12).map("\n".join)))
+def test_property_any_yaml_text_gives_params_or_params_error(text):
+  _only_params_error(text)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_sections, st.booleans())
+def test_property_any_nested_dict_gives_params_or_params_error(data, with_model):
+  if with_model and isinstance(data.get("model"), dict):
+    data["model"]["name"] = "toy"
+  if with_model and isinstance(data.get("train_input"), dict):
+    data["train_input"].setdefault("batch_size", 8)
+  try:
+    text = yaml.safe_dump(data)
+  except (yaml.YAMLError, ValueError):
+    return
+  _only_params_error(text)
+
+
+def test_grad_accum_and_warmup_steps(tmp_path):
+  path = _write(tmp_path, GOOD)
+  opt = params_lib.load_params(path)["optimizer"]
+  assert (opt["grad_accum_steps"], opt["warmup_steps"]) == (1, None)
+  opt = params_lib.load_params(path, ["optimizer.learning_rate=1e-3",
+                                      "optimizer.warmup_steps=100",
+                                      "optimizer.grad_accum_steps=4"])["optimizer"]
+  assert (opt["grad_accum_steps"], opt["warmup_steps"]) == (4, 100)
+  # Schedules count updates: 1000 micro-batches / 8 = 125 updates.
+  assert _error(path, ["optimizer.grad_accum_steps=8", "optimizer.learning_rate=1e-3",
+                       "optimizer.warmup_steps=200"]) == (
+      "override 'optimizer.warmup_steps=200': optimizer.warmup_steps 200 must be <= the 125 "
+      "updates of runconfig.max_steps 1000 / optimizer.grad_accum_steps 8")
+  assert _error(path, ["optimizer.grad_accum_steps=0"]) == (
+      "override 'optimizer.grad_accum_steps=0': optimizer.grad_accum_steps must be an int > 0, "
+      "got 0")
+  assert _error(path, ["optimizer.warmup_steps=10"]).endswith(
+      "optimizer.warmup_steps applies to a constant learning_rate; with schedule segments make "
+      "the first segment a Linear warm-up")
+  assert _error(path, ["optimizer.grad_accum_steps=20"]).endswith(  # warm-up segment: 100 steps
+      "optimizer.learning_rate[0].steps (warm-up) 100 must be <= the 50 updates of "
+      "runconfig.max_steps 1000 / optimizer.grad_accum_steps 20")

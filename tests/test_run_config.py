@@ -1,0 +1,48 @@
+"""CSRunConfig / CSConfig: validation and immutability."""
+
+import pytest
+import tensorflow as tf
+
+from cerebras_tf.errors import ConfigError
+from cerebras_tf.run_config import CSConfig, CSRunConfig, parse_cs_ip
+
+
+@pytest.mark.parametrize("given,want", [
+    ("10.0.0.5", "10.0.0.5:9000"), ("10.0.0.5:9100", "10.0.0.5:9100"),
+    ("cs2-a.lab", "cs2-a.lab:9000"), (None, None), ("", None)])
+def test_cs_ip_normalized(given, want):
+  assert parse_cs_ip(given) == want
+
+
+@pytest.mark.parametrize("bad,fragment", [
+    ("10.0.0.256", "not a valid IPv4"), ("10.0.0.5:0", "port must be"),
+    ("10.0.0.5:99999", "port must be"), ("host:abc", "port must be"),
+    ("bad host", "not a valid host"), ("1.2.3", "not a valid host")])
+def test_cs_ip_rejected(bad, fragment):
+  with pytest.raises(ConfigError, match=fragment):
+    parse_cs_ip(bad)
+
+
+def test_is_a_run_config_and_replace_keeps_cs_fields():
+  cfg = CSRunConfig(cs_ip="1.2.3.4", system_name="sys0",
+                    cs_config=CSConfig(execution_strategy="weight_streaming", num_csx=4),
+                    stack_params={"a": 1}, save_checkpoints_steps=7)
+  assert isinstance(cfg, tf.estimator.RunConfig)
+  new = cfg.replace(save_checkpoints_steps=11, model_dir="/tmp/x")
+  assert new.save_checkpoints_steps == 11 and new.model_dir == "/tmp/x"
+  assert new.cs_ip == "1.2.3.4:9000" and new.system_name == "sys0"
+  assert new.cs_config.num_csx == 4 and new.stack_params == {"a": 1}
+  assert cfg.save_checkpoints_steps == 7  # the original is unchanged
+  moved = cfg.replace(cs_ip="5.6.7.8:1234")
+  assert moved.cs_ip == "5.6.7.8:1234" and cfg.cs_ip == "1.2.3.4:9000"
+  with pytest.raises(ConfigError):
+    cfg.replace(cs_ip="nope nope")
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    ({"execution_strategy": "fast"}, "execution_strategy"), ({"num_csx": 0}, "num_csx"),
+    ({"max_wgt_servers": -1}, "max_wgt_servers"), ({"num_replicas": 0}, "num_replicas"),
+    ({"sparsity": 1.0}, "sparsity")])
+def test_cs_config_validated(kwargs, fragment):
+  with pytest.raises(ConfigError, match=fragment):
+    CSConfig(**kwargs)
