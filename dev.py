@@ -21,8 +21,10 @@ EXTRAS = "test,data"
 
 # The demo: BERT-tiny pretraining on the real corpus, compiled for the simulated CS-2.
 DEMO_DATASETS = "vocab,bert_pretrain"
+# Its model_dir (runs/bert_tiny_msl128, from the YAML) is what params_bert_tiny_classifier.yaml
+# warm-starts from.
 DEMO = ["scripts/run.py", "--params", "configs/params_bert_tiny_msl128.yaml",
-        "--mode", "train_and_eval", "--model_dir", "runs/bert_tiny_demo"]
+        "--mode", "train_and_eval"]
 
 
 def _setup_hash() -> str:
