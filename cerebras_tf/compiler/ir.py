@@ -43,6 +43,11 @@ class Layer:
       for variable tensor shape (VTS): "linear" (position-wise: dense, norms, embeddings),
       "quadratic" (token-pair work: attention scores and context), "none" (per-sequence:
       pooler, classifier, the loss over a fixed number of predictions).
+    pair_share: share of the forward FLOPs that is token-pair work (activation x activation
+      matmuls: attention scores and context), which grows with the square of the real
+      tokens; the rest of a "linear" layer grows linearly. A dense layer that absorbed a small
+      attention core is mixed: VTS scales it by (1 - q) token_fraction + q token_sq_fraction.
+      0 with token_scaling "quadratic" means the whole layer is token-pair work.
   """
 
   name: str
@@ -57,6 +62,7 @@ class Layer:
   io_bytes: float = 0.0
   ops: Tuple[OpSite, ...] = ()
   token_scaling: str = "linear"
+  pair_share: float = 0.0
 
   @property
   def flops(self) -> float:

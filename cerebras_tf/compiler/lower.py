@@ -189,7 +189,7 @@ def _slots_per_param(captured: CapturedGraph) -> Tuple[str, int]:
 
 def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
           weight_dtype_bytes: int = 4, fwd: Optional[List[tf.Operation]] = None,
-          seq_len: int = 0) -> ir.LayerGraph:
+          seq_len: int = 0, token_lengths: Iterable[int] = ()) -> ir.LayerGraph:
   """Groups the captured graph into layers and costs them per sample.
 
   Args:
@@ -200,6 +200,10 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       copies: 4).
     fwd: forward ops if already computed.
     seq_len: sequence length for reports, 0 when not a sequence model.
+    token_lengths: the static lengths of the token streams (e.g. {80} for source and target
+      of 80); default (seq_len,). A layer whose heaviest op's output spans none of them works
+      on a fixed number of positions (BERT's masked-LM head on 20 gathered positions, the
+      pooler, NSP): its token_scaling is "none", so VTS does not shrink it.
   """
   graph = captured.graph
   fwd = forward_ops(captured) if fwd is None else fwd
@@ -221,6 +225,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
 
   order: Dict[str, int] = {}
   heaviest: Dict[str, float] = {}
+  heaviest_shape: Dict[str, tf.TensorShape] = {}
   fwd_flops = collections.Counter()
   bwd_flops = collections.Counter()
   mm_flops = collections.Counter()
@@ -237,6 +242,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       # A layer sits in the pipeline where its heaviest op runs (not its first reshape).
       if layer not in order or f > heaviest[layer]:
         order[layer], heaviest[layer] = i, f
+        heaviest_shape[layer] = op.outputs[0].shape if op.outputs else tf.TensorShape(None)
       fwd_flops[layer] += f
       if kernels.category(op.type) in (kernels.MATMUL, kernels.CONV):
         mm_flops[layer] += f
@@ -276,8 +282,10 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
     if extra not in order and (params[extra] or bwd_flops[extra]):
       order[extra] = len(order) + 10**9
       names.append(extra)
-  names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes)
+  names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
+                      pair_flops)
   opt_name, slots = _slots_per_param(captured)
+  lengths = tuple(token_lengths) or ((seq_len,) if seq_len > 0 else ())
   layers = []
   for n in names:
     p = int(params[n])
@@ -290,25 +298,53 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         num_params=p, weight_bytes=p * weight_dtype_bytes, grad_bytes=p * weight_dtype_bytes,
         optimizer_bytes=p * weight_dtype_bytes * slots,
         activation_bytes=act_bytes[n] / batch, io_bytes=io_bytes[n] / batch,
-        token_scaling="quadratic" if pair_flops[n] > 0.5 * fwd_flops[n] else "linear"))
+        token_scaling=_token_scaling(fwd_flops[n], pair_flops[n], heaviest_shape.get(n),
+                                     batch, lengths),
+        pair_share=min(1.0, pair_flops[n] / fwd_flops[n]) if fwd_flops[n] else 0.0))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len)
 
 
-def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes) -> List[str]:
-  """Folds weightless layers with a tiny FLOP share into the layer before them."""
+def _token_scaling(fwd_flops: float, pair_flops: float, shape: Optional[tf.TensorShape],
+                   batch: int, lengths: Tuple[int, ...]) -> str:
+  """"quadratic" (mostly token-pair FLOPs), "none" (works on fixed positions) or "linear".
+
+  "none" when the layer's heaviest op has a static output shape that spans no token stream:
+  neither [batch * L, ...] (a flattened dense layer) nor [batch, ..., L, ...] / [batch, L] for
+  any L in `lengths` (e.g. [B * 20, H] gathered masked-LM positions, [B, 2] NSP logits).
+  Unknown shapes, and [B, H] with H equal to a length, count as "linear".
+  """
+  if fwd_flops and pair_flops > 0.5 * fwd_flops:
+    return "quadratic"
+  if not fwd_flops or not lengths or shape is None or shape.rank is None or \
+      shape.rank < 1 or not shape.is_fully_defined():
+    return "linear"
+  dims = shape.as_list()
+  inner = dims[1:-1] if len(dims) > 2 else dims[1:]  # the last of 3+ dims is features
+  spans = any(dims[0] == batch * l or (dims[0] == batch and l in inner) for l in lengths)
+  return "linear" if spans else "none"
+
+
+def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
+                pair_flops) -> List[str]:
+  """Folds weightless layers with a tiny FLOP share into the layer before them.
+
+  A small model's attention core (scores, softmax, context: no weights) usually folds into
+  its value projection; its token-pair FLOPs go with it, so VTS still sees them.
+  """
   total = sum(fwd_flops.values()) or 1.0
   out: List[str] = []
+  counters = (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes, pair_flops)
   for n in names:
     if out and not params[n] and fwd_flops[n] < _FOLD_FLOPS_SHARE * total:
       keep = out[-1]
-      for c in (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes):
+      for c in counters:
         c[keep] += c.pop(n, 0)
       continue
     out.append(n)
   # A tiny weightless first layer (e.g. input casts) folds into its successor instead.
   if len(out) > 1 and not params[out[0]] and fwd_flops[out[0]] < _FOLD_FLOPS_SHARE * total:
     first = out.pop(0)
-    for c in (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes):
+    for c in counters:
       c[out[0]] += c.pop(first, 0)
   return out

@@ -19,8 +19,11 @@ Pipelined mode (one replica, layers side by side, samples streamed through):
 Multi-replica: R such pipelines side by side, each on its own slab of the grid with B/R of the
 batch, plus a gradient all-reduce between the slabs at the end of every step.
 Weight streaming: see `ws_cost`.
-VTS (options.vts): linear layers cost token_fraction of their padded work, quadratic ones
-token_sq_fraction, per-sequence ones ("none") all of it; the padded rate is reported beside.
+VTS (options.vts): the FLOPs of linear layers scale by token_fraction, of quadratic ones by
+token_sq_fraction, of per-sequence ones ("none") not at all; a layer whose FLOPs are a share q
+token-pair work (`Layer.pair_share`, e.g. a value projection that absorbed the attention
+core) scales by (1 - q) token_fraction + q token_sq_fraction. The per-token latency scales by
+token_fraction in every layer (only real tokens stream). The padded rate is reported beside.
 `efficiency` is the calibration constant fitted to published measured runs (engine YAML).
 """
 
@@ -53,18 +56,21 @@ def vts_scale(layer: ir.Layer, options: Optional[base.PlanOptions], vts: bool = 
   """(FLOPs factor, token factor) of a layer under VTS; (1, 1) when VTS is off."""
   if options is None or not options.vts or not vts:
     return 1.0, 1.0
-  if layer.token_scaling == "quadratic":
-    return options.token_sq_fraction, options.token_fraction
   if layer.token_scaling == "none":
-    return 1.0, 1.0
-  return options.token_fraction, options.token_fraction
+    # Fixed positions (BERT's 20 masked-LM predictions): the FLOPs stay, but only the sample's
+    # real tokens stream through the region (`layer_tokens`), so the latency shrinks.
+    return 1.0, options.token_fraction
+  q = layer.pair_share or (1.0 if layer.token_scaling == "quadratic" else 0.0)
+  return ((1.0 - q) * options.token_fraction + q * options.token_sq_fraction,
+          options.token_fraction)
 
 
 def layer_tokens(layer: ir.Layer, graph: ir.LayerGraph) -> float:
   """Tokens per sample that stream through a layer: the padded sequence, for every layer.
 
   Per-sequence heads ("none") work on fewer positions, but the IR does not say how many and
-  the sample still streams through their region; VTS leaves their cost unscaled.
+  the sample still streams through their region; VTS leaves their FLOPs unscaled and scales
+  this streaming by token_fraction like every other layer's (`vts_scale`).
   """
   del layer
   return tokens_per_sample(graph)
