@@ -299,11 +299,15 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       tf.compat.v1.logging.info("cerebras_tf: validation passed: every op has an engine kernel")
       return result
     name = getattr(self._user_model_fn, "__module__", "model") or "model"
-    graph = lower.lower(captured, name=name, fwd=fwd, seq_len=_seq_len(captured))
+    seq_len = _seq_len(captured)
+    sources = _length_sources(captured, seq_len)
+    graph = lower.lower(captured, name=name, fwd=fwd, seq_len=seq_len,
+                        token_lengths=sorted({s.seq_len for s in sources}))
     options = plan_base.PlanOptions(
         batch_size=captured.batch_size, execution_strategy=cs.execution_strategy,
         num_csx=cs.num_csx, num_replicas=cs.num_replicas, max_wgt_servers=cs.max_wgt_servers,
-        sparsity=cs.sparsity, vts=cs.vts)
+        sparsity=cs.sparsity, vts=cs.vts,
+        **(self._token_fractions(input_fn, captured, sources) if cs.vts else {}))
     gkey = compile_lib.graph_key(graph, engine_file, options)
     entry = cache.get(gkey)
     if entry is not None:
@@ -318,6 +322,33 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._compile_memo[key] = result
     self._log_compile(result)
     return result
+
+  def _token_fractions(self, input_fn, captured, sources) -> dict:
+    """VTS: token_fraction / token_sq_fraction measured on a sample of the training input.
+
+    The lengths are relative to the captured (compiled) static shapes. The fractions go into
+    PlanOptions, hence into the graph cache key: a VTS compile never reuses a padded entry.
+    """
+    from cerebras_tf.compiler import tokens  # pylint: disable=import-outside-toplevel
+    if not sources:
+      names = ", ".join(f"{n}{t.shape.as_list()}"
+                        for n, t in sorted(captured.inputs.items())) or "none"
+      raise CompileError(f"csconfig.vts is true but the training input says no sequence lengths: "
+                         f"looked for {tokens.LOOKED_FOR} among the inputs ({names}); add a "
+                         f"padding mask or a length feature to the input_fn, or set "
+                         f"csconfig.vts false")
+    stats = tokens.measure(lambda: self._call_input_fn(input_fn, ModeKeys.TRAIN), sources,
+                           seed=self.config.tf_random_seed)
+    if not stats[0].sequences:
+      raise CompileError(f"csconfig.vts is true but the training input_fn gave no batch to "
+                         f"measure sequence lengths on (read {sources[0].feature}); check "
+                         f"its data files, or set csconfig.vts false")
+    pooled = tokens.pool(stats)
+    where = tokens.describe(sources, stats)
+    tf.compat.v1.logging.info("cerebras_tf: VTS %s: token_fraction %.3f, token_sq_fraction %.3f",
+                              where, pooled.token_fraction, pooled.token_sq_fraction)
+    return {"token_fraction": pooled.token_fraction,
+            "token_sq_fraction": pooled.token_sq_fraction, "vts_source": where}
 
   def _log_compile(self, result):
     from cerebras_tf.engine import report  # pylint: disable=import-outside-toplevel
@@ -342,3 +373,10 @@ def _seq_len(captured) -> int:
              if name.startswith("features") and t.dtype.is_integer and t.shape.rank == 2
              and t.shape[1] is not None]
   return max(lengths, default=0)
+
+
+def _length_sources(captured, seq_len: int):
+  """Where VTS reads sequence lengths from (compiler/tokens.py), from the captured inputs."""
+  from cerebras_tf.compiler import tokens  # pylint: disable=import-outside-toplevel
+  return tokens.find_length_sources(
+      {n: (t.shape.as_list(), t.dtype.name) for n, t in captured.inputs.items()}, seq_len)

@@ -65,6 +65,18 @@ def vts_scale(layer: ir.Layer, options: Optional[base.PlanOptions], vts: bool = 
           options.token_fraction)
 
 
+def vts_notes(sps: float, padded: float, options: base.PlanOptions) -> Tuple[str, ...]:
+  """Report lines for VTS: the two rates, the fractions, and where the lengths came from."""
+  if not options.vts:
+    return ()
+  out = (f"VTS: {sps:,.1f} samples/s on real tokens vs {padded:,.1f} padded "
+         f"(token_fraction {options.token_fraction:.3f}, token_sq_fraction "
+         f"{options.token_sq_fraction:.3f})",)
+  if options.vts_source:
+    out += (f"VTS {options.vts_source}",)
+  return out
+
+
 def layer_tokens(layer: ir.Layer, graph: ir.LayerGraph) -> float:
   """Tokens per sample that stream through a layer: the padded sequence, for every layer.
 
@@ -191,10 +203,7 @@ def simulate_pipelined(plan: base.Plan, graph: ir.LayerGraph, engine,
   if plan.num_replicas > 1:
     notes.append(f"gradient all-reduce between {plan.num_replicas} replicas: "
                  f"{allreduce_time_s(graph, engine, plan.num_replicas) * 1e3:.3f} ms per step")
-  if options.vts:
-    notes.append(f"VTS: {sps:,.1f} samples/s on real tokens vs {padded:,.1f} padded "
-                 f"(token_fraction {options.token_fraction:.3f}, token_sq_fraction "
-                 f"{options.token_sq_fraction:.3f})")
+  notes.extend(vts_notes(sps, padded, options))
   return base.Performance(
       samples_per_sec=sps, step_time_s=step, utilization=util, bottleneck=bottleneck,
       compute_samples_per_sec=compute_sps, io_samples_per_sec=io_sps,
@@ -418,8 +427,7 @@ def simulate_weight_streaming(plan: base.Plan, graph: ir.LayerGraph, engine,
                                     if cost.recompute_fraction > 0 else ""),
            "step time by bound: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                               for k, v in cost.time_by_bound))
-  if opts.vts:
-    notes += (f"VTS: {sps:,.1f} samples/s on real tokens vs {padded:,.1f} padded",)
+  notes += vts_notes(sps, padded, opts)
   return base.Performance(
       samples_per_sec=sps, step_time_s=cost.step_s, utilization=util,
       bottleneck=ws_bottleneck(cost, engine), compute_samples_per_sec=compute_sps,

@@ -35,9 +35,13 @@ def format_summary(plan: base.Plan, perf: base.Performance) -> str:
           f" of {plan.memory_available_bytes / _GB:.1f} GB, batch {plan.batch_size}")
   if not plan.fits or perf is None:
     return head + f"\n  {plan.reason}"
+  vts = ""
+  if perf.padded_samples_per_sec and perf.padded_samples_per_sec != perf.samples_per_sec:
+    vts = (f"\n  VTS: {perf.samples_per_sec / perf.padded_samples_per_sec:.2f}x the padded "
+           f"{perf.padded_samples_per_sec:,.1f} samples/s")
   return (head + f"\n  predicted {perf.samples_per_sec:,.1f} samples/s "
           f"({perf.step_time_s * 1e3:.2f} ms/step), utilization {perf.utilization:.1%}"
-          f"\n  bottleneck: {perf.bottleneck}")
+          f"{vts}\n  bottleneck: {perf.bottleneck}")
 
 
 def graph_summary(graph: ir.LayerGraph) -> dict:

@@ -31,6 +31,8 @@ class PlanOptions:
   # samples (len = real tokens, S = padded length). 1.0 means every token is real.
   token_fraction: float = 1.0
   token_sq_fraction: float = 1.0
+  # Where those came from, for the report (compiler/tokens.py:describe).
+  vts_source: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
