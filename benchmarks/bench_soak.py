@@ -8,6 +8,10 @@ the end below 5%.
 
     python benchmarks/bench_soak.py [--steps 5000] [--no_cs] [--interval 3]
     python benchmarks/bench_soak.py --quick        # 300 steps
+
+With --as_configured the child is the config's own run (its learning-rate schedule and
+checkpoint/eval cadence, `--mode train_and_eval` into --model_dir): one run then gives both the
+soak figures and the pretrained tiny BERT the classifier config warm-starts from.
 """
 
 import argparse
@@ -33,14 +37,18 @@ def read_status(pid: int):
   return kib("VmRSS") / 1024, kib("VmHWM") / 1024
 
 
-def soak(steps: int, use_cs: bool, interval: float):
-  model_dir = tempfile.mkdtemp(prefix="bench_soak_")
+def soak(steps: int, use_cs: bool, interval: float, model_dir=None, as_configured=False):
+  model_dir = model_dir or tempfile.mkdtemp(prefix="bench_soak_")
+  os.makedirs(model_dir, exist_ok=True)
   cmd = [sys.executable, os.path.join(ROOT, "scripts", "run.py"), "--params", CONFIG,
-         "--model_dir", model_dir, "--max_steps", str(steps),
-         # a constant rate: the config's warm-up schedule is longer than a short soak
-         "--params_override", "optimizer.learning_rate=0.0001",
-         "--params_override", f"runconfig.save_checkpoints_steps={max(steps // 5, 1)}",
-         "--params_override", "runconfig.log_step_count_steps=500"]
+         "--model_dir", model_dir, "--max_steps", str(steps)]
+  if as_configured:
+    cmd += ["--mode", "train_and_eval"]
+  else:
+    # a constant rate: the config's warm-up schedule is longer than a short soak
+    cmd += ["--params_override", "optimizer.learning_rate=0.0001",
+            "--params_override", f"runconfig.save_checkpoints_steps={max(steps // 5, 1)}",
+            "--params_override", "runconfig.log_step_count_steps=500"]
   if not use_cs:
     cmd.append("--no_cs")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -64,9 +72,13 @@ def main():
   ap.add_argument("--no_cs", action="store_true", help="plain Estimator (no compile)")
   ap.add_argument("--interval", type=float, default=3.0)
   ap.add_argument("--warmup_fraction", type=float, default=0.2)
+  ap.add_argument("--model_dir", default=None, help="default: a new temp dir")
+  ap.add_argument("--as_configured", action="store_true",
+                  help="the config's own schedule and train_and_eval (see the docstring)")
   args = ap.parse_args()
   steps = 300 if args.quick else args.steps
-  code, seconds, samples, model_dir = soak(steps, not args.no_cs, args.interval)
+  code, seconds, samples, model_dir = soak(steps, not args.no_cs, args.interval,
+                                           args.model_dir, args.as_configured)
   if code != 0 or len(samples) < 3:
     print(f"soak run failed: exit code {code}, {len(samples)} samples; see "
           f"{model_dir}/soak.log", file=sys.stderr)
