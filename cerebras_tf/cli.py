@@ -117,6 +117,11 @@ def parse_command_line(argv: List[str]) -> Invocation:
   for name, key in FLAG_TO_KEY.items():
     if fv[name].present:
       overrides.append(params_lib.Override(key, fv[name].value, f"--{name}"))
+  if fv.multireplica and not fv["execution_strategy"].present:
+    # The flag chooses the strategy over the YAML's (configs say `pipelined`); given together
+    # with --execution_strategy, the two must agree (the params schema says so).
+    overrides.append(params_lib.Override("csconfig.execution_strategy",
+                                         plan_base.MULTI_REPLICA, "--multireplica"))
   if fv.no_cs:
     overrides.append(params_lib.Override("runconfig.use_cs", False, "--no_cs"))
   overrides.extend(params_lib.parse_override(text) for text in fv.params_override)

@@ -164,6 +164,14 @@ def test_flags_override_yaml(params_file):
                                    use_cs=False)
 
 
+def test_multireplica_flag_overrides_the_yaml_strategy(params_file):
+  with open(params_file, "a") as fh:
+    fh.write("csconfig:\n  execution_strategy: pipelined\n")
+  params, _ = cli.load(["run.py", "--params", params_file, "--multireplica"])
+  assert params["csconfig"]["execution_strategy"] == "multi_replica"
+  assert params["csconfig"]["multireplica"] is True
+
+
 # --- runner dispatch with a fake estimator -------------------------------------------------
 
 class FakeEstimator:
