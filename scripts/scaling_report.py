@@ -1,19 +1,22 @@
 #!/usr/bin/env python
 """Weight-streaming scaling report for a params YAML, without TensorFlow.
 
-  python scripts/scaling_report.py --params configs/params_gpt.yaml --systems 1,2,4,8,16 \
+  python scripts/scaling_report.py --params configs/params_gpt3_xl.yaml --systems 1,2,4,8,16 \
       [--engine cs2] [--batch 512] [--sparsity 0.9] [--out DIR]
 
 The graph is NOT traced from the model code: it is built by cerebras_tf/compiler/analytic.py
 from the params' `model` section (hidden_size, num_hidden_layers, num_heads, filter_size,
-vocab_size, max_sequence_length, batch_size): `model.name: gpt...` gives a decoder-only LM,
-`bert...` an encoder with MLM/NSP heads, `transformer...` an encoder-decoder. So it runs in a
-second and needs no TensorFlow. The global batch stays fixed and is split across systems
-(see cerebras_tf/engine/scaling.py). Writes scaling.txt, scaling.json and scaling.png to --out
-(default: the current directory) and prints the table. Errors: one line, exit 2.
+vocab_size; max_sequence_length and batch_size from `model` or else `train_input`; for GPT,
+share_embedding_weights and position_embedding_type): `model.name: gpt...` gives a decoder-only
+LM, `bert...` an encoder with MLM/NSP heads, `transformer...` an encoder-decoder. So it runs in
+a second and needs no TensorFlow. The global batch stays fixed and is split across systems
+(see cerebras_tf/engine/scaling.py). Writes scaling.txt, scaling.json, scaling.png and a
+TensorBoard event file (tensorboard/) to --out (default: the current directory) and prints the
+table. Errors: one line, exit 2.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -25,6 +28,30 @@ from cerebras_tf.compiler import analytic  # noqa: E402
 from cerebras_tf.compiler.plan import base  # noqa: E402
 from cerebras_tf.engine import scaling, spec  # noqa: E402
 from cerebras_tf.errors import CerebrasTFError  # noqa: E402
+
+
+def graph_for(params, batch=None, name=None):
+  """The analytic LayerGraph of a params dict (the repo's YAML layout: the sequence length
+  lives in train_input)."""
+  if not isinstance(params, dict) or not isinstance(params.get("model"), dict):
+    raise CerebrasTFError("params: missing 'model' section")
+  model = dict(params["model"])
+  train = params.get("train_input") if isinstance(params.get("train_input"), dict) else {}
+  if "max_sequence_length" not in model and "max_sequence_length" in train:
+    model["max_sequence_length"] = train["max_sequence_length"]
+  graph = analytic.graph_from_params(dict(params, model=model), batch=batch)  # checks the keys
+  if str(model.get("name", "")).lower().startswith("gpt"):
+    # graph_from_params builds an untied head with learned positions; the YAML says which.
+    graph = analytic.transformer_decoder_graph(
+        model["num_hidden_layers"], model["hidden_size"],
+        model.get("num_heads", model.get("num_attention_heads")),
+        model.get("filter_size", model.get("intermediate_size")),
+        model["max_sequence_length"], model["vocab_size"],
+        graph.captured_batch_size,
+        tied_embeddings=bool(model.get("share_embedding_weights", True)),
+        learned_positions=model.get("position_embedding_type", "learned") == "learned",
+        name=graph.name)
+  return dataclasses.replace(graph, name=name) if name else graph
 
 
 def main(argv=None) -> int:
@@ -48,7 +75,8 @@ def main(argv=None) -> int:
         params = yaml.safe_load(fh)
     except (OSError, yaml.YAMLError) as e:
       raise CerebrasTFError(f"{a.params}: {str(e).splitlines()[0]}") from None
-    graph = analytic.graph_from_params(params, batch=a.batch)
+    stem = os.path.splitext(os.path.basename(a.params))[0]
+    graph = graph_for(params, a.batch, stem[len("params_"):] if stem.startswith("params_") else stem)
     engine = spec.load_engine(a.engine)
     opts = base.PlanOptions(batch_size=a.batch or graph.captured_batch_size,
                             execution_strategy=base.WEIGHT_STREAMING, sparsity=a.sparsity)

@@ -7,12 +7,16 @@ buy little loss, so adding systems must split a fixed batch rather than grow it.
 bends as the per-system batch shrinks, because per-layer step costs (the fitted per-layer
 overhead, SwarmX tree latency, partial sums per micro-batch) do not shrink with it - less for
 bigger models, whose layers carry more work per sample (seed 003). System counts that do not
-divide the batch are reported as skipped. Pure Python + matplotlib (Agg); no TensorFlow.
+divide the batch are reported as skipped. Pure Python + matplotlib (Agg); no TensorFlow (the
+TensorBoard event file is written with TensorBoard's protobufs, see `write_tensorboard`).
 """
 
 import dataclasses
 import json
 import os
+import socket
+import struct
+import time
 from typing import Dict, List, Sequence
 
 from cerebras_tf.compiler import ir
@@ -81,7 +85,8 @@ def format_rows(rows: List[Dict]) -> str:
 
 def write_scaling_report(out_dir: str, graph: ir.LayerGraph, engine, options: base.PlanOptions,
                          systems: Sequence[int] = (1, 2, 4, 8, 16)) -> Dict[str, str]:
-  """Writes scaling.txt, scaling.json and scaling.png in out_dir; returns their paths."""
+  """Writes scaling.txt, scaling.json, scaling.png and tensorboard/ (`write_tensorboard`) in
+  out_dir; returns their paths."""
   rows = scaling_report(graph, engine, options, systems)
   os.makedirs(out_dir, exist_ok=True)
   paths = {k: os.path.join(out_dir, f"scaling.{k}") for k in ("txt", "json", "png")}
@@ -106,6 +111,10 @@ def write_scaling_report(out_dir: str, graph: ir.LayerGraph, engine, options: ba
                   textcoords="offset points", xytext=(4, -10))
   ax.set_xscale("log", base=2)
   ax.set_yscale("log", base=2)
+  if ok:
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ys = [2 ** k for k in range(0, max(1, xs[-1] // xs[0]).bit_length())]
+    ax.set_yticks(ys, [str(y) for y in ys])
   ax.set_xlabel("systems")
   ax.set_ylabel("speedup")
   ax.set_title(f"{graph.name}: weight-streaming scaling (global batch {options.batch_size})",
@@ -114,4 +123,49 @@ def write_scaling_report(out_dir: str, graph: ir.LayerGraph, engine, options: ba
   fig.tight_layout()
   fig.savefig(paths["png"])
   plt.close(fig)
+  paths["tensorboard"] = write_tensorboard(os.path.join(out_dir, "tensorboard"), rows,
+                                           paths["png"])
   return paths
+
+
+def _record(data: bytes) -> bytes:
+  """One TFRecord: length, masked CRC32C of the length, data, masked CRC32C of the data."""
+  # pylint: disable=import-outside-toplevel
+  from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+  head = struct.pack("<Q", len(data))
+  return (head + struct.pack("<I", masked_crc32c(head)) + data +
+          struct.pack("<I", masked_crc32c(data)))
+
+
+def write_tensorboard(log_dir: str, rows: List[Dict], png_path: str = "") -> str:
+  """An event file for `tensorboard --logdir log_dir`: scalars scaling/{samples_per_sec,
+  speedup,efficiency} with the number of systems as the step, and the PNG under Images.
+
+  Written with TensorBoard's protobufs and its pure-Python CRC (tensorboard's own writers
+  import TensorFlow, which this module avoids). Returns the event file's path.
+  """
+  # pylint: disable=import-outside-toplevel
+  from tensorboard.compat.proto import event_pb2, summary_pb2
+  os.makedirs(log_dir, exist_ok=True)
+  now = time.time()
+  path = os.path.join(log_dir, f"events.out.tfevents.{int(now)}.{socket.gethostname()}.scaling")
+  events = [event_pb2.Event(wall_time=now, step=0, file_version="brain.Event:2")]
+  for r in rows:
+    if r["speedup"] is None:
+      continue
+    values = [summary_pb2.Summary.Value(tag=f"scaling/{k}", simple_value=float(r[k]))
+              for k in ("samples_per_sec", "speedup", "efficiency")]
+    events.append(event_pb2.Event(wall_time=now, step=int(r["systems"]),
+                                  summary=summary_pb2.Summary(value=values)))
+  if png_path and os.path.exists(png_path):
+    with open(png_path, "rb") as fh:
+      png = fh.read()
+    width, height = struct.unpack(">II", png[16:24])  # the PNG's IHDR chunk
+    image = summary_pb2.Summary.Image(encoded_image_string=png, width=width, height=height,
+                                      colorspace=4)
+    events.append(event_pb2.Event(wall_time=now, step=0, summary=summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag="scaling/plot", image=image)])))
+  with open(path, "wb") as fh:
+    for e in events:
+      fh.write(_record(e.SerializeToString()))
+  return path

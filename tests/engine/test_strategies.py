@@ -174,6 +174,36 @@ def test_scaling_gpt3_xl_and_bigger_scales_further(cs2, tmp_path):
   assert json.load(open(paths["json"]))["rows"][-1]["efficiency"] == pytest.approx(xl16)
   assert "efficiency" in open(paths["txt"]).read()
   assert open(paths["png"], "rb").read(4) == b"\x89PNG"
+  # The TensorBoard form: one event file of TFRecords, the efficiency per system count as steps.
+  from tensorboard.compat.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  data, events = open(paths["tensorboard"], "rb").read(), []
+  while data:
+    n = int.from_bytes(data[:8], "little")
+    events.append(event_pb2.Event.FromString(data[12:12 + n]))
+    data = data[16 + n:]
+  eff = {e.step: v.simple_value for e in events for v in e.summary.value
+         if v.tag == "scaling/efficiency"}
+  assert sorted(eff) == [1, 2, 4, 8, 16] and eff[16] == pytest.approx(xl16, rel=1e-6)
+  assert any(v.image.encoded_image_string[:4] == b"\x89PNG" for e in events
+             for v in e.summary.value)
+
+
+def test_scaling_script_on_the_gpt3_xl_config(tmp_path):
+  # The repo's YAML keeps max_sequence_length in train_input and ties the embeddings.
+  sys.path.insert(0, os.path.join(ROOT, "scripts"))
+  try:
+    import scaling_report  # pylint: disable=import-outside-toplevel
+  finally:
+    sys.path.pop(0)
+  assert scaling_report.main(["--params", os.path.join(ROOT, "configs", "params_gpt3_xl.yaml"),
+                              "--out", str(tmp_path)]) == 0
+  doc = json.load(open(tmp_path / "scaling.json"))
+  assert doc["num_params"] == analytic.gpt3_xl().num_params and doc["global_batch"] == 512
+  assert [r["systems"] for r in doc["rows"]] == [1, 2, 4, 8, 16]
+  assert doc["rows"][-1]["efficiency"] == pytest.approx(
+      scaling.scaling_report(analytic.gpt3_xl(), spec.load_engine("cs2"),
+                             base.PlanOptions(batch_size=512))[-1]["efficiency"])
+  assert os.listdir(tmp_path / "tensorboard")
 
 
 def test_scaling_script_needs_no_tensorflow(tmp_path):
