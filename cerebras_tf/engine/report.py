@@ -131,7 +131,9 @@ def report_text(graph, plan, perf, engine) -> str:
   total_cores = engine.usable_cores
   step = perf.step_time_s if perf and math.isfinite(perf.step_time_s) and \
       perf.step_time_s > 0 else 0.0
-  width = max([len(p.name) for p in plan.layers] + [10])
+  streaming = plan.execution_strategy == base.WEIGHT_STREAMING
+  label = "total (layers take turns)" if streaming else "total"
+  width = max([len(p.name) for p in plan.layers] + [len(label)])
   hdr = (f"{'#':>4}  {'layer':<{width}}  {'cores':>9}  {'wafer%':>7}  {'memory':>11}  "
          f"{'FLOPs/step':>11}  {'step%':>6}")
   lines += [hdr, "-" * len(hdr)]
@@ -141,9 +143,14 @@ def report_text(graph, plan, perf, engine) -> str:
                  f"{_fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}")
   lines.append("-" * len(hdr))
   used = sum(p.cores for p in plan.layers)
-  lines.append(f"{'':>4}  {'total':<{width}}  {used:>9,}  {used / total_cores:>7.2%}  "
-               f"{_fmt_bytes(sum(p.memory_bytes for p in plan.layers)):>11}  "
-               f"{sum(p.flops for p in plan.layers):>11.4g}")
+  mem = sum(p.memory_bytes for p in plan.layers)
+  if streaming:
+    # The layers take turns on the whole grid: the wafer is used once, not once per layer,
+    # and the SRAM in use at a time is the plan's figure (weight buffer + activations).
+    used = max((p.cores for p in plan.layers), default=0)
+    mem = plan.memory_needed_bytes
+  lines.append(f"{'':>4}  {label:<{width}}  {used:>9,}  {used / total_cores:>7.2%}  "
+               f"{_fmt_bytes(mem):>11}  {sum(p.flops for p in plan.layers):>11.4g}")
   return "\n".join(lines) + "\n"
 
 

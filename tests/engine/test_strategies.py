@@ -229,7 +229,13 @@ def test_reports_for_replicas_and_streaming(cs2, tmp_path):
     pf = perf.simulate(plan, g, cs2, opts)
     doc = report.plan_json(g, plan, pf, cs2)
     assert doc["samples_per_sec"] > doc["padded_samples_per_sec"] > 0
-    assert "padded samples/s" in report.report_text(g, plan, pf, cs2)
+    text = report.report_text(g, plan, pf, cs2)
+    assert "padded samples/s" in text
+    total = next(l for l in text.splitlines() if l.strip().startswith("total"))
+    if strategy == "weight_streaming":  # layers take turns on the grid: counted once
+      assert "layers take turns" in total and f"{cs2.usable_cores:,}  100.00%" in total
+    else:
+      assert f"{sum(p.cores for p in plan.layers):,}" in total
   path = str(tmp_path / "wafer.png")  # one PNG (weight streaming): matplotlib is slow
   report.draw_wafer(path, g, plan, pf, cs2)
   assert open(path, "rb").read(4) == b"\x89PNG"
