@@ -128,3 +128,42 @@ def test_weight_server_killed_mid_run_recovers_from_last_checkpoint(tmp_path):
   assert "global_step=4000" in out
   time.sleep(1)
   assert not _server_processes(f"--parent {proc.pid}")
+
+
+@pytest.mark.slow
+def test_client_killed_mid_run_leaves_no_weight_server_and_rerun_resumes(tmp_path):
+  """SIGKILL the training process itself (the compute side) mid-run in weight streaming: its
+  weight servers exit on their own, the checkpoints stay readable, and the rerun resumes from
+  the last one and finishes."""
+  _needs_planner("weight_streaming")
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  model_dir = tmp_path / "ws_client_kill"
+  cmd = [sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
+         "--model_dir", str(model_dir), "--max_steps", "1500",
+         "--execution_strategy", "weight_streaming", "--num_wgt_servers", "2",
+         "--params_override", "runconfig.save_checkpoints_steps=100",
+         "--params_override", "runconfig.log_step_count_steps=500"]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=env)
+  deadline, servers = time.monotonic() + 240, []
+  ckpt = model_dir / "checkpoint"
+  while time.monotonic() < deadline and proc.poll() is None:
+    if ckpt.exists() and "model.ckpt-0\"" not in ckpt.read_text().split("\n")[0]:
+      servers = _server_processes(f"--parent {proc.pid}")
+      break
+    time.sleep(0.05)
+  assert len(servers) == 2, "no checkpoint past step 0, or not 2 weight servers, before the kill"
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  deadline = time.monotonic() + 10
+  while _server_processes(f"--parent {proc.pid}") and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not _server_processes(f"--parent {proc.pid}"), "weight servers outlived the client"
+  step = int(re.search(r'model\.ckpt-(\d+)"', ckpt.read_text().split("\n")[0]).group(1))
+  assert 0 < step < 1500
+  rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert re.search(rf"Restoring parameters from .*model\.ckpt-{step}\b", rerun.stderr)
+  assert "global_step=1500" in rerun.stdout
