@@ -5,11 +5,11 @@
       [--engine cs2] [--batch 512] [--sparsity 0.9] [--out DIR]
 
 The graph is NOT traced from the model code: it is built by cerebras_tf/compiler/analytic.py
-from the params' `model` section (hidden_size, num_hidden_layers, num_heads, filter_size,
-vocab_size; max_sequence_length and batch_size from `model` or else `train_input`; for GPT,
-share_embedding_weights and position_embedding_type): `model.name: gpt...` gives a decoder-only
-LM, `bert...` an encoder with MLM/NSP heads, `transformer...` an encoder-decoder. So it runs in
-a second and needs no TensorFlow. The global batch stays fixed and is split across systems
+from the params' `model` section (hidden_size, num_hidden_layers, num_heads, filter_size;
+max_sequence_length (or max_source_length), vocab_size and batch_size from `model` or else
+`train_input`; for GPT, share_embedding_weights and position_embedding_type): `model.name:
+gpt...` gives a decoder-only LM, `bert...` an encoder with MLM/NSP heads, `transformer...` an
+encoder-decoder. So it runs in a second and needs no TensorFlow. The global batch stays fixed and is split across systems
 (see cerebras_tf/engine/scaling.py). Writes scaling.txt, scaling.json, scaling.png and a
 TensorBoard event file (tensorboard/) to --out (default: the current directory) and prints the
 table. Errors: one line, exit 2.
@@ -31,14 +31,17 @@ from cerebras_tf.errors import CerebrasTFError  # noqa: E402
 
 
 def graph_for(params, batch=None, name=None):
-  """The analytic LayerGraph of a params dict (the repo's YAML layout: the sequence length
-  lives in train_input)."""
+  """The analytic LayerGraph of a params dict (the repo's YAML layout: the sequence length, and
+  for the Transformer the vocabulary, live in train_input)."""
   if not isinstance(params, dict) or not isinstance(params.get("model"), dict):
     raise CerebrasTFError("params: missing 'model' section")
   model = dict(params["model"])
   train = params.get("train_input") if isinstance(params.get("train_input"), dict) else {}
-  if "max_sequence_length" not in model and "max_sequence_length" in train:
-    model["max_sequence_length"] = train["max_sequence_length"]
+  for key, alts in (("max_sequence_length", ("max_sequence_length", "max_source_length")),
+                    ("vocab_size", ("vocab_size",))):  # the Transformer keeps both in the input
+    found = next((train[a] for a in alts if a in train), None)
+    if key not in model and found is not None:
+      model[key] = found
   graph = analytic.graph_from_params(dict(params, model=model), batch=batch)  # checks the keys
   if str(model.get("name", "")).lower().startswith("gpt"):
     # graph_from_params builds an untied head with learned positions; the YAML says which.
