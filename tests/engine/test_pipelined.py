@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cerebras_tf.compiler import analytic, ir
-from cerebras_tf.compiler.plan import base, get_planner
+from cerebras_tf.compiler.plan import base, get_planner, pipelined
 from cerebras_tf.engine import perf, report, spec
 from cerebras_tf.errors import ParamsError
 
@@ -107,6 +107,51 @@ def test_auto_picks_a_fitting_plan(cs2):
   g = analytic.bert_base()
   p = get_planner("auto").plan(g, cs2, base.PlanOptions(batch_size=256, execution_strategy="auto"))
   assert p.fits and any(n.startswith("auto: chose") for n in p.notes)
+
+
+def test_strip_width_counts_all_its_layers_memory():
+  # Strip 0 of traced BERT-Base (configs/params_bert_base_msl128.yaml) on a 1/4 slab, 189 x 996
+  # cores: its 7 layers' floors in cores (embeddings, LayerNorm, query, key, value, attention
+  # output, LayerNorm), 18,134 in all. Each layer takes whole rows, ceil(floor / w):
+  #   w = 18: 523 + 91 + 56 + 56 + 99 + 142 + 44 = 1,011 rows > 996 (18 x 996 < 18,134 anyway)
+  #   w = 19: 496 + 86 + 53 + 53 + 94 + 134 + 41 =   957 rows <= 996
+  # so the strip needs 19 columns. The old floor, the largest layer's ceil(9,407 / 996) = 10,
+  # let the widths' rounding give it 18, and R = 4 was refused although it fits.
+  floors = [9407, 1634, 1001, 993, 1777, 2545, 777]
+  assert pipelined.strip_min_width(floors, 996) == 19
+  assert pipelined.strip_min_width([6, 6], 10) == 2  # 1 column: 6 + 6 = 12 rows > 10
+  assert pipelined.strip_min_width([1] * 10, 10) == 1
+  assert pipelined.strip_min_width([25], 10) == 3    # 3 columns x 9 rows
+
+
+def test_layout_by_hand():
+  # 4 x 10 grid (40 cores), 4 layers with targets [6.5, 6.5, 14, 13] cores and memory floors
+  # [6, 6, 10, 10] (32 of 40 cores: it fits). k = round(sqrt(4)) = 2 strips of 20 target cores;
+  # midpoints 3.25, 9.75 -> strip 0; 20, 33.5 -> strip 1. Ideal widths 13 / 10 = 1.3 and
+  # 27 / 10 = 2.7 columns. Strip 0 needs 2 columns (on 1 its layers need 6 + 6 = 12 rows of 10);
+  # strip 1 needs 2 (5 + 5 rows). Widths [2, 2]; heights 10 x 6.5 / 13 = 5 each in strip 0,
+  # 10 x 14 / 27 = 5.2 and 4.8 in strip 1 (running upwards), both raised to their 5-row floor.
+  # Counting only the largest layer (ceil(6 / 10) = 1 column) gave widths [1, 3] and "strip 0
+  # (1 columns) cannot hold the memory of 2 layers starting at #0".
+  regions, why = pipelined.layout([6.5, 6.5, 14, 13], [6, 6, 10, 10], 4, 10)
+  assert why == ""
+  assert regions == [base.Region(0, 0, 2, 5), base.Region(0, 5, 2, 5),
+                     base.Region(2, 5, 2, 5), base.Region(2, 0, 2, 5)]
+  # 4 x 9 (36 cores, targets [6, 6, 12, 12]): 32 cores of memory fit the grid but not its
+  # strips: strip 0 needs 2 columns (3 + 3 rows of 9), strip 1 [10, 10] needs 3 (4 + 4 rows;
+  # on 2 columns 5 + 5 = 10 rows > 9). A reason with the numbers, not a wrong layout.
+  regions, why = pipelined.layout([6, 6, 12, 12], [6, 6, 10, 10], 4, 9)
+  assert regions == []
+  assert why == "the strips' memory needs 5 columns (at least 2, 3), the grid is 4 wide"
+
+
+def test_bert_base_msl512_fits_pipelined(cs2):
+  # 27.4 GB of 37.1 GB: the memory fits; the old strip floor refused it at layout.
+  plan, pf = plan_and_sim(analytic.bert_base(seq=512), cs2, batch=256)
+  assert plan.memory_needed_bytes == pytest.approx(27.4e9, rel=0.01)
+  assert plan.fits, plan.reason
+  check_geometry(plan, cs2, analytic.bert_base(seq=512))
+  assert pf.samples_per_sec > 0
 
 
 def tiny_engine(w, h, sram=4096):

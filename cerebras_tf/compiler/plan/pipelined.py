@@ -12,7 +12,9 @@ The model of the hardware (pure Python, no TensorFlow):
   at the same rate), but never fewer than its memory needs (`ceil(bytes / sram_per_core)`);
   the cores freed that way are shared among the others by water-filling.
 * Layout: layers are grouped, in order, into vertical strips; strip widths are proportional to
-  their cores and each layer gets the full strip width and a share of its height. Strips are
+  their cores and each layer gets the full strip width and a share of its height, never fewer
+  whole rows than its memory needs; so a strip is never narrower than the memory of all its
+  layers, each rounded up to whole rows, needs (`strip_min_width`). Strips are
   walked as a boustrophedon (down, up, down...), so consecutive layers always share an edge:
   inside a strip one lies under the other, across a strip boundary both touch the same end
   row.
@@ -111,6 +113,29 @@ def _apportion(ideal: Sequence[float], minimum: Sequence[int], total: int) -> Li
   return out
 
 
+def strip_min_width(floors: Sequence[int], height: int) -> int:
+  """Fewest columns w on which layers stacked in one strip all get their memory.
+
+  Each layer of a strip w columns wide takes whole rows, `max(1, ceil(floor / w))` of them,
+  and the strip's layers share its `height` rows, so w must satisfy
+  `sum(max(1, ceil(floor_i / w))) <= height`: the memory of every layer in the strip plus
+  the rounding of each to whole rows, not only the largest layer's `ceil(floor / height)`.
+  The row count only falls as w grows; bisection between the memory bound
+  `ceil(sum(floors) / height)` and `max(floors)` (one row each; callers keep a strip to at
+  most `height` layers).
+  """
+  rows = lambda w: sum(max(1, -(-f // w)) for f in floors)
+  lo = max(1, -(-sum(floors) // height))
+  hi = max(lo, max(floors, default=1))
+  while lo < hi:
+    mid = (lo + hi) // 2
+    if rows(mid) <= height:
+      hi = mid
+    else:
+      lo = mid + 1
+  return lo
+
+
 def layout(cores: Sequence[float], floors: Sequence[int], width: int,
            height: int) -> Tuple[List[base.Region], str]:
   """Places layers (in order) as a boustrophedon of vertical strips on a width x height grid.
@@ -146,7 +171,10 @@ def layout(cores: Sequence[float], floors: Sequence[int], width: int,
   if len(groups) > width:
     return [], f"{len(groups)} strips needed but the grid is {width} columns wide"
   strip_cores = [sum(cores[i] for i in g) for g in groups]
-  min_w = [max(1, max(math.ceil(floors[i] / height) for i in g)) for g in groups]
+  min_w = [strip_min_width([floors[i] for i in g], height) for g in groups]
+  if sum(min_w) > width:
+    return [], (f"the strips' memory needs {sum(min_w)} columns (at least "
+                f"{', '.join(map(str, min_w))}), the grid is {width} wide")
   widths = _apportion([c / height for c in strip_cores], min_w, width)
   if not widths:
     return [], "the layers' memory does not fit the strips of the grid"
