@@ -57,6 +57,33 @@ def test_bert_base_multi_replica_near_seed_004(cs2):
   assert {p.replica for p in plan.layers} == set(range(plan.num_replicas))
 
 
+def test_multi_replica_notes_say_why_larger_r_were_rejected(cs2):
+  # BERT-Base: one replica needs 5.74 GB; 8 x 5.74 = 45.92 GB > the wafer's 37.06 GB.
+  plan, _ = run(analytic.bert_base(), cs2, "multi_replica", 256)
+  (note,) = [n for n in plan.notes if n.startswith("larger R rejected")]
+  assert note == ("larger R rejected: R=8 memory: 8 replicas of 5.74 GB need 45.92 GB, the "
+                  "wafer has 37.06 GB (and so for any larger R)")
+  # Transformer-base, R = 8: 4.41 GB fits a 94-column slab's 4.60 GB, but 96% of its cores
+  # are memory floors and the strips' rounding to whole rows needs 95 columns: layout.
+  plan, _ = run(analytic.transformer_base(), cs2, "multi_replica", 256)
+  (note,) = [n for n in plan.notes if n.startswith("larger R rejected")]
+  assert plan.num_replicas == 4
+  assert note.startswith("larger R rejected: R=8 layout: cannot lay out 81 layers on the "
+                         "94 x 996 grid: the strips' memory needs 95 columns")
+  assert "R=16 memory" in note
+  # 4 x 512 encoder: R = 32 fits but is slower than R = 16 (all-reduce, narrow slabs).
+  g = analytic.transformer_encoder_graph(4, 512, 8, 2048, 128, 30522, 256, name="bert_small")
+  plan, _ = run(g, cs2, "multi_replica", 256)
+  (note,) = [n for n in plan.notes if n.startswith("larger R rejected")]
+  assert plan.num_replicas == 16
+  assert note.startswith("larger R rejected: R=32 no gain: ")
+  assert "is not 2% more than R=16's" in note and "R=64 memory" in note
+  # Nothing larger to try: the batch bounds R.
+  plan, _ = run(tiny(), cs2, "multi_replica", 64)
+  assert plan.num_replicas == 64
+  assert any(n.startswith("no larger R to try: R must divide the batch (64)") for n in plan.notes)
+
+
 @pytest.mark.parametrize("make,params", [(analytic.transformer_base, 63e6),
                                          (analytic.transformer_big, 214e6)])
 def test_transformer_base_big_gain_from_replicas(cs2, make, params):

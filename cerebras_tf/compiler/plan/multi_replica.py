@@ -13,7 +13,10 @@ Choosing R (unless `options.num_replicas` forces it): every R from 1 up to what 
 allows (each replica's state and in-flight activations must fit its slab) that divides the
 global batch is planned and simulated; R is the largest one that still gains at least
 `MIN_GAIN` over the best smaller R (a copy that buys less is not worth its memory and
-all-reduce). The predicted speedup over one replica goes in `plan.notes`.
+all-reduce). The predicted speedup over one replica goes in `plan.notes`, and so does why
+each larger R was not taken: "memory" (R copies need more SRAM than the wafer, or one copy
+more than its slab), "layout" (the memory would fit but the slab's strips cannot be laid out,
+e.g. the slab is too narrow for the strips' rounding to whole rows) or "no gain".
 """
 
 import dataclasses
@@ -97,21 +100,41 @@ class MultiReplicaPlanner(base.Planner):
       sps = rate(chosen)
       notes.append(f"num_replicas={forced} forced by the params")
     else:
-      max_r = min(engine.grid_width, batch,
-                  max(1, engine.usable_sram_bytes // max(need, 1)))
+      limit = min(engine.grid_width, batch)
+      max_r = min(limit, max(1, engine.usable_sram_bytes // max(need, 1)))
       chosen, sps, tried = one, one_sps, ["R=1 %.0f" % one_sps]
+      refused = []  # (r, why) for every R > 1 that was not taken, in order
       for r in range(2, max_r + 1):
         if batch % r:
           continue
         p = _plan_r(graph, engine, options, r, need)
         s = rate(p)
-        if p.fits:
-          tried.append(f"R={r} {s:.0f}")
-        if p.fits and s > sps * (1 + MIN_GAIN):
+        if not p.fits:
+          refused.append((r, f"{_kind(p.reason)}: {p.reason}"))
+          continue
+        tried.append(f"R={r} {s:.0f}")
+        if s > sps * (1 + MIN_GAIN):
           chosen, sps = p, s
+        else:
+          refused.append((r, f"no gain: {s:,.0f} samples/s is not {MIN_GAIN:.0%} more than "
+                             f"R={chosen.num_replicas}'s {sps:,.0f}"))
+      # The first R past the SRAM bound (R copies need R x one replica's memory) is not
+      # placed; name it so the user sees memory, not the compiler's taste, stopped there.
+      beyond = next((r for r in range(max_r + 1, limit + 1) if batch % r == 0), None)
+      if beyond is not None:
+        refused.append((beyond, f"memory: {beyond} replicas of {need / _GB:.2f} GB need "
+                                f"{beyond * need / _GB:.2f} GB, the wafer has "
+                                f"{engine.usable_sram_bytes / _GB:.2f} GB (and so for any "
+                                f"larger R)"))
       notes.append(f"compiler chose R={chosen.num_replicas}: the largest R dividing batch "
                    f"{batch} that fits and still gains >= {MIN_GAIN:.0%} (samples/s: "
                    f"{', '.join(tried)})")
+      larger = [f"R={r} {why}" for r, why in refused if r > chosen.num_replicas]
+      if larger:
+        notes.append("larger R rejected: " + "; ".join(larger))
+      else:
+        notes.append(f"no larger R to try: R must divide the batch ({batch}) and be at most "
+                     f"{limit} (batch, {engine.grid_width} columns)")
     if chosen.fits and one_sps > 0:
       speed = sps / one_sps
       notes.append(f"predicted speedup over 1 replica: {speed:.2f}x ({sps:,.1f} vs "
@@ -122,6 +145,16 @@ class MultiReplicaPlanner(base.Planner):
           f"layer), which more cores per layer do not shorten; R copies each run their own "
           f"stream of B/R samples")
     return dataclasses.replace(chosen, notes=tuple(notes) + chosen.notes)
+
+
+def _kind(reason: str) -> str:
+  """Why an R did not fit, in one word: "layout" (memory would fit, the strips do not) or
+  "memory" (one replica's SRAM or cores exceed its slab) or "columns"."""
+  if "cannot lay out" in reason:
+    return "layout"
+  if "columns, the grid has" in reason:
+    return "columns"
+  return "memory"
 
 
 def _saturation(placements, graph, engine, options) -> float:
