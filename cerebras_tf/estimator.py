@@ -166,15 +166,47 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def _runtime_for(self, plan):
     """Installs the plan's runtime for one call; yields the number of data-parallel replicas.
 
-    pipelined: as is. multi_replica: MirroredStrategy over the plan's replicas.
-    weight_streaming: variables and optimizer on ps tasks (MemoryX), compute on one device per
-    CS system in this process, synchronously (one device: a device function; several:
-    CentralStorageStrategy with the ps as the parameter device).
+    pipelined: as is. multi_replica: MirroredStrategy over the host's replicas
+    (`strategies.host_replicas`: the plan's R when csconfig.num_replicas set it, else at most
+    2 logical CPUs or one per GPU, always the plan's global batch). When `auto` chose
+    multi_replica and TensorFlow already runs with too few devices, training falls back to one
+    device (same update on the same global batch) with a warning; an explicit multi_replica
+    keeps the ConfigError. weight_streaming: variables and optimizer on ps tasks (MemoryX),
+    compute on one device per CS system in this process, synchronously (one device: a device
+    function; several: CentralStorageStrategy with the ps as the parameter device).
     """
+    from cerebras_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
     from cerebras_tf.runtime import strategies  # pylint: disable=import-outside-toplevel
     strategy_name = plan.execution_strategy
     replicas = (plan.num_replicas if strategy_name == plan_base.MULTI_REPLICA
                 else plan.num_csx if strategy_name == plan_base.WEIGHT_STREAMING else 1)
+    strategy = None
+    if strategy_name == plan_base.MULTI_REPLICA and replicas > 1:
+      cs = self.cs_config
+      chosen_by = "auto" if cs.execution_strategy == plan_base.AUTO else "the compiler"
+      if strategies.multi_worker():
+        host = replicas  # MultiWorkerMirroredStrategy: the cluster decides the devices
+      else:
+        host = strategies.host_replicas(replicas, plan.batch_size, cs.num_replicas is not None,
+                                        len(tf.config.list_physical_devices("GPU")))
+      if host != replicas:
+        tf.compat.v1.logging.info(
+            "cerebras_tf: multi_replica plan: R=%d replicas on the engine (chosen by %s); the "
+            "host trains them as %d replica(s) of %d samples: the same global batch %d and "
+            "synchronous update (csconfig.num_replicas fixes R on both)", replicas, chosen_by,
+            host, plan.batch_size // host, plan.batch_size)
+      if host > 1:
+        try:
+          strategy = strategies.mirrored_strategy(host)
+        except ConfigError as e:
+          if cs.execution_strategy != plan_base.AUTO:
+            raise
+          tf.compat.v1.logging.warning(
+              "cerebras_tf: auto chose multi_replica (R=%d), but the host cannot run %d "
+              "replicas here (%s); it trains on one device instead: the same update on the "
+              "global batch %d, as pipelined does", replicas, host, e, plan.batch_size)
+          host = 1
+      replicas = host
     if strategy_name not in (plan_base.MULTI_REPLICA, plan_base.WEIGHT_STREAMING) or (
         strategy_name == plan_base.MULTI_REPLICA and replicas <= 1):
       yield 1
@@ -182,7 +214,6 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     saved = (self._config, self._train_distribution, self._session_config, self._device_fn)
     config = copy.copy(self._config)  # RunConfig.replace refuses unvalidated strategies
     if strategy_name == plan_base.MULTI_REPLICA:
-      strategy = strategies.mirrored_strategy(replicas)
       config._train_distribute = strategy  # pylint: disable=protected-access
       where = ", ".join(strategy.extended.worker_devices)
     else:

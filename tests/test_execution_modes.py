@@ -3,7 +3,8 @@
 Same params and seed: the per-step loss of pipelined (one device), multi_replica
 (MirroredStrategy, 2 replicas splitting the global batch) and weight_streaming (variables and
 optimizer on ps tasks = MemoryX; 1 and 2 systems) must agree within float tolerance over 24
-steps. Each run is a fresh `scripts/run.py` process, as users run it (logical CPU devices must
+steps; so must auto, which picks multi_replica for this model and trains it on 2 host
+replicas. Each run is a fresh `scripts/run.py` process, as users run it (logical CPU devices must
 be configured before TensorFlow starts). Also: the local weight-server cluster leaves no process
 behind.
 """
@@ -62,6 +63,17 @@ def test_multi_replica_matches_pipelined(tmp_path, pipelined):
   _needs_planner("multi_replica")
   losses, log = _losses(tmp_path, "mr", "--execution_strategy", "multi_replica",
                         "--params_override", "csconfig.num_replicas=2")
+  assert "multi_replica runtime: 2 replica(s)" in log
+  np.testing.assert_allclose(losses, pipelined, rtol=RTOL)
+
+
+@pytest.mark.slow
+def test_auto_runs_the_chosen_multi_replica_on_host_replicas(tmp_path, pipelined):
+  # The MLP under auto: the compiler picks multi_replica with R = 64 (one sample per copy);
+  # the host trains that plan as 2 MirroredStrategy replicas of 32, the same global batch.
+  losses, log = _losses(tmp_path, "auto", "--execution_strategy", "auto")
+  assert re.search(r"R=64 replicas on the engine \(chosen by auto\); the host trains them as "
+                   r"2 replica\(s\) of 32 samples", log), log[-3000:]
   assert "multi_replica runtime: 2 replica(s)" in log
   np.testing.assert_allclose(losses, pipelined, rtol=RTOL)
 

@@ -1,9 +1,11 @@
 """The TensorFlow runtime for each execution strategy.
 
   pipelined         one device, TF's default strategy (the plan has one replica)
-  multi_replica     tf.distribute.MirroredStrategy over R replicas: GPUs when there are R,
-                    otherwise R logical CPU devices carved out of the host CPU;
-                    MultiWorkerMirroredStrategy when TF_CONFIG names several workers
+  multi_replica     tf.distribute.MirroredStrategy over the host's replicas (`host_replicas`:
+                    R when csconfig.num_replicas fixes it, else at most 2, or one per GPU):
+                    GPUs when there are enough, otherwise logical CPU devices carved out of
+                    the host CPU; MultiWorkerMirroredStrategy when TF_CONFIG names several
+                    workers
   weight_streaming  parameter-server training (runtime/cluster.py)
 
 Facts from TF 2.15 on one CPU (shared/TF215_NOTES.md): logical CPUs must be configured before
@@ -50,6 +52,42 @@ def _tf_config() -> dict:
   if not isinstance(cfg, dict) or not isinstance(cfg.get("cluster", {}), dict):
     raise ConfigError("TF_CONFIG must be a JSON object with a 'cluster' mapping and a 'task'")
   return cfg
+
+
+# A multi_replica plan's R is the engine's: copies side by side on the wafer. The host only has
+# to train the same synchronous update on the same global batch, which any number of
+# data-parallel replicas does (tests/test_execution_modes.py: R = 2 matches one device). So
+# when the compiler chose R, the host runs at most this many replicas on logical CPUs (or one
+# per GPU when there are 2 or more): 64 copies of the graph on 2 cores buy nothing but
+# graph-building time. A user who sets csconfig.num_replicas gets exactly that many.
+HOST_CPU_REPLICAS = 2
+
+
+def host_replicas(plan_replicas: int, global_batch: int, forced: bool, num_gpus: int) -> int:
+  """Data-parallel replicas the host trains a multi_replica plan of `plan_replicas` with.
+
+  Args:
+    plan_replicas: R of the plan (engine copies).
+    global_batch: the plan's global batch (the host keeps it; each replica gets B / count).
+    forced: R came from csconfig.num_replicas (the user's number: kept as is).
+    num_gpus: physical GPUs on the host.
+
+  Returns:
+    R when forced or R <= 1; else the largest divisor of the batch that is at most
+    min(R, num_gpus if num_gpus >= 2 else HOST_CPU_REPLICAS).
+  """
+  if forced or plan_replicas <= 1:
+    return plan_replicas
+  count = min(plan_replicas, num_gpus if num_gpus >= 2 else HOST_CPU_REPLICAS)
+  while count > 1 and global_batch % count:
+    count -= 1
+  return max(1, count)
+
+
+def multi_worker() -> bool:
+  """TF_CONFIG names more than one worker (MultiWorkerMirroredStrategy spans hosts)."""
+  cluster = _tf_config().get("cluster", {})
+  return len(cluster.get("worker", [])) + len(cluster.get("chief", [])) > 1
 
 
 def mirrored_strategy(num_replicas: int) -> tf.distribute.Strategy:
