@@ -15,7 +15,7 @@ from common import ROOT, machine, print_table, quiet_tf
 
 quiet_tf()
 
-from cerebras_tf import CerebrasEstimator, CSRunConfig  # noqa: E402
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # noqa: E402
 from cerebras_tf.compiler.plan import base as plan_base  # noqa: E402
 from cerebras_tf.engine import spec  # noqa: E402
 from cerebras_tf.params import load_params  # noqa: E402
@@ -28,8 +28,10 @@ def main():
   compile_dir = tempfile.mkdtemp(prefix="bench_compile_")
 
   def estimator():
-    return CerebrasEstimator(model_fn, config=CSRunConfig(model_dir=tempfile.mkdtemp()),
-                             params=params, compile_dir=compile_dir)
+    # pipelined, as the config says (the default CSConfig is auto, which plans all three).
+    config = CSRunConfig(model_dir=tempfile.mkdtemp(),
+                         cs_config=CSConfig(execution_strategy="pipelined"))
+    return CerebrasEstimator(model_fn, config=config, params=params, compile_dir=compile_dir)
 
   train_input = lambda params: input_fn(params, "train")  # noqa: E731
   t = time.perf_counter()

@@ -14,7 +14,7 @@ from common import Timer, machine, median, print_table, quiet_tf
 
 tf = quiet_tf()
 
-from cerebras_tf import CerebrasEstimator, CSRunConfig  # noqa: E402
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # noqa: E402
 from models.mlp.model import input_fn, model_fn  # noqa: E402
 
 PARAMS = {"batch_size": 128, "input_dim": 256, "num_classes": 16, "hidden_sizes": [512, 512],
@@ -33,7 +33,10 @@ def run_once(kind: str, steps: int) -> float:
     est = tf.estimator.Estimator(model_fn, config=tf.estimator.RunConfig(**kw), params=PARAMS)
     call = lambda: est.train(_train_input, max_steps=steps)  # noqa: E731
   else:
-    est = CerebrasEstimator(model_fn, config=CSRunConfig(**kw), params=PARAMS,
+    # pipelined: one device, like the plain Estimator (the default, auto, would pick
+    # multi_replica for this MLP and train it on 2 host replicas).
+    config = CSRunConfig(cs_config=CSConfig(execution_strategy="pipelined"), **kw)
+    est = CerebrasEstimator(model_fn, config=config, params=PARAMS,
                             compile_dir=tempfile.gettempdir() + "/bench_compile_cache")
     use_cs = kind == "use_cs=True"
     if use_cs:

@@ -92,7 +92,9 @@ class CSConfig(collections.namedtuple("CSConfig", [
   """How the model runs on the engine.
 
   Attributes:
-    execution_strategy: "pipelined", "multi_replica", "weight_streaming" or "auto".
+    execution_strategy: "pipelined", "multi_replica", "weight_streaming" or "auto" (the
+      default, as in the params schema: the compiler plans each, keeps the fastest predicted
+      one that fits and says why in report.txt; training then runs that mode).
     engine: engine model name ("cs1", "cs2", "cs3") or a path to an engine YAML.
     num_csx: number of systems (weight streaming; >= 1).
     max_wgt_servers: MemoryX weight servers (weight streaming; >= 1).
@@ -101,7 +103,7 @@ class CSConfig(collections.namedtuple("CSConfig", [
     vts: cost only real (unpadded) tokens (variable tensor shape).
   """
 
-  def __new__(cls, execution_strategy=plan_base.PIPELINED, engine="cs2", num_csx=1,
+  def __new__(cls, execution_strategy=plan_base.AUTO, engine="cs2", num_csx=1,
               max_wgt_servers=1, num_replicas=None, sparsity=0.0, vts=False):
     if execution_strategy not in plan_base.STRATEGIES:
       raise ConfigError(f"execution_strategy {execution_strategy!r} is not one of {', '.join(plan_base.STRATEGIES)}")

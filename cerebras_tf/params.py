@@ -199,7 +199,8 @@ RUNCONFIG_FIELDS = {
 }
 
 CSCONFIG_FIELDS = {
-    "execution_strategy": Field("str", plan_base.PIPELINED, "how the model maps to the wafer",
+    "execution_strategy": Field("str", plan_base.AUTO, "how the model maps to the wafer "
+                                "(auto: the compiler plans each and keeps the fastest that fits)",
                                 choices=plan_base.STRATEGIES),
     "engine": Field("engine", "cs2", "engine model or an engine YAML"),
     "num_csx": _pos_int(1, "CS systems (weight streaming)"),

@@ -1,6 +1,7 @@
 """CerebrasEstimator: plain-Estimator compatibility, use_cs=True compile + train, validation."""
 
 import json
+import logging
 import os
 import time
 
@@ -9,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.errors import FitError, TrainingError, UnsupportedOpError
+from cerebras_tf.errors import ConfigError, FitError, TrainingError, UnsupportedOpError
+from cerebras_tf.runtime import strategies
 from models.mlp.model import input_fn, model_fn
 
 PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [64, 64],
@@ -53,7 +55,9 @@ def test_use_cs_true_trains_evaluates_predicts_exports(tmp_path):
     assert os.path.exists(os.path.join(est.compile_dir, name)), name
   with open(os.path.join(est.compile_dir, "plan.json")) as fh:
     plan = json.load(fh)
-  assert plan["fits"] is True and plan["execution_strategy"] == "pipelined"
+  # The default CSConfig is auto: the plan is the fastest that fits, and says so.
+  assert plan["fits"] is True and plan["execution_strategy"] in ("pipelined", "multi_replica")
+  assert any(n.startswith("auto: chose") for n in plan["notes"])
   assert plan["samples_per_sec"] > 0 and plan["batch_size"] == 16
   tags = set()
   for f in tf.io.gfile.glob(os.path.join(est.model_dir, "events.out.tfevents.*")):
@@ -77,6 +81,51 @@ def test_use_cs_true_trains_evaluates_predicts_exports(tmp_path):
   loaded = tf.saved_model.load(export_dir)
   out = loaded.signatures["serving_default"](x=tf.zeros([2, 32]))
   assert out["probabilities"].shape == (2, 4)
+
+
+def test_auto_is_the_default():
+  assert CSConfig().execution_strategy == "auto"
+  assert CSRunConfig().cs_config.execution_strategy == "auto"
+
+
+@pytest.mark.parametrize("plan_r,batch,forced,gpus,want", [
+    (16, 16, False, 0, 2),    # compiler's R on a CPU host: 2 logical CPUs, 8 samples each
+    (64, 64, False, 0, 2),
+    (16, 15, False, 0, 1),    # (R must divide the batch; a host count too) 15 % 2: one device
+    (16, 16, False, 4, 4),    # one replica per GPU
+    (2, 16, False, 8, 2),     # never more than the plan's R
+    (8, 16, True, 0, 8),      # csconfig.num_replicas: the user's number on the host too
+    (1, 16, False, 0, 1)])
+def test_host_replicas(plan_r, batch, forced, gpus, want):
+  assert strategies.host_replicas(plan_r, batch, forced, gpus) == want
+
+
+def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, caplog):
+  """auto picks multi_replica for this MLP (R=16 copies fit the wafer and gain); the host asks
+  for 2 replicas. When TensorFlow already runs with one CPU (as in this pytest process), auto
+  trains on one device with a warning; an explicit multi_replica keeps the error."""
+  asked = []
+
+  def no_devices(count):
+    asked.append(count)
+    raise ConfigError(f"multi_replica needs {count} CPU devices but TensorFlow already started "
+                      f"with 1")
+  monkeypatch.setattr(strategies, "mirrored_strategy", no_devices)
+  caplog.set_level(logging.INFO, logger="tensorflow")
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  est.train(_train_input, max_steps=2, use_cs=True)
+  plan = est.compile(_train_input).plan
+  assert plan.execution_strategy == "multi_replica" and plan.num_replicas > 2
+  assert plan.reason.startswith(f"multi_replica (R={plan.num_replicas}) ")
+  assert asked == [2] and est._current_step() == 2
+  logged = caplog.text
+  assert f"R={plan.num_replicas} replicas on the engine (chosen by auto); the host trains them " \
+         f"as 2 replica(s) of 8 samples" in logged
+  assert "the host cannot run 2 replicas here" in logged and "trains on one device" in logged
+  explicit = CerebrasEstimator(model_fn, config=_config(
+      tmp_path / "mr", cs_config=CSConfig(execution_strategy="multi_replica")), params=PARAMS)
+  with pytest.raises(ConfigError, match="needs 2 CPU devices"):
+    explicit.train(_train_input, max_steps=2, use_cs=True)
 
 
 def test_constructor_use_cs_keyword_reaches_train(tmp_path):

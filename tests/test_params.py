@@ -104,6 +104,20 @@ def test_replicas_imply_multi_replica(tmp_path):
   assert p["csconfig"]["execution_strategy"] == "multi_replica"
 
 
+def test_strategy_defaults_to_auto_and_the_configs_keep_theirs(tmp_path):
+  path = _write(tmp_path, GOOD.replace("  execution_strategy: pipelined\n", "  engine: cs2\n"))
+  cs = params_lib.load_params(path)["csconfig"]
+  assert cs["execution_strategy"] == "auto" and cs["multireplica"] is False
+  configs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+  names = sorted(n for n in os.listdir(configs) if n.startswith("params_"))
+  assert len(names) > 10
+  for name in names:
+    with open(os.path.join(configs, name)) as fh:
+      said = yaml.safe_load(fh)["csconfig"]["execution_strategy"]
+    assert params_lib.load_params(os.path.join(configs, name))["csconfig"][
+        "execution_strategy"] == said, name
+
+
 def test_modelzoo_style_file(tmp_path):
   text = textwrap.dedent("""\
       train_input:

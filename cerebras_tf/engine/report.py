@@ -39,9 +39,12 @@ def format_summary(plan: base.Plan, perf: base.Performance) -> str:
   if perf.padded_samples_per_sec and perf.padded_samples_per_sec != perf.samples_per_sec:
     vts = (f"\n  VTS: {perf.samples_per_sec / perf.padded_samples_per_sec:.2f}x the padded "
            f"{perf.padded_samples_per_sec:,.1f} samples/s")
+  # auto says on the console, not only in report.txt, why it picked this strategy.
+  why = (f"\n  auto chose it: {plan.reason}"
+         if any(n.startswith("auto: chose") for n in plan.notes) else "")
   return (head + f"\n  predicted {perf.samples_per_sec:,.1f} samples/s "
           f"({perf.step_time_s * 1e3:.2f} ms/step), utilization {perf.utilization:.1%}"
-          f"{vts}\n  bottleneck: {perf.bottleneck}")
+          f"{vts}\n  bottleneck: {perf.bottleneck}{why}")
 
 
 def graph_summary(graph: ir.LayerGraph) -> dict:

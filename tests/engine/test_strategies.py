@@ -178,6 +178,10 @@ def test_auto_reasons(cs2):
   assert p.execution_strategy == "weight_streaming"
   assert p.reason.startswith("pipelined needs 3,162.1 GB of SRAM, 37.1 GB available; "
                              "weight_streaming at ")
+  # The console summary says it too, not only report.txt.
+  summary = report.format_summary(p, perf.simulate(p, analytic.gpt_j_6b(), cs2, base.PlanOptions(
+      batch_size=120, execution_strategy="auto")))
+  assert f"\n  auto chose it: {p.reason}" in summary
   p = auto.plan(analytic.bert_base(), cs2, base.PlanOptions(batch_size=256,
                                                             execution_strategy="auto"))
   assert p.execution_strategy == "multi_replica" and "faster than pipelined" in p.reason
