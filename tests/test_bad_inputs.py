@@ -142,9 +142,13 @@ def test_row(row, tmp, capsys, monkeypatch):
   for key, value in env.items():
     monkeypatch.setenv(key, value)
   # Other test modules register the test-only `toy` family; the catalogue lists the shipped ones.
-  monkeypatch.setattr(registry, "_REGISTRY",
-                      {k: v for k, v in registry._REGISTRY.items() if k != "toy"})
-  code = cli.main(["run.py"] + argv)
+  # (Pop and restore it: the registry must stay the same dict, models register into it lazily.)
+  toy = registry._REGISTRY.pop("toy", None)
+  try:
+    code = cli.main(["run.py"] + argv)
+  finally:
+    if toy is not None:
+      registry._REGISTRY["toy"] = toy
   out, err = capsys.readouterr()
   assert "Traceback" not in err
   assert (code, error_lines(err, tmp)) == (2, [row["message"]]), (out, err)
