@@ -83,8 +83,12 @@ def main():
     print(f"soak run failed: exit code {code}, {len(samples)} samples; see "
           f"{model_dir}/soak.log", file=sys.stderr)
     return 1
+  # RSS: the highest sample in the first and in the last tenth of the run after warm-up (the
+  # very last samples can fall in the child's teardown, which frees memory and would flatter).
   warm = [s for s in samples if s[0] >= args.warmup_fraction * seconds] or samples[-1:]
-  rss_warm, rss_end = warm[0][1], samples[-1][1]
+  tenth = max(1, len(warm) // 10)
+  rss_warm = max(s[1] for s in warm[:tenth])
+  rss_end = max(s[1] for s in warm[-tenth - 2:-2] or warm[-tenth:])
   hwm_warm, hwm_end = warm[0][2], samples[-1][2]
   growth = (rss_end - rss_warm) / rss_warm * 100
   hwm_growth = (hwm_end - hwm_warm) / hwm_warm * 100
@@ -92,8 +96,9 @@ def main():
       ("steps", f"{steps:,}", "", ""),
       ("wall time", f"{seconds:,.0f} s ({steps / seconds:.1f} steps/s)", "", ""),
       ("samples", f"{len(samples)} every {args.interval:g} s", "", ""),
-      (f"RSS at warm-up end (t={warm[0][0]:.0f} s)", f"{rss_warm:,.0f} MiB", "", ""),
-      ("RSS at the end", f"{rss_end:,.0f} MiB", "", ""),
+      (f"RSS, first tenth after warm-up (from t={warm[0][0]:.0f} s)", f"{rss_warm:,.0f} MiB",
+       "", ""),
+      ("RSS, last tenth", f"{rss_end:,.0f} MiB", "", ""),
       ("RSS growth after warm-up", f"{growth:+.1f}%", "< 5%", "yes" if growth < 5 else "NO"),
       ("peak RSS (VmHWM) growth after warm-up", f"{hwm_warm:,.0f} -> {hwm_end:,.0f} MiB "
        f"({hwm_growth:+.1f}%)", "< 5%", "yes" if hwm_growth < 5 else "NO"),
