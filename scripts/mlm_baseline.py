@@ -74,15 +74,13 @@ def most_frequent_token_baseline(params: Dict[str, Any],
 
 
 def main(argv):
-  from absl import flags  # pylint: disable=import-outside-toplevel
+  import argparse  # pylint: disable=import-outside-toplevel
   from cerebras_tf import params as params_lib  # pylint: disable=import-outside-toplevel
-  fv = flags.FlagValues()
-  flags.DEFINE_string("params", None, "BERT pretraining params YAML", flag_values=fv)
-  flags.DEFINE_integer("max_batches", None, "batches per split (default: all)", flag_values=fv)
-  fv(argv)
-  if not fv.params:
-    print("error: --params is required", file=sys.stderr)
-    return 2
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--params", required=True, help="BERT pretraining params YAML")
+  ap.add_argument("--max_batches", type=int, default=None,
+                  help="batches per split (default: all)")
+  fv = ap.parse_args(argv[1:])
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   params = params_lib.load_params(fv.params)
   result = most_frequent_token_baseline(params, fv.max_batches)
