@@ -21,6 +21,11 @@ from cerebras_tf import params as params_lib
 from models.transformer import model as model_lib
 
 
+def serving_input_receiver_fn(params=None):  # pylint: disable=unused-argument
+  """What `scripts/run.py --mode export` calls (with the params): raw English strings in."""
+  return model_lib.serving_input_receiver_fn()
+
+
 def export(params: dict, model_dir: str, export_dir: str, checkpoint_path=None) -> str:
   est = tf.estimator.Estimator(model_lib.model_fn, model_dir=model_dir, params=params)
   path = est.export_saved_model(export_dir, model_lib.serving_input_receiver_fn,
