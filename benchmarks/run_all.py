@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/run_all.py            # full sizes
     .venv/bin/python benchmarks/run_all.py --quick    # reduced sizes where a script has --quick
+    .venv/bin/python benchmarks/run_all.py --only bench_soak.py --merge   # refresh one section
 
 Each script prints markdown tables (common.print_table) with its figures, their goals and the
 ratio to its anchor; those tables are kept as they are, under one heading per script, after the
@@ -51,12 +52,28 @@ def tables_only(stdout: str) -> str:
   return "\n".join(lines[start:]).strip() if start is not None else stdout.strip()
 
 
+def merged(path: str, fresh: dict) -> list:
+  """The `## bench_x.py` sections of the existing file at `path`, with `fresh` ones replacing
+  theirs (each section keeps its own command line; the date heading is this run's)."""
+  old = {}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+    for chunk in text.split("\n## ")[1:]:
+      name = chunk.split("\n", 1)[0].strip()
+      old[name] = "## " + chunk.rstrip() + "\n"
+  old.update(fresh)
+  return [old[name] for name in sorted(old)]
+
+
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--quick", action="store_true", help="pass --quick to scripts that take it")
   ap.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
   ap.add_argument("--only", default="", help="comma-separated script names (bench_x.py)")
   ap.add_argument("--timeout", type=float, default=3600, help="seconds per script")
+  ap.add_argument("--merge", action="store_true",
+                  help="keep the sections of scripts not run from the existing output file")
   args = ap.parse_args()
   scripts = sorted(glob.glob(os.path.join(HERE, "bench_*.py")))
   if args.only:
@@ -94,6 +111,8 @@ def main() -> int:
       "script measures side by side).",
       "",
   ]
+  if args.merge:
+    sections = merged(args.output, dict(zip([os.path.basename(s) for s in scripts], sections)))
   with open(args.output, "w", encoding="utf-8") as f:
     f.write("\n".join(head) + "\n" + "\n".join(sections))
   print(f"wrote {args.output}", file=sys.stderr)
