@@ -17,7 +17,6 @@ shape, keep their initializers (e.g. a fresh classifier head); the counts are lo
 
 from typing import Any, Dict, Mapping, Optional
 
-from absl import logging
 import tensorflow as tf
 
 from models.bert import heads
@@ -64,7 +63,8 @@ def init_from_checkpoint(init_checkpoint: str, var_list=None) -> Dict[str, str]:
       assignment[name] = name
   tf1.train.init_from_checkpoint(init_checkpoint, assignment)
   trainable = {v.op.name for v in tf1.trainable_variables()}
-  logging.info("init_checkpoint %s: restored %d variables (%d of %d trainable); "
+  # tf's logger, not absl's: absl's first call adds a root handler and every line prints twice.
+  tf1.logging.info("init_checkpoint %s: restored %d variables (%d of %d trainable); "
                "%d not in the checkpoint, %d with another shape %s",
                init_checkpoint, len(assignment), len(trainable & set(assignment)),
                len(trainable), len(missing), len(mismatched), mismatched[:5])
