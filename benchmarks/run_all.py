@@ -95,6 +95,9 @@ def main() -> int:
       body.append(tables_only(out))
     sections.append("\n".join(body).rstrip() + "\n")
     print(f"  {name}: {'ok' if code == 0 else 'FAILED'} in {seconds:,.0f} s", file=sys.stderr)
+  ran = [os.path.basename(s) for s in scripts]
+  if args.merge:
+    sections = merged(args.output, dict(zip(ran, sections)))
   head = [
       "# Benchmarks",
       "",
@@ -105,14 +108,14 @@ def main() -> int:
       f"- date: {started:%Y-%m-%d %H:%M %Z}",
       f"- load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
       f"- scripts: {len(scripts)}, failed: {len(failed)}"
-      + (f" ({', '.join(failed)})" if failed else ""),
+      + (f" ({', '.join(failed)})" if failed else "")
+      + (f"; merged into the earlier file: sections of other scripts keep their own runs"
+         f" (this run: {', '.join(ran)})" if args.merge else ""),
       "",
       "Each table keeps its script's goal column and the ratio to its anchor (the reference the",
       "script measures side by side).",
       "",
   ]
-  if args.merge:
-    sections = merged(args.output, dict(zip([os.path.basename(s) for s in scripts], sections)))
   with open(args.output, "w", encoding="utf-8") as f:
     f.write("\n".join(head) + "\n" + "\n".join(sections))
   print(f"wrote {args.output}", file=sys.stderr)
