@@ -71,6 +71,7 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
   # tf.estimator warns on every call that it is deprecated; we know. Other warnings stay.
   deprecation._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+  _reserve_host_devices(tf, params["csconfig"])
   if rc.get("op_determinism"):
     tf.config.experimental.enable_op_determinism()
   config = CSRunConfig(
@@ -87,6 +88,26 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
           num_replicas=cs["num_replicas"], sparsity=cs["sparsity"], vts=cs["vts"]))
   return CerebrasEstimator(model_fn, model_dir=rc["model_dir"], compile_dir=cs["compile_dir"],
                            config=config, params=params)
+
+
+def _reserve_host_devices(tf, cs: dict) -> None:
+  """Splits the CPU into the logical devices the run may need, before anything starts TF.
+
+  Logical devices can only be configured before TensorFlow's runtime starts, and a model's
+  compile (its input_fn, vocab, VTS measurement) may start it; the runtime picks them up later.
+  """
+  from cerebras_tf.runtime import strategies  # pylint: disable=import-outside-toplevel
+  if strategies.multi_worker() or tf.config.list_physical_devices("GPU"):
+    return
+  strategy = cs["execution_strategy"]
+  if strategy in ("multi_replica", "auto"):
+    count = cs["num_replicas"] or strategies.HOST_CPU_REPLICAS
+  elif strategy == "weight_streaming":
+    count = cs["num_csx"]
+  else:
+    return
+  if count > 1:
+    strategies.configure_logical_cpus(count)
 
 
 def run(params: dict, opts: RunOptions,

@@ -219,6 +219,10 @@ def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
   ctx = tf.distribute.get_replica_context()
   replicas = ctx.num_replicas_in_sync if ctx is not None else 1
   grads = tf.gradients(loss * (scale / replicas) if scale != 1.0 or replicas > 1 else loss, tvars)
+  if replicas > 1:
+    # What tf1's compute_gradients sets when it scales: tf.estimator then reports the replicas'
+    # MEAN loss, not their SUM (R times the loss of the other modes).
+    tf1.get_default_graph()._is_loss_scaled_by_optimizer = True  # pylint: disable=protected-access
   if scale != 1.0:
     grads = [None if g is None else g / scale for g in grads]
   pairs = [(g, v) for g, v in zip(grads, tvars) if g is not None]
