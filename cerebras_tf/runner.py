@@ -107,7 +107,10 @@ def _reserve_host_devices(tf, cs: dict) -> None:
   else:
     return
   if count > 1:
-    strategies.configure_logical_cpus(count)
+    try:
+      strategies.configure_logical_cpus(count)
+    except ConfigError:
+      pass  # TF already started in this process (a notebook, pytest): the runtime decides
 
 
 def run(params: dict, opts: RunOptions,

@@ -13,6 +13,7 @@ accents carry meaning. Ids 0-3 are the reserved tokens below; [PAD] is 0 so padd
 import hashlib
 import os
 import re
+import threading
 from typing import List, Optional, Sequence
 
 import tensorflow as tf
@@ -59,14 +60,35 @@ def build_vocab(train_file: str, vocab_size: int, keys: Sequence[str] = ("en", "
       bert_tokenizer_params=TOKENIZER_PARAMS, learn_params={})
 
 
+def _eagerly(fn, *args):
+  """fn(*args), executed eagerly: the builder iterates a tf.data.Dataset in Python, which a
+  graph (an Estimator's input_fn runs inside one) forbids, and tf.init_scope does not leave a
+  plain tf.Graph. A new thread starts eager in TF 2, so it runs there when this one is not."""
+  if tf.executing_eagerly():
+    return fn(*args)
+  out = {}
+
+  def target():
+    try:
+      out["value"] = fn(*args)
+    except BaseException as e:  # pylint: disable=broad-except  # re-raised in the caller
+      out["error"] = e
+
+  thread = threading.Thread(target=target, name="build_vocab")
+  thread.start()
+  thread.join()
+  if "error" in out:
+    raise out["error"]
+  return out["value"]
+
+
 def ensure_vocab(train_file: str, vocab_size: int, cache_dir: Optional[str] = None,
                  keys: Sequence[str] = ("en", "es")) -> str:
   """Path of the cached vocabulary for this training file and size, building it if absent."""
   path = cache_path(train_file, vocab_size, cache_dir)
   if tf.io.gfile.exists(path):
     return path
-  with tf.init_scope():  # the builder iterates eagerly, also when called in an Estimator graph
-    tokens = build_vocab(train_file, vocab_size, keys)
+  tokens = _eagerly(build_vocab, train_file, vocab_size, keys)
   tf.io.gfile.makedirs(os.path.dirname(path))
   tmp = "%s.tmp%d" % (path, os.getpid())
   with tf.io.gfile.GFile(tmp, "w") as f:

@@ -194,6 +194,17 @@ def test_vocab_cached_by_checksum_and_size(data_dir):
   assert tok.detokenize(ids).numpy()[0].decode() == "El perro ve un pájaro grande."
 
 
+def test_vocab_builds_inside_an_estimator_graph(data_dir, tmp_path):
+  """A fresh checkout has no cached vocabulary: the compiler's capture calls the input_fn,
+  and so builds it, inside a tf.Graph, where tf.data cannot be iterated in Python."""
+  train = os.path.join(data_dir, "en_es", "train.tfrecord")
+  with tf.Graph().as_default():
+    assert not tf.executing_eagerly()
+    path = vocab_lib.ensure_vocab(train, 70, cache_dir=str(tmp_path))
+  assert os.path.dirname(path) == str(tmp_path)
+  assert vocab_lib.read_vocab(path)[:4] == list(vocab_lib.RESERVED)
+
+
 def test_input_masks_lengths_and_static_shapes(data_dir):
   params = _params(data_dir)
   with tf.Graph().as_default():
