@@ -226,23 +226,20 @@ def transformer_seq2seq_graph(num_layers: int, hidden: int, heads: int, ffn: int
             mk(f"{pre}/ffn/dense_2", "matmul", 2 * q * f * h, (1 + _LN) * q * h, f * h + 3 * h,
                2 * q * h)]
 
+  def self_attention_layers(pre, q):  # q tokens attend to themselves
+    return [
+        mk(f"{pre}/self_attention/qkv", "matmul", 6 * q * h * h, 0, 3 * h * h + 3 * h, 3 * q * h),
+        mk(f"{pre}/self_attention/scores", "matmul", 4 * q * q * h, _SOFTMAX * n * q * q, 0,
+           2 * n * q * q + q * h),
+        mk(f"{pre}/self_attention/output", "matmul", 2 * q * h * h, (1 + _LN) * q * h,
+           h * h + 3 * h, 2 * q * h)]
+
   for i in range(num_layers):
     pre = f"{name}/encoder/layer_{i}"
-    layers += [
-        mk(f"{pre}/self_attention/qkv", "matmul", 6 * s * h * h, 0, 3 * h * h + 3 * h, 3 * s * h),
-        mk(f"{pre}/self_attention/scores", "matmul", 4 * s * s * h, _SOFTMAX * n * s * s, 0,
-           2 * n * s * s + s * h),
-        mk(f"{pre}/self_attention/output", "matmul", 2 * s * h * h, (1 + _LN) * s * h,
-           h * h + 3 * h, 2 * s * h),
-    ] + ffn_layers(pre, s)
+    layers += self_attention_layers(pre, s) + ffn_layers(pre, s)
   for i in range(num_layers):
     pre = f"{name}/decoder/layer_{i}"
-    layers += [
-        mk(f"{pre}/self_attention/qkv", "matmul", 6 * t * h * h, 0, 3 * h * h + 3 * h, 3 * t * h),
-        mk(f"{pre}/self_attention/scores", "matmul", 4 * t * t * h, _SOFTMAX * n * t * t, 0,
-           2 * n * t * t + t * h),
-        mk(f"{pre}/self_attention/output", "matmul", 2 * t * h * h, (1 + _LN) * t * h,
-           h * h + 3 * h, 2 * t * h),
+    layers += self_attention_layers(pre, t) + [
         mk(f"{pre}/cross_attention/qkv", "matmul", 2 * t * h * h + 4 * s * h * h, 0,
            3 * h * h + 3 * h, t * h + 2 * s * h),
         mk(f"{pre}/cross_attention/scores", "matmul", 4 * t * s * h, _SOFTMAX * n * t * s, 0,
