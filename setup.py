@@ -7,7 +7,10 @@ setup(
     version="0.1.0",
     description="TensorFlow Estimator-compatible training framework for a simulated Cerebras CS-2",
     python_requires=">=3.11,<3.12",
-    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*", "models", "models.*"]),
+    # One top-level package: the reference models are cerebras_tf.models (a top-level `models`
+    # would shadow any user's own models.py).
+    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*"]),
+    package_data={"cerebras_tf.engine": ["specs/*.yaml"], "cerebras_tf.models": ["*/README.md"]},
     install_requires=[
         "tensorflow==2.15.1",       # the last release with tf.estimator
         "tensorflow-text==2.15.0",  # BertTokenizer, MLM masking, WordPiece vocab builder

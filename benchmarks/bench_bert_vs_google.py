@@ -38,8 +38,8 @@ tf1 = tf.compat.v1
 
 from cerebras_tf import params as params_lib  # noqa: E402  pylint: disable=wrong-import-position
 from cerebras_tf import runner  # noqa: E402  pylint: disable=wrong-import-position
-from models.bert import input as input_lib  # noqa: E402  pylint: disable=wrong-import-position
-from models.bert import model as bert_model  # noqa: E402  pylint: disable=wrong-import-position
+from cerebras_tf.models.bert import input as input_lib  # noqa: E402  pylint: disable=wrong-import-position
+from cerebras_tf.models.bert import model as bert_model  # noqa: E402  pylint: disable=wrong-import-position
 
 BATCH, SEQ, PREDS = 32, 128, 20
 CONFIG = os.path.join(ROOT, "configs", "params_bert_tiny_msl128.yaml")

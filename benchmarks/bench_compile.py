@@ -16,10 +16,10 @@ from common import ROOT, machine, print_table, quiet_tf
 quiet_tf()
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # noqa: E402
-from cerebras_tf.compiler.plan import base as plan_base  # noqa: E402
+from cerebras_tf.core import plans  # noqa: E402
 from cerebras_tf.engine import spec  # noqa: E402
 from cerebras_tf.params import load_params  # noqa: E402
-from models.registry import get_model  # noqa: E402
+from cerebras_tf.registry import get_model  # noqa: E402
 
 
 def main():
@@ -42,7 +42,7 @@ def main():
   cached_s = time.perf_counter() - t
   assert cached.cached
   engine = spec.load_engine("cs2")
-  options = plan_base.PlanOptions(batch_size=full.plan.batch_size)
+  options = plans.PlanOptions(batch_size=full.plan.batch_size)
   from cerebras_tf.compiler import plan as plan_lib  # pylint: disable=import-outside-toplevel
   from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
   t = time.perf_counter()

@@ -41,7 +41,7 @@ def worker(label: str, steps: int, warmup: int) -> None:
   tf = quiet_tf()
   # pylint: disable=import-outside-toplevel
   from cerebras_tf import params as params_lib, runner
-  from models import registry
+  from cerebras_tf import registry
 
   model_dir = tempfile.mkdtemp(prefix="bench_modes_")
   params = params_lib.load_params(PARAMS, MODES[label] + [

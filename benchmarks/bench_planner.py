@@ -1,7 +1,7 @@
 """Planner + simulator time: GPT-3 175B weight streaming over 1..16 systems, BERT-Large
 pipelined, BERT-Base multi_replica (R search) and auto. Goal: < 10 s total, < 1 s BERT-Large.
 
-Analytic graphs (cerebras_tf/compiler/analytic.py); no TensorFlow. Prints a markdown table.
+Analytic graphs (cerebras_tf/analysis/analytic.py); no TensorFlow. Prints a markdown table.
 """
 
 import time
@@ -9,13 +9,14 @@ import time
 import common  # noqa: F401  (repo on sys.path)
 from common import machine, print_table
 
-from cerebras_tf.compiler import analytic
-from cerebras_tf.compiler.plan import base, get_planner
+from cerebras_tf.analysis import analytic
+from cerebras_tf.core import plans
+from cerebras_tf.compiler.plan import get_planner
 from cerebras_tf.engine import perf, spec
 
 
 def timed(graph, engine, strategy, batch, **kw):
-  opts = base.PlanOptions(batch_size=batch, execution_strategy=strategy, **kw)
+  opts = plans.PlanOptions(batch_size=batch, execution_strategy=strategy, **kw)
   t0 = time.perf_counter()
   plan = get_planner(strategy).plan(graph, engine, opts)
   pf = perf.simulate(plan, graph, engine, opts)

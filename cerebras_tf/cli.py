@@ -17,9 +17,11 @@ from typing import List, Optional, Tuple
 
 from absl import flags
 
-from cerebras_tf.compiler.plan import base as plan_base
+from cerebras_tf.core import plans
 from cerebras_tf.errors import CerebrasTFError, ConfigError
 from cerebras_tf import params as params_lib
+from cerebras_tf import runner
+from cerebras_tf import schema
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
           "Flags override the YAML; --params_override SECTION.KEY=VALUE sets any params key.")
@@ -47,7 +49,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   kw = {"flag_values": fv}
   flags.DEFINE_string("params", None, "params YAML file (required)", **kw)
   flags.DEFINE_string("model_dir", None, "checkpoints and summaries (runconfig.model_dir)", **kw)
-  flags.DEFINE_string("mode", None, "one of " + ", ".join(params_lib.MODES)
+  flags.DEFINE_string("mode", None, "one of " + ", ".join(schema.MODES)
                       + " (runconfig.mode; default train)", **kw)
   flags.DEFINE_boolean("validate_only", False, "only check every op has an engine kernel", **kw)
   flags.DEFINE_boolean("compile_only", False, "compile for the engine and report, no training",
@@ -65,7 +67,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_integer("num_csx", None, "CS systems (csconfig.num_csx)", **kw)
   flags.DEFINE_integer("num_wgt_servers", None, "MemoryX weight servers "
                        "(csconfig.max_wgt_servers)", **kw)
-  flags.DEFINE_string("execution_strategy", None, "one of " + ", ".join(plan_base.STRATEGIES)
+  flags.DEFINE_string("execution_strategy", None, "one of " + ", ".join(plans.STRATEGIES)
                       + " (csconfig.execution_strategy)", **kw)
   flags.DEFINE_string("engine", None, "cs1, cs2, cs3 or an engine YAML (csconfig.engine)", **kw)
   flags.DEFINE_string("compile_dir", None, "compiler output (csconfig.compile_dir)", **kw)
@@ -121,7 +123,7 @@ def parse_command_line(argv: List[str]) -> Invocation:
     # The flag chooses the strategy over the YAML's (configs say `pipelined`); given together
     # with --execution_strategy, the two must agree (the params schema says so).
     overrides.append(params_lib.Override("csconfig.execution_strategy",
-                                         plan_base.MULTI_REPLICA, "--multireplica"))
+                                         plans.MULTI_REPLICA, "--multireplica"))
   if fv.no_cs:
     overrides.append(params_lib.Override("runconfig.use_cs", False, "--no_cs"))
   overrides.extend(params_lib.parse_override(text) for text in fv.params_override)
@@ -147,11 +149,10 @@ def _illegal_value_message(fv, e) -> str:
 
 def load(argv: List[str]):
   """argv -> (params dict, RunOptions), everything validated; no TensorFlow import."""
-  from cerebras_tf.runner import RunOptions  # pylint: disable=import-outside-toplevel
   inv = parse_command_line(argv)
   params = params_lib.load_params(inv.params_path, inv.overrides)
   rc = params["runconfig"]
-  opts = RunOptions(mode=rc["mode"], validate_only=inv.validate_only,
+  opts = runner.RunOptions(mode=rc["mode"], validate_only=inv.validate_only,
                     compile_only=inv.compile_only, steps=inv.steps, max_steps=inv.max_steps,
                     eval_steps=inv.eval_steps, checkpoint_path=inv.checkpoint_path,
                     use_cs=rc["use_cs"], export_dir=inv.export_dir)
@@ -162,7 +163,7 @@ def main(argv: Optional[List[str]] = None) -> int:
   """Runs the command line; returns the exit code (0, or 2 for bad input)."""
   argv = list(sys.argv if argv is None else argv)
   if any(arg in _HELP_FLAGS for arg in argv[1:]):
-    print(_USAGE.format(modes="|".join(params_lib.MODES)))
+    print(_USAGE.format(modes="|".join(schema.MODES)))
     print(define_flags(flags.FlagValues()).get_help())
     if "--helpfull" in argv:
       print("\nparams keys (model families add their own):\n" + params_lib.help_text())
@@ -171,7 +172,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
       flags.FLAGS.mark_as_parsed()  # absl logging (used by TF) otherwise warns on every run
-    from cerebras_tf import runner  # pylint: disable=import-outside-toplevel
     summary = runner.run(params, opts)
   except CerebrasTFError as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)

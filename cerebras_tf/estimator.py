@@ -12,7 +12,6 @@ Estimator in the MRO.
 """
 
 import contextlib
-import copy
 import functools
 import os
 from typing import Optional
@@ -22,9 +21,12 @@ from tensorflow_estimator.python.estimator import model_fn as model_fn_lib
 from tensorflow_estimator.python.estimator import util as estimator_util
 
 from cerebras_tf.compiler import compile as compile_lib
-from cerebras_tf.compiler.plan import base as plan_base
-from cerebras_tf.errors import CompileError, FitError, TrainingError
+from cerebras_tf.core import batching, plans
+from cerebras_tf.engine import report
+from cerebras_tf.errors import ConfigError, FitError, TrainingError
 from cerebras_tf.run_config import CSConfig, CSRunConfig
+from cerebras_tf.runtime import checkpoints, strategies
+from cerebras_tf.runtime.hooks import CSProgressHook
 
 ModeKeys = tf.estimator.ModeKeys
 _SECTION = {ModeKeys.TRAIN: "train_input", ModeKeys.EVAL: "eval_input",
@@ -47,17 +49,6 @@ def batch_size_for_mode(params: dict, mode: str) -> Optional[int]:
   return None
 
 
-def params_with_batch(params: dict, mode: str, batch_size: int) -> dict:
-  """A copy of params whose batch size for `mode` is `batch_size` (e.g. per replica)."""
-  out = copy.deepcopy(params)
-  section = out.get(_SECTION.get(mode, "train_input"))
-  if isinstance(section, dict) and "batch_size" in section:
-    section["batch_size"] = batch_size
-  if "batch_size" in out:
-    out["batch_size"] = batch_size
-  return out
-
-
 class _CerebrasMethods:
   """train/evaluate/predict with `use_cs`; a mixin so tf.estimator accepts the subclass."""
 
@@ -69,17 +60,15 @@ class _CerebrasMethods:
                                           max_steps=max_steps, saving_listeners=saving_listeners)
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
-    from cerebras_tf.runtime import checkpoints  # pylint: disable=import-outside-toplevel
     checkpoints.ensure_restorable(self.model_dir)
     last_step = max_steps
     if last_step is None and steps is not None:
       last_step = self._current_step() + steps
     self._cs_run = {"result": result, "last_step": last_step}
     try:
-      with self._runtime_for(result.plan) as replicas:
-        if replicas > 1:
-          input_fn = self._per_replica_input_fn(input_fn, result.plan.batch_size // replicas)
-        elif result.plan.execution_strategy == plan_base.PIPELINED:
+      with self._runtime_for(result.plan) as runtime:
+        input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch)
+        if runtime.replicas == 1 and result.plan.execution_strategy == plans.PIPELINED:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
@@ -132,10 +121,12 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._user_model_fn = model_fn
     self._default_use_cs = bool(use_cs)
     self._cs_run = None
-    self._compile_memo = {}
+    if config is not None and not isinstance(config, CSRunConfig):
+      config = CSRunConfig.from_run_config(config)
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
                      config=config, params=params, warm_start_from=warm_start_from)
     self._compile_dir = compile_dir or os.path.join(self.model_dir, "cs_compile")
+    self._compiler = compile_lib.Compiler(self._compile_dir)
 
   # --- configuration ----------------------------------------------------------------------
 
@@ -145,8 +136,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   @property
   def cs_config(self) -> CSConfig:
-    cfg = self.config
-    return cfg.cs_config if isinstance(cfg, CSRunConfig) else CSConfig()
+    return self.config.cs_config
 
   def _resolve_use_cs(self, use_cs) -> bool:
     return self._default_use_cs if use_cs is None else bool(use_cs)
@@ -164,86 +154,29 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   @contextlib.contextmanager
   def _runtime_for(self, plan):
-    """Installs the plan's runtime for one call; yields the number of data-parallel replicas.
-
-    pipelined: as is. multi_replica: MirroredStrategy over the host's replicas
-    (`strategies.host_replicas`: the plan's R when csconfig.num_replicas set it, else at most
-    2 logical CPUs or one per GPU, always the plan's global batch). When `auto` chose
-    multi_replica and TensorFlow already runs with too few devices, training falls back to one
-    device (same update on the same global batch) with a warning; an explicit multi_replica
-    keeps the ConfigError. weight_streaming: variables and optimizer on ps tasks (MemoryX),
-    compute on one device per CS system in this process, synchronously (one device: a device
-    function; several: CentralStorageStrategy with the ps as the parameter device).
-    """
-    from cerebras_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
-    from cerebras_tf.runtime import strategies  # pylint: disable=import-outside-toplevel
-    strategy_name = plan.execution_strategy
-    replicas = (plan.num_replicas if strategy_name == plan_base.MULTI_REPLICA
-                else plan.num_csx if strategy_name == plan_base.WEIGHT_STREAMING else 1)
-    strategy = None
-    if strategy_name == plan_base.MULTI_REPLICA and replicas > 1:
-      cs = self.cs_config
-      chosen_by = "auto" if cs.execution_strategy == plan_base.AUTO else "the compiler"
-      if strategies.multi_worker():
-        host = replicas  # MultiWorkerMirroredStrategy: the cluster decides the devices
-      else:
-        host = strategies.host_replicas(replicas, plan.batch_size, cs.num_replicas is not None,
-                                        len(tf.config.list_physical_devices("GPU")))
-      if host != replicas:
-        tf.compat.v1.logging.info(
-            "cerebras_tf: multi_replica plan: R=%d replicas on the engine (chosen by %s); the "
-            "host trains them as %d replica(s) of %d samples: the same global batch %d and "
-            "synchronous update (csconfig.num_replicas fixes R on both)", replicas, chosen_by,
-            host, plan.batch_size // host, plan.batch_size)
-      if host > 1:
-        try:
-          strategy = strategies.mirrored_strategy(host)
-        except ConfigError as e:
-          if cs.execution_strategy != plan_base.AUTO:
-            raise
-          tf.compat.v1.logging.warning(
-              "cerebras_tf: auto chose multi_replica (R=%d), but the host cannot run %d "
-              "replicas here (%s); it trains on one device instead: the same update on the "
-              "global batch %d, as pipelined does", replicas, host, e, plan.batch_size)
-          host = 1
-      replicas = host
-    if strategy_name not in (plan_base.MULTI_REPLICA, plan_base.WEIGHT_STREAMING) or (
-        strategy_name == plan_base.MULTI_REPLICA and replicas <= 1):
-      yield 1
-      return
+    """Trains one call with the plan's runtime (runtime/strategies.py); yields it."""
+    runtime = strategies.runtime_for(plan, self.config, self.model_dir, self.cs_config)
+    # tf.estimator copies these four out of its RunConfig when it is built; a train call with
+    # another runtime swaps them, and puts them back after.
     saved = (self._config, self._train_distribution, self._session_config, self._device_fn)
-    config = copy.copy(self._config)  # RunConfig.replace refuses unvalidated strategies
-    if strategy_name == plan_base.MULTI_REPLICA:
-      config._train_distribute = strategy  # pylint: disable=protected-access
-      where = ", ".join(strategy.extended.worker_devices)
-    else:
-      from cerebras_tf.runtime import cluster as cluster_lib  # pylint: disable=import-outside-toplevel
-      client = cluster_lib.client_for(self.cs_config.max_wgt_servers,
-                                      os.path.join(self.model_dir, "cluster_logs"), replicas)
-      config._master = client.target  # pylint: disable=protected-access
-      # Fail cleanly (checkpoints intact) rather than wait 2 h for a weight server that is gone.
-      config._session_creation_timeout_secs = cluster_lib.SESSION_TIMEOUT_S  # pylint: disable=protected-access
-      if replicas == 1:
-        config._device_fn = client.device_fn()  # pylint: disable=protected-access
-      else:
-        config._train_distribute = client.strategy(replicas)  # pylint: disable=protected-access
-      where = f"{len(client.cluster['ps'])} weight server(s) {', '.join(client.cluster['ps'])}"
-    config._session_config = strategies.session_config(replicas)  # pylint: disable=protected-access
-    self._config, self._train_distribution = config, config.train_distribute
-    self._session_config, self._device_fn = config.session_config, config.device_fn
-    tf.compat.v1.logging.info("cerebras_tf: %s runtime: %d replica(s); %s", strategy_name,
-                              replicas, where)
+    cfg = runtime.config
+    self._config, self._train_distribution = cfg, cfg.train_distribute
+    self._session_config, self._device_fn = cfg.session_config, cfg.device_fn
     try:
-      yield replicas
+      yield runtime
     finally:
       self._config, self._train_distribution, self._session_config, self._device_fn = saved
 
   def _per_replica_input_fn(self, input_fn, per_replica_batch: int):
-    """input_fn called with params whose batch size is the per-replica batch."""
+    """input_fn called with the per-replica batch in the reserved params key `batch_size`
+    (TPUEstimator's convention; the params sections keep the global batch); a dataset whose
+    static batch is another number is refused with both numbers."""
     def wrapped(params, mode, config, input_context=None):
-      return _call_with_supported_args(
-          input_fn, params=params_with_batch(params, mode, per_replica_batch), mode=mode,
-          config=config, input_context=input_context)
+      params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
+      out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config,
+                                      input_context=input_context)
+      _check_batch(out, per_replica_batch, self.cs_config)
+      return out
     return wrapped
 
   # --- the model_fn seen by tf.estimator -------------------------------------------------
@@ -261,7 +194,6 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     return model_fn
 
   def _progress_hook(self, loss, run):
-    from cerebras_tf.runtime.hooks import CSProgressHook  # pylint: disable=import-outside-toplevel
     result = run["result"]
     png = None
     wafer = result.report_paths.get("wafer")
@@ -281,6 +213,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def compile(self, input_fn, validate_only=False, mode=ModeKeys.TRAIN):
     """Compiles the model for the engine in the configured execution strategy.
 
+    The pipeline is compiler/compile.py's; this gathers what it needs: how to call the user's
+    input_fn and model_fn, the params, the CSConfig and what the host can run.
+
     Args:
       input_fn: the training input_fn (its element spec fixes the input shapes).
       validate_only: stop after checking every op against the engine's kernels.
@@ -293,96 +228,24 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       UnsupportedOpError: an op has no engine kernel (names op, type and source line).
       CompileError: the graph cannot be captured with static shapes.
     """
-    from cerebras_tf.compiler import capture, lower  # pylint: disable=import-outside-toplevel
-    from cerebras_tf.engine import spec as spec_lib  # pylint: disable=import-outside-toplevel
     del mode  # The engine compiles the training graph; eval/predict reuse it.
-    t0 = compile_lib.now()
-    cs = self.cs_config
-    engine = spec_lib.load_engine(cs.engine)
-    engine_file = engine.source_path
-    params = self.params
-    key = compile_lib.fast_key(self._user_model_fn, params, engine_file, cs._asdict(),
-                               "validate" if validate_only else ModeKeys.TRAIN)
-    cache = compile_lib.CompileCache(self._compile_dir)
-    hit = self._compile_memo.get(key) or (None if validate_only else cache.get(key))
-    if hit is not None:
-      result = (hit if isinstance(hit, compile_lib.CompileResult)
-                else compile_lib.result_from_entry(hit, self._compile_dir, 0.0))
-      result = compile_lib.dataclasses.replace(result, cached=True,
-                                               seconds=compile_lib.now() - t0)
-      self._log_compile(result)
-      return result
-
-    default_batch = batch_size_for_mode(params, ModeKeys.TRAIN)
-    captured = capture.capture(
-        lambda: self._call_input_fn(input_fn, ModeKeys.TRAIN),
-        lambda f, l: self._call_model_fn(f, l, ModeKeys.TRAIN, self.config),
-        default_batch or 0)
-    if not captured.batch_size:
-      raise CompileError("cannot tell the batch size: batch the dataset with drop_remainder=True "
-                         "or set train_input.batch_size in params")
-    fwd = lower.forward_ops(captured)
-    lower.validate(captured, fwd)
+    host = strategies.host_devices(self.cs_config)  # before anything starts TF's runtime
+    global_batch = batch_size_for_mode(self.params, ModeKeys.TRAIN)
+    result = self._compiler.compile(
+        model_fn=self._user_model_fn,
+        call_input_fn=lambda: self._call_input_fn(
+            self._per_replica_input_fn(input_fn, global_batch) if global_batch else input_fn,
+            ModeKeys.TRAIN),
+        call_model_fn=lambda f, l: self._call_model_fn(f, l, ModeKeys.TRAIN, self.config),
+        params=self.params, cs_config=self.cs_config, global_batch=global_batch, host=host,
+        seed=self.config.tf_random_seed, validate_only=validate_only)
     if validate_only:
-      result = compile_lib.CompileResult(None, None, None, {}, False, self._compile_dir,
-                                         compile_lib.now() - t0, validate_only=True)
-      self._compile_memo[key] = result
       tf.compat.v1.logging.info("cerebras_tf: validation passed: every op has an engine kernel")
-      return result
-    name = getattr(self._user_model_fn, "__module__", "model") or "model"
-    seq_len = _seq_len(captured)
-    sources = _length_sources(captured, seq_len)
-    graph = lower.lower(captured, name=name, fwd=fwd, seq_len=seq_len,
-                        token_lengths=sorted({s.seq_len for s in sources}))
-    options = plan_base.PlanOptions(
-        batch_size=captured.batch_size, execution_strategy=cs.execution_strategy,
-        num_csx=cs.num_csx, num_replicas=cs.num_replicas, max_wgt_servers=cs.max_wgt_servers,
-        sparsity=cs.sparsity, vts=cs.vts,
-        **(self._token_fractions(input_fn, captured, sources) if cs.vts else {}))
-    gkey = compile_lib.graph_key(graph, engine_file, options)
-    entry = cache.get(gkey)
-    if entry is not None:
-      result = compile_lib.result_from_entry(entry, self._compile_dir, compile_lib.now() - t0)
     else:
-      the_plan, perf, paths = compile_lib.plan_and_report(graph, engine, options,
-                                                          self._compile_dir)
-      result = compile_lib.CompileResult(graph, the_plan, perf, paths, False, self._compile_dir,
-                                         compile_lib.now() - t0)
-      cache.put([key, gkey], {"graph": graph.to_dict(), "plan": the_plan.to_dict(),
-                              "performance": perf.to_dict(), "report_paths": paths})
-    self._compile_memo[key] = result
-    self._log_compile(result)
+      self._log_compile(result)
     return result
 
-  def _token_fractions(self, input_fn, captured, sources) -> dict:
-    """VTS: token_fraction / token_sq_fraction measured on a sample of the training input.
-
-    The lengths are relative to the captured (compiled) static shapes. The fractions go into
-    PlanOptions, hence into the graph cache key: a VTS compile never reuses a padded entry.
-    """
-    from cerebras_tf.compiler import tokens  # pylint: disable=import-outside-toplevel
-    if not sources:
-      names = ", ".join(f"{n}{t.shape.as_list()}"
-                        for n, t in sorted(captured.inputs.items())) or "none"
-      raise CompileError(f"csconfig.vts is true but the training input says no sequence lengths: "
-                         f"looked for {tokens.LOOKED_FOR} among the inputs ({names}); add a "
-                         f"padding mask or a length feature to the input_fn, or set "
-                         f"csconfig.vts false")
-    stats = tokens.measure(lambda: self._call_input_fn(input_fn, ModeKeys.TRAIN), sources,
-                           seed=self.config.tf_random_seed)
-    if not stats[0].sequences:
-      raise CompileError(f"csconfig.vts is true but the training input_fn gave no batch to "
-                         f"measure sequence lengths on (read {sources[0].feature}); check "
-                         f"its data files, or set csconfig.vts false")
-    pooled = tokens.pool(stats)
-    where = tokens.describe(sources, stats)
-    tf.compat.v1.logging.info("cerebras_tf: VTS %s: token_fraction %.3f, token_sq_fraction %.3f",
-                              where, pooled.token_fraction, pooled.token_sq_fraction)
-    return {"token_fraction": pooled.token_fraction,
-            "token_sq_fraction": pooled.token_sq_fraction, "vts_source": where}
-
   def _log_compile(self, result):
-    from cerebras_tf.engine import report  # pylint: disable=import-outside-toplevel
     how = "compile cache hit" if result.cached else "compiled"
     tf.compat.v1.logging.info("cerebras_tf: %s in %.2fs; reports in %s\n%s", how, result.seconds,
                               result.compile_dir,
@@ -394,20 +257,15 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                      f"mode: {result.plan.reason}")
 
 
-def _seq_len(captured) -> int:
-  """The sequence length: the longest 2nd dim of the rank-2 integer features, else 0.
-
-  The longest, not the first: BERT's `masked_lm_ids` [batch, max_predictions] sorts before
-  `token_ids` [batch, max_seq_length].
-  """
-  lengths = [int(t.shape[1]) for name, t in captured.inputs.items()
-             if name.startswith("features") and t.dtype.is_integer and t.shape.rank == 2
-             and t.shape[1] is not None]
-  return max(lengths, default=0)
-
-
-def _length_sources(captured, seq_len: int):
-  """Where VTS reads sequence lengths from (compiler/tokens.py), from the captured inputs."""
-  from cerebras_tf.compiler import tokens  # pylint: disable=import-outside-toplevel
-  return tokens.find_length_sources(
-      {n: (t.shape.as_list(), t.dtype.name) for n, t in captured.inputs.items()}, seq_len)
+def _check_batch(dataset, per_replica_batch: int, cs_config) -> None:
+  """Refuses an input_fn whose dataset has a static batch other than the per-replica batch."""
+  if not isinstance(dataset, tf.data.Dataset):
+    return
+  dims = {int(s.shape[0]) for s in tf.nest.flatten(dataset.element_spec)
+          if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is not None}
+  if dims and dims != {per_replica_batch}:
+    raise ConfigError(
+        f"the input_fn returned batches of {sorted(dims)[0]} samples, but each replica must get "
+        f"{per_replica_batch} (the global batch split by the {cs_config.execution_strategy} "
+        f"plan); batch the dataset with params['{batching.RESERVED_PARAMS_KEY}'], the "
+        f"per-replica batch the framework passes")

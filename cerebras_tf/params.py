@@ -2,9 +2,9 @@
 
 A params file has the sections of the Cerebras modelzoo TF configs (`train_input`, `eval_input`,
 `model`, `optimizer`, `runconfig`, `csconfig`). Every key, its type, default, range or choices and
-a help string is declared once, in `SCHEMA` below. `model.name` picks a model family from
-`models.registry`; the family adds its own keys to `model`, `train_input` and `eval_input`
-(see `TRANSFORMER_MODEL_FIELDS` and `TEXT_INPUT_FIELDS` for the shared ones).
+a help string is declared once, in `schema.SCHEMA`. `model.name` picks a model family from
+`cerebras_tf.registry`; the family adds its own keys to `model`, `train_input` and `eval_input`
+(the keys' types and the framework's sections are in `schema.py`).
 
 `load_params(path, overrides)` returns a plain nested dict (what `model_fn` gets as `params`)
 with every default filled in. Anything wrong raises `ParamsError` with one line that names the
@@ -23,234 +23,13 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 
 import yaml
 
-from cerebras_tf.compiler.plan import base as plan_base
-from cerebras_tf.errors import ParamsError
-
-# Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "int_list", "learning_rate", "loss_scale",
-          "engine")
-_REQUIRED = object()
-
-MODES = ("train", "eval", "eval_all", "train_and_eval", "predict", "export")
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-ENGINES = ("cs1", "cs2", "cs3")
-
-
-@dataclasses.dataclass(frozen=True)
-class Field:
-  """One params key. `low`/`high` bound numbers (inclusive unless `*_open`)."""
-
-  kind: str
-  default: Any = _REQUIRED
-  help: str = ""
-  low: Optional[float] = None
-  high: Optional[float] = None
-  low_open: bool = False
-  high_open: bool = False
-  choices: Optional[Tuple[str, ...]] = None
-  nullable: bool = False
-
-  def __post_init__(self):
-    if self.kind not in _KINDS:
-      raise ValueError(f"Field kind {self.kind!r} is not one of {_KINDS}")
-    if self.default is None and not self.nullable:
-      object.__setattr__(self, "nullable", True)
-
-  @property
-  def required(self) -> bool:
-    return self.default is _REQUIRED
-
-  def describe(self) -> str:
-    """What is allowed, as it reads after 'must be'."""
-    if self.choices:
-      text = "one of " + ", ".join(self.choices)
-    elif self.kind == "int":
-      text = "an int" + self._range()
-    elif self.kind == "float":
-      text = "a number" + self._range()
-    elif self.kind == "bool":
-      text = "a bool (true/false)"
-    elif self.kind == "str":
-      text = "a string"
-    elif self.kind == "path":
-      text = "a path (string)"
-    elif self.kind == "int_list":
-      text = "a list of ints"
-    elif self.kind == "learning_rate":
-      text = ("a number > 0 or a list of schedule segments "
-              "(scheduler: " + ", ".join(SCHEDULERS) + ")")
-    elif self.kind == "loss_scale":
-      text = "a number > 0 or 'dynamic'"
-    else:  # engine
-      text = "one of " + ", ".join(ENGINES) + " or a path to an engine .yaml file"
-    return text + (" or null" if self.nullable else "")
-
-  def _range(self) -> str:
-    lo, hi = self.low, self.high
-    if lo is not None and hi is not None:
-      return f" in {'(' if self.low_open else '['}{_num(lo)}, {_num(hi)}{')' if self.high_open else ']'}"
-    if lo is not None:
-      return f" {'>' if self.low_open else '>='} {_num(lo)}"
-    if hi is not None:
-      return f" {'<' if self.high_open else '<='} {_num(hi)}"
-    return ""
-
-
-def _num(x) -> str:
-  return str(int(x)) if float(x).is_integer() else str(x)
-
-
-def _pos_int(default, help_text, nullable=False):
-  return Field("int", default, help_text, low=0, low_open=True, nullable=nullable)
-
-
-# ---------------------------------------------------------------------------------------------
-# The schema. Key names follow the public Cerebras modelzoo TF configs (e.g.
-# modelzoo/transformers/tf/bert/configs/params_bert_base_msl128.yaml).
-
-INPUT_FIELDS = {
-    "data_processor": Field("str", None, "name of the data processor class (informational)"),
-    "data_dir": Field("path", None, "directory (or file) with the input data"),
-    "batch_size": _pos_int(_REQUIRED, "global batch size (all replicas, all systems)"),
-    "shuffle": Field("bool", True, "shuffle the input"),
-    "shuffle_seed": Field("int", None, "seed for shuffling (null: nondeterministic)", low=0),
-    "shuffle_buffer": _pos_int(10000, "elements in the shuffle buffer"),
-    "repeat": Field("bool", True, "repeat the data forever (steps bound the run)"),
-    "num_parallel_calls": _pos_int(None, "parallel map calls (null: tf.data.AUTOTUNE)"),
-}
-EVAL_INPUT_DEFAULTS = {"shuffle": False, "repeat": False}
-
-# Shared by text models (BERT, Transformer, GPT): they add these in their registry schema.
-TEXT_INPUT_FIELDS = {
-    "vocab_file": Field("path", None, "WordPiece / BPE vocabulary file"),
-    "vocab_size": _pos_int(None, "vocabulary size (null: from vocab_file)"),
-    "max_sequence_length": _pos_int(128, "tokens per example, padded"),
-    "max_predictions_per_seq": _pos_int(20, "masked-LM predictions per sequence"),
-    "do_lower": Field("bool", True, "lower-case text before tokenizing"),
-    "masked_lm_prob": Field("float", 0.15, "fraction of tokens masked", low=0, high=1),
-}
-
-MODEL_FIELDS = {
-    "name": Field("str", _REQUIRED, "model family in models/ (e.g. bert, mlp)"),
-    "mixed_precision": Field("bool", False, "compute in 16-bit floats, keep fp32 weights"),
-    "boundary_casting": Field("bool", False, "cast at layer boundaries only (modelzoo compat)"),
-    "tf_summary": Field("bool", False, "write activation summaries"),
-}
-
-TRANSFORMER_MODEL_FIELDS = {
-    "hidden_size": _pos_int(768, "width of the embeddings and every layer"),
-    "num_hidden_layers": _pos_int(12, "encoder (decoder) layers"),
-    "num_heads": _pos_int(12, "attention heads; must divide hidden_size"),
-    "filter_size": _pos_int(3072, "feed-forward inner width"),
-    "dropout_rate": Field("float", 0.1, "dropout after embeddings and sublayers", low=0, high=1,
-                          high_open=True),
-    "attention_dropout_rate": Field("float", 0.1, "dropout on attention probabilities", low=0,
-                                    high=1, high_open=True),
-    "layer_norm_epsilon": Field("float", 1e-12, "layer norm epsilon", low=0, low_open=True),
-    "max_position_embeddings": _pos_int(512, "rows of the position table"),
-    "use_position_embedding": Field("bool", True, "add position embeddings"),
-    "use_segment_embedding": Field("bool", True, "add segment (token type) embeddings"),
-    "position_embedding_type": Field("str", "learned", "position embeddings",
-                                     choices=("learned", "fixed")),
-    "share_embedding_weights": Field("bool", True, "tie input and output embeddings"),
-    "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation",
-                                  choices=("gelu", "relu", "tanh")),
-    "use_ffn_bias": Field("bool", True, "bias in the feed-forward layers"),
-    "use_vsl": Field("bool", False, "variable sequence length (modelzoo compat)"),
-    "initializer_range": Field("float", 0.02, "stddev of the truncated-normal init", low=0,
-                               low_open=True),
-}
-
-OPTIMIZER_FIELDS = {
-    "optimizer_type": Field("str", "adamw", "optimizer", choices=OPTIMIZERS),
-    "learning_rate": Field("learning_rate", 1e-4, "a constant or a list of schedule segments"),
-    "momentum": Field("float", 0.9, "momentum (momentum optimizer)", low=0, high=1,
-                      high_open=True),
-    "beta1": Field("float", 0.9, "Adam beta1", low=0, high=1, high_open=True),
-    "beta2": Field("float", 0.999, "Adam beta2", low=0, high=1, high_open=True),
-    "epsilon": Field("float", 1e-6, "Adam epsilon", low=0, low_open=True),
-    "weight_decay_rate": Field("float", 0.0, "decoupled weight decay (adamw)", low=0),
-    "max_gradient_norm": Field("float", None, "clip gradients to this global norm (null: off)",
-                               low=0, low_open=True),
-    "loss_scaling_factor": Field("loss_scale", 1.0, "static loss scale or 'dynamic'"),
-    "log_summaries": Field("bool", False, "write learning-rate/gradient summaries"),
-    "disable_lr_steps_reset": Field("bool", False, "modelzoo compat: segments count global steps"),
-    "grad_accum_steps": _pos_int(1, "micro-batches per optimizer update; the schedule counts "
-                                 "updates (global_step // grad_accum_steps)"),
-    "warmup_steps": Field("int", None, "linear warm-up from 0 over this many updates, then "
-                          "linear decay to 0 (a constant learning_rate only)", low=0),
-}
-
-RUNCONFIG_FIELDS = {
-    "mode": Field("str", "train", "what scripts/run.py does", choices=MODES),
-    "model_dir": Field("path", "model_dir", "checkpoints and summaries"),
-    "max_steps": _pos_int(None, "train until this global step"),
-    "eval_steps": Field("int", None, "eval batches (null or 0: all the eval data)", low=0),
-    "save_checkpoints_steps": _pos_int(1000, "checkpoint (and train_and_eval) interval"),
-    "keep_checkpoint_max": Field("int", 5, "checkpoints kept (0: all)", low=0),
-    "log_step_count_steps": _pos_int(100, "log loss and steps/s every N steps"),
-    "save_summary_steps": _pos_int(100, "write summaries every N steps"),
-    "tf_random_seed": Field("int", None, "graph-level random seed", low=0),
-    "throttle_secs": Field("int", 0, "train_and_eval: min seconds between evals", low=0),
-    "cs_ip": Field("str", None, "host[:port] of the CS system (null: embedded simulator)"),
-    "use_cs": Field("bool", True, "false: plain Estimator on CPU/GPU, no compile"),
-    "op_determinism": Field("bool", False, "deterministic TF ops: a resumed run ends with the "
-                            "weights of an uninterrupted one (slower)"),
-}
-
-CSCONFIG_FIELDS = {
-    "execution_strategy": Field("str", plan_base.AUTO, "how the model maps to the wafer "
-                                "(auto: the compiler plans each and keeps the fastest that fits)",
-                                choices=plan_base.STRATEGIES),
-    "engine": Field("engine", "cs2", "engine model or an engine YAML"),
-    "num_csx": _pos_int(1, "CS systems (weight streaming)"),
-    "max_wgt_servers": _pos_int(1, "MemoryX weight servers (weight streaming)"),
-    "num_replicas": _pos_int(None, "multi_replica copies (null: compiler picks)"),
-    "multireplica": Field("bool", False, "modelzoo switch: true means execution_strategy "
-                          "multi_replica"),
-    "sparsity": Field("float", 0.0, "unstructured weight sparsity (weight streaming)", low=0,
-                      high=1, high_open=True),
-    "vts": Field("bool", False, "variable tensor shape: cost only real tokens"),
-    "compile_dir": Field("path", None, "compiler output (null: <model_dir>/cs_compile)"),
-}
-
-SCHEMA = {
-    "train_input": INPUT_FIELDS,
-    "eval_input": INPUT_FIELDS,
-    "model": MODEL_FIELDS,
-    "optimizer": OPTIMIZER_FIELDS,
-    "runconfig": RUNCONFIG_FIELDS,
-    "csconfig": CSCONFIG_FIELDS,
-}
-REQUIRED_SECTIONS = ("train_input", "model")
-EXTENSIBLE_SECTIONS = ("model", "train_input", "eval_input")
-
-# Learning-rate schedule segments (modelzoo form: a list, each with `scheduler` and `steps`).
-_LR = dict(low=0)
-SCHEDULERS = {
-    "Linear": {
-        "initial_learning_rate": Field("float", _REQUIRED, "rate at the segment start", **_LR),
-        "end_learning_rate": Field("float", _REQUIRED, "rate at the segment end", **_LR),
-        "steps": _pos_int(None, "segment length (only the last segment may omit it)"),
-    },
-    "Constant": {
-        "learning_rate": Field("float", _REQUIRED, "the rate", **_LR),
-        "steps": _pos_int(None, "segment length (only the last segment may omit it)"),
-    },
-    "Exponential": {
-        "initial_learning_rate": Field("float", _REQUIRED, "rate at the segment start", **_LR),
-        "decay_steps": _pos_int(_REQUIRED, "steps per decay_rate factor"),
-        "decay_rate": Field("float", _REQUIRED, "decay factor", low=0, low_open=True),
-        "staircase": Field("bool", False, "decay in whole steps of decay_steps"),
-        "steps": _pos_int(None, "segment length (only the last segment may omit it)"),
-    },
-    "Cosine": {
-        "initial_learning_rate": Field("float", _REQUIRED, "rate at the segment start", **_LR),
-        "end_learning_rate": Field("float", 0.0, "rate at the segment end", **_LR),
-        "steps": _pos_int(_REQUIRED, "segment length"),
-    },
-}
-
+from cerebras_tf import registry
+from cerebras_tf.core import plans
+from cerebras_tf.cs_config import parse_cs_ip
+from cerebras_tf.errors import ConfigError, ParamsError
+from cerebras_tf import schema
+from cerebras_tf.schema import (ENGINES, EVAL_INPUT_DEFAULTS, INPUT_FIELDS, MODEL_FIELDS, MODES,
+                                REQUIRED, REQUIRED_SECTIONS, SCHEDULERS, SCHEMA, Field)
 
 # ---------------------------------------------------------------------------------------------
 # Overrides.
@@ -445,6 +224,7 @@ class _Validator:
     self.filename = filename
     self.base_dir = base_dir
     self.origins = origins
+    self.spec = None  # the model family's registry.ModelSpec, once model.name is read
 
   def where(self, path: tuple) -> str:
     """The closest known origin of `path` (itself, else its parents), else the file name."""
@@ -495,11 +275,11 @@ class _Validator:
       self.fail(("model",), "model.name is required: the model family, one of "
                 + ", ".join(_available_models()))
     name = self.value(path, name, MODEL_FIELDS["name"])
-    from models import registry  # late: models/ imports this module
     try:
       spec = registry.get_model(name)
     except ParamsError as e:
       self.fail(path, str(e))
+    self.spec = spec
     for section, fields in spec.schema.items():
       schemas[section].update(fields)
     return schemas
@@ -542,20 +322,11 @@ class _Validator:
         self.bad(path, field, value)
       return self.default(path, field)  # `key:` with no value keeps the default
     kind = field.kind
-    if kind == "bool":
-      if not isinstance(value, bool):
+    if kind in ("bool", "int", "float"):
+      try:
+        return field.check(value)  # the one rule of the key (CSConfig applies it too)
+      except ValueError:
         self.bad(path, field, value)
-      return value
-    if kind == "int":
-      number = _as_int(value)
-      if number is None or not _in_range(number, field):
-        self.bad(path, field, value)
-      return number
-    if kind == "float":
-      number = _as_float(value)
-      if number is None or not _in_range(number, field):
-        self.bad(path, field, value)
-      return number
     if kind in ("str", "path"):
       if not isinstance(value, str) or (kind == "path" and not value.strip()):
         self.bad(path, field, value)
@@ -563,13 +334,13 @@ class _Validator:
         return self.choice(path, value, field)
       return self.resolve_path(path, value) if kind == "path" else value
     if kind == "int_list":
-      if not isinstance(value, list) or any(_as_int(v) is None for v in value):
+      if not isinstance(value, list) or any(schema.as_int(v) is None for v in value):
         self.bad(path, field, value)
-      return [_as_int(v) for v in value]
+      return [schema.as_int(v) for v in value]
     if kind == "loss_scale":
       if isinstance(value, str) and value.strip().lower() == "dynamic":
         return "dynamic"
-      number = _as_float(value)
+      number = schema.as_float(value)
       if number is None or number <= 0:
         self.bad(path, field, value)
       return number
@@ -602,7 +373,7 @@ class _Validator:
     if isinstance(value, dict):
       value = [value]
     if not isinstance(value, list):
-      number = _as_float(value)
+      number = schema.as_float(value)
       if number is None or number <= 0:
         self.bad(path, field, value)
       return number
@@ -615,7 +386,7 @@ class _Validator:
         self.fail(spath, f"{_dotted(spath)} must be a mapping with a scheduler, got {_show(seg)}")
       if "scheduler" not in seg:
         self.fail(spath, f"{_dotted(spath)} needs a scheduler: one of {', '.join(SCHEDULERS)}")
-      sched_field = Field("str", _REQUIRED, "", choices=tuple(SCHEDULERS))
+      sched_field = Field("str", REQUIRED, "", choices=tuple(SCHEDULERS))
       sched = self.value(spath + ("scheduler",), seg["scheduler"], sched_field)
       fields = SCHEDULERS[sched]
       for key in seg:
@@ -639,16 +410,16 @@ class _Validator:
     if replicas is not None and replicas > 1 and not strategy_given:
       cs["multireplica"] = True  # asking for replicas means multi_replica
     if cs["multireplica"]:
-      if strategy_given and cs["execution_strategy"] not in (plan_base.MULTI_REPLICA,
-                                                             plan_base.AUTO):
+      if strategy_given and cs["execution_strategy"] not in (plans.MULTI_REPLICA,
+                                                             plans.AUTO):
         self.fail(("csconfig", "multireplica"), "csconfig.multireplica: true conflicts with "
                   f"csconfig.execution_strategy '{cs['execution_strategy']}' (use multi_replica)")
       if not strategy_given:
-        cs["execution_strategy"] = plan_base.MULTI_REPLICA
-    if cs["execution_strategy"] == plan_base.MULTI_REPLICA:
+        cs["execution_strategy"] = plans.MULTI_REPLICA
+    if cs["execution_strategy"] == plans.MULTI_REPLICA:
       cs["multireplica"] = True
     if replicas is not None and replicas > 1:
-      if cs["execution_strategy"] in (plan_base.PIPELINED, plan_base.WEIGHT_STREAMING):
+      if cs["execution_strategy"] in (plans.PIPELINED, plans.WEIGHT_STREAMING):
         self.fail(("csconfig", "num_replicas"), f"csconfig.num_replicas {replicas} needs "
                   f"execution_strategy multi_replica or auto, got '{cs['execution_strategy']}'")
       for section in ("train_input", "eval_input"):
@@ -683,76 +454,17 @@ class _Validator:
     if max_steps is not None and accum > max_steps:
       self.fail(("optimizer", "grad_accum_steps"), f"optimizer.grad_accum_steps {accum} must "
                 f"be <= runconfig.max_steps {max_steps}: no update would ever be applied")
-    for section in ("train_input", "eval_input"):
-      inp = out.get(section) or {}
-      msl, mpp = inp.get("max_sequence_length"), inp.get("max_predictions_per_seq")
-      if isinstance(msl, int) and isinstance(mpp, int) and mpp > msl:
-        self.fail((section, "max_predictions_per_seq"), f"{section}.max_predictions_per_seq "
-                  f"{mpp} must be <= max_sequence_length {msl}")
-    model = out["model"]
-    table = model.get("max_position_embeddings")
-    learned = (model.get("use_position_embedding", True)  # a table of rows (not sinusoids)
-               and model.get("position_embedding_type", "learned") != "fixed")
-    for section in ("train_input", "eval_input"):
-      msl = (out.get(section) or {}).get("max_sequence_length")
-      if learned and isinstance(table, int) and isinstance(msl, int) and msl > table:
-        self.fail((section, "max_sequence_length"), f"{section}.max_sequence_length {msl} must "
-                  f"be <= model.max_position_embeddings {table} (rows of the position table)")
     if rc.get("cs_ip"):
-      from cerebras_tf.cs_config import parse_cs_ip  # pylint: disable=import-outside-toplevel
-      from cerebras_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
       try:
         rc["cs_ip"] = parse_cs_ip(rc["cs_ip"])
       except ConfigError as e:
         self.fail(("runconfig", "cs_ip"), f"runconfig.{e}")
-    model = out["model"]
-    if isinstance(model.get("hidden_size"), int) and isinstance(model.get("num_heads"), int):
-      if model["hidden_size"] % model["num_heads"]:
-        self.fail(("model", "num_heads"), f"model.hidden_size {model['hidden_size']} must be "
-                  f"divisible by model.num_heads {model['num_heads']}")
+    # The model family's own cross-checks (e.g. shapes a transformer needs).
+    self.spec.check_params(out, self.fail)
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers.
-
-# PyYAML (YAML 1.1) reads `1e-5` (no dot) as a string; modelzoo configs use that form.
-_EXP_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-
-def _as_float(value) -> Optional[float]:
-  if isinstance(value, bool):
-    return None
-  if isinstance(value, int):
-    try:
-      return float(value)
-    except OverflowError:
-      return None
-  if isinstance(value, float):
-    return value if math.isfinite(value) else None
-  if isinstance(value, str) and _EXP_RE.match(value.strip()):
-    number = float(value.strip())
-    return number if math.isfinite(number) else None
-  return None
-
-
-def _as_int(value) -> Optional[int]:
-  if isinstance(value, bool):
-    return None
-  if isinstance(value, int):
-    return value
-  number = _as_float(value) if isinstance(value, (float, str)) else None
-  if number is not None and number.is_integer():
-    return int(number)
-  return None
-
-
-def _in_range(x, field: Field) -> bool:
-  if field.low is not None and (x < field.low or (field.low_open and x == field.low)):
-    return False
-  if field.high is not None and (x > field.high or (field.high_open and x == field.high)):
-    return False
-  return True
-
 
 def _show(value) -> str:
   if value is None:
@@ -784,7 +496,6 @@ def _one_line(e: BaseException) -> str:
 
 
 def _available_models() -> List[str]:
-  from models import registry
   return registry.available_models()
 
 

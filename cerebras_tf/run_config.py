@@ -14,7 +14,15 @@ import tensorflow as tf
 from cerebras_tf.cs_config import DEFAULT_CS_PORT, CSConfig, parse_cs_ip  # noqa: F401 (API)
 from cerebras_tf.errors import ConfigError
 
-_CS_FIELDS = ("cs_ip", "system_name", "cs_config", "stack_params")
+_CS_FIELDS = ("cs_ip", "system_name", "cs_config", "stack_params", "master")
+
+# RunConfig's own constructor arguments, read back from its properties (from_run_config).
+_RUN_CONFIG_ARGS = (
+    "model_dir", "tf_random_seed", "save_summary_steps", "save_checkpoints_steps",
+    "save_checkpoints_secs", "session_config", "keep_checkpoint_max",
+    "keep_checkpoint_every_n_hours", "log_step_count_steps", "train_distribute", "device_fn",
+    "protocol", "eval_distribute", "experimental_max_worker_delay_secs",
+    "session_creation_timeout_secs", "checkpoint_save_graph_def")
 
 
 class CSRunConfig(tf.estimator.RunConfig):
@@ -26,6 +34,20 @@ class CSRunConfig(tf.estimator.RunConfig):
     self._system_name = system_name
     self._cs_config = _check_cs_config(cs_config)
     self._stack_params = dict(stack_params or {})
+    self._cs_master = None
+
+  @classmethod
+  def from_run_config(cls, config: tf.estimator.RunConfig, **cs_kwargs) -> "CSRunConfig":
+    """A CSRunConfig with the settings of a plain RunConfig (and the default CSConfig)."""
+    kwargs = {k: getattr(config, k) for k in _RUN_CONFIG_ARGS}
+    if kwargs["save_checkpoints_secs"] is not None:
+      kwargs["save_checkpoints_steps"] = None
+    return cls(**cs_kwargs, **kwargs)
+
+  @property
+  def master(self) -> str:
+    """The session target: TF_CONFIG's, or the weight-streaming client's when it runs one."""
+    return self._cs_master or super().master
 
   @property
   def cs_ip(self) -> Optional[str]:
@@ -56,6 +78,8 @@ class CSRunConfig(tf.estimator.RunConfig):
       new._cs_config = _check_cs_config(cs_kwargs["cs_config"])
     if "stack_params" in cs_kwargs:
       new._stack_params = dict(cs_kwargs["stack_params"] or {})
+    if "master" in cs_kwargs:
+      new._cs_master = cs_kwargs["master"]
     return new
 
 

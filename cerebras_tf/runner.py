@@ -1,7 +1,7 @@
 """Runs a validated params dict: train, eval, eval_all, train_and_eval, predict, or compile.
 
 `scripts/run.py` (through `cerebras_tf.cli`) loads params, then calls `run(params, opts)`. The
-model comes from `models.registry` by `model.name`; its `input_fn(params, mode)` is bound to a
+model comes from `cerebras_tf.registry` by `model.name`; its `input_fn(params, mode)` is bound to a
 mode with functools.partial so the Estimator sees the usual `input_fn(params)`.
 
 TensorFlow is imported only when an estimator is built, so bad options fail fast.
@@ -10,14 +10,16 @@ TensorFlow is imported only when an estimator is built, so bad options fail fast
 import dataclasses
 import functools
 import glob
+import importlib
 import math
 import os
 import re
 from typing import Any, Callable, Dict, List, Optional
 
-from cerebras_tf.cs_config import check_tf_config
+from cerebras_tf import registry
 from cerebras_tf.errors import ConfigError, FitError, ParamsError
-from cerebras_tf.params import MODES
+from cerebras_tf.runtime import tf_config
+from cerebras_tf.schema import MODES
 
 # tf.estimator.ModeKeys values, spelled out to keep TensorFlow out of this module's imports.
 TRAIN, EVAL, PREDICT = "train", "eval", "infer"
@@ -58,7 +60,7 @@ class RunOptions:
 def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
   """CerebrasEstimator + CSRunConfig from the params sections `runconfig` and `csconfig`."""
   # What TensorFlow would otherwise fail on with a traceback, checked before it starts.
-  check_tf_config(os.environ.get("TF_CONFIG"))
+  tf_config.current()
   check_model_dir(params["runconfig"]["model_dir"])
   if opts.checkpoint_path and opts.mode in ("eval", "predict"):
     check_checkpoint_path(opts.checkpoint_path)
@@ -71,7 +73,6 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
   # tf.estimator warns on every call that it is deprecated; we know. Other warnings stay.
   deprecation._PRINT_DEPRECATION_WARNINGS = False  # pylint: disable=protected-access
   tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
-  _reserve_host_devices(tf, params["csconfig"])
   if rc.get("op_determinism"):
     tf.config.experimental.enable_op_determinism()
   config = CSRunConfig(
@@ -90,33 +91,9 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
                            config=config, params=params)
 
 
-def _reserve_host_devices(tf, cs: dict) -> None:
-  """Splits the CPU into the logical devices the run may need, before anything starts TF.
-
-  Logical devices can only be configured before TensorFlow's runtime starts, and a model's
-  compile (its input_fn, vocab, VTS measurement) may start it; the runtime picks them up later.
-  """
-  from cerebras_tf.runtime import strategies  # pylint: disable=import-outside-toplevel
-  if strategies.multi_worker() or tf.config.list_physical_devices("GPU"):
-    return
-  strategy = cs["execution_strategy"]
-  if strategy in ("multi_replica", "auto"):
-    count = cs["num_replicas"] or strategies.HOST_CPU_REPLICAS
-  elif strategy == "weight_streaming":
-    count = cs["num_csx"]
-  else:
-    return
-  if count > 1:
-    try:
-      strategies.configure_logical_cpus(count)
-    except ConfigError:
-      pass  # TF already started in this process (a notebook, pytest): the runtime decides
-
-
 def run(params: dict, opts: RunOptions,
         estimator_factory: Callable[[Callable, dict, RunOptions], Any] = make_estimator) -> dict:
   """Does what `opts.mode` says; returns a summary dict (see `format_summary`)."""
-  from models import registry  # pylint: disable=import-outside-toplevel
   spec = registry.get_model(params["model"]["name"])
   model_fn, input_fn = spec.resolve()
   rc = params["runconfig"]
@@ -195,14 +172,16 @@ def run(params: dict, opts: RunOptions,
 
 
 def serving_input_fn_for(spec) -> Callable:
-  """The model family's `serving_input_receiver_fn(params)`: from `models.<name>.export`,
-  else from its input_fn's module."""
-  import importlib  # pylint: disable=import-outside-toplevel
+  """The model family's `serving_input_receiver_fn(params)`: from its package's `export`
+  module, else from its input_fn's module. A module that exists but fails to import raises."""
   _, input_fn = spec.resolve()
-  for module in (f"models.{spec.name}.export", getattr(input_fn, "__module__", "")):
+  package = registry.BUILTIN.get(spec.name, getattr(input_fn, "__module__", "").rpartition(".")[0])
+  for module in (f"{package}.export", getattr(input_fn, "__module__", "")):
     try:
       fn = getattr(importlib.import_module(module), "serving_input_receiver_fn", None)
-    except ImportError:
+    except ModuleNotFoundError as e:
+      if e.name != module:
+        raise
       continue
     if fn is not None:
       return fn

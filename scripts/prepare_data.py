@@ -5,7 +5,7 @@
 
 Datasets: vocab, bert_pretrain, rotten_tomatoes, en_es (default: all). The cache defaults to
 <repo>/data_cache (or $CEREBRAS_TF_DATA_DIR). A second run only verifies checksums. Sources,
-outputs and formats: cerebras_tf/data/acquire.py.
+outputs and formats: cerebras_tf/models/data/acquire.py.
 """
 
 import argparse
@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cerebras_tf.data import acquire  # noqa: E402  pylint: disable=wrong-import-position
+from cerebras_tf.models.data import acquire  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def main(argv=None):

@@ -4,13 +4,13 @@
   python scripts/scaling_report.py --params configs/params_gpt3_xl.yaml --systems 1,2,4,8,16 \
       [--engine cs2] [--batch 512] [--sparsity 0.9] [--out DIR]
 
-The graph is NOT traced from the model code: it is built by cerebras_tf/compiler/analytic.py
+The graph is NOT traced from the model code: it is built by cerebras_tf/analysis/analytic.py
 from the params' `model` section (hidden_size, num_hidden_layers, num_heads, filter_size;
 max_sequence_length (or max_source_length), vocab_size and batch_size from `model` or else
 `train_input`; for GPT, share_embedding_weights and position_embedding_type): `model.name:
 gpt...` gives a decoder-only LM, `bert...` an encoder with MLM/NSP heads, `transformer...` an
 encoder-decoder. So it runs in a second and needs no TensorFlow. The global batch stays fixed and is split across systems
-(see cerebras_tf/engine/scaling.py). Writes scaling.txt, scaling.json, scaling.png and a
+(see cerebras_tf/analysis/scaling.py). Writes scaling.txt, scaling.json, scaling.png and a
 TensorBoard event file (tensorboard/) to --out (default: the current directory) and prints the
 table. Errors: one line, exit 2.
 """
@@ -24,9 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import yaml  # noqa: E402
 
-from cerebras_tf.compiler import analytic  # noqa: E402
-from cerebras_tf.compiler.plan import base  # noqa: E402
-from cerebras_tf.engine import scaling, spec  # noqa: E402
+from cerebras_tf.analysis import analytic  # noqa: E402
+from cerebras_tf.core import plans  # noqa: E402
+from cerebras_tf.analysis import scaling  # noqa: E402
+from cerebras_tf.engine import spec  # noqa: E402
 from cerebras_tf.errors import CerebrasTFError  # noqa: E402
 
 
@@ -81,8 +82,8 @@ def main(argv=None) -> int:
     stem = os.path.splitext(os.path.basename(a.params))[0]
     graph = graph_for(params, a.batch, stem[len("params_"):] if stem.startswith("params_") else stem)
     engine = spec.load_engine(a.engine)
-    opts = base.PlanOptions(batch_size=a.batch or graph.captured_batch_size,
-                            execution_strategy=base.WEIGHT_STREAMING, sparsity=a.sparsity)
+    opts = plans.PlanOptions(batch_size=a.batch or graph.captured_batch_size,
+                            execution_strategy=plans.WEIGHT_STREAMING, sparsity=a.sparsity)
     paths = scaling.write_scaling_report(a.out, graph, engine, opts, sorted(systems))
   except CerebrasTFError as e:
     print(f"scaling_report: {e}", file=sys.stderr)

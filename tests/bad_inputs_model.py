@@ -1,7 +1,7 @@
 """A user model with an op the engine has no kernel for (tf.py_function), registered as
 `pyfunc_model` through CEREBRAS_TF_MODEL_MODULES=bad_inputs_model (tests/test_bad_inputs.py)."""
 
-from models.registry import ModelSpec, register
+from cerebras_tf.registry import ModelSpec, register
 
 
 def model_fn(features, labels, mode, params):

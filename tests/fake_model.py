@@ -1,7 +1,8 @@
 """A TensorFlow-free model family for params/CLI/runner tests (registered as `toy`)."""
 
-from cerebras_tf.params import Field, TEXT_INPUT_FIELDS
-from models.registry import ModelSpec, register
+from cerebras_tf.models.fields import TEXT_INPUT_FIELDS, check_transformer_params
+from cerebras_tf.registry import ModelSpec, register
+from cerebras_tf.schema import Field
 
 CALLS = []
 
@@ -27,4 +28,5 @@ SPEC = register(ModelSpec(
                         **TEXT_INPUT_FIELDS},
         "eval_input": {"num_examples": Field("int", 64, "examples", low=1),
                        **TEXT_INPUT_FIELDS},
-    }))
+    },
+    check=check_transformer_params))

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from cerebras_tf import cli
-from models import registry
+from cerebras_tf import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")

@@ -132,7 +132,7 @@ def test_script_bad_input_exit_2_no_traceback_no_tensorflow(tmp_path):
 
 
 def test_cli_import_does_not_import_tensorflow():
-  code = ("import sys; from cerebras_tf import cli, params, runner; from models import registry; "
+  code = ("import sys; from cerebras_tf import cli, params, runner; from cerebras_tf import registry; "
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
   proc = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr

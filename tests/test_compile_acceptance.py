@@ -14,7 +14,7 @@ import pytest
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import FitError
 from cerebras_tf.params import load_params
-from models.registry import get_model
+from cerebras_tf.registry import get_model
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
@@ -30,7 +30,7 @@ def _estimator(name, tmp_path, strategy="pipelined"):
 
 @pytest.fixture(scope="module")
 def real_vocab():
-  from cerebras_tf.data import ensure_datasets  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
   try:
     return ensure_datasets(["vocab"])
   except Exception as e:  # pylint: disable=broad-except
@@ -46,7 +46,7 @@ def test_bert_large_fits_pipelined_on_cs2(tmp_path, real_vocab):
   # 336M params (google-research/bert: BERT-Large has 340M incl. the heads' extras).
   assert 330e6 < result.graph.num_params < 345e6
   assert plan.memory_needed_bytes < plan.memory_available_bytes == 37_059_231_744
-  # ALCF's published TF CerebrasEstimator run on one CS-2: 6,052 samples/s (configs/engine/cs2.yaml).
+  # ALCF's published TF CerebrasEstimator run on one CS-2: 6,052 samples/s (cerebras_tf/engine/specs/cs2.yaml).
   assert perf.samples_per_sec == pytest.approx(6052, rel=0.15)
   for name in ("report.txt", "plan.json", "wafer.png", "timeline.json"):
     assert os.path.getsize(os.path.join(result.compile_dir, name)) > 0

@@ -12,7 +12,7 @@ import tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import ConfigError, FitError, TrainingError, UnsupportedOpError
 from cerebras_tf.runtime import strategies
-from models.mlp.model import input_fn, model_fn
+from cerebras_tf.models.mlp.model import input_fn, model_fn
 
 PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [64, 64],
           "learning_rate": 1e-2, "num_examples": 512}
@@ -88,40 +88,31 @@ def test_auto_is_the_default():
   assert CSRunConfig().cs_config.execution_strategy == "auto"
 
 
-@pytest.mark.parametrize("plan_r,batch,forced,gpus,want", [
-    (16, 16, False, 0, 2),    # compiler's R on a CPU host: 2 logical CPUs, 8 samples each
-    (64, 64, False, 0, 2),
-    (16, 15, False, 0, 1),    # (R must divide the batch; a host count too) 15 % 2: one device
-    (16, 16, False, 4, 4),    # one replica per GPU
-    (2, 16, False, 8, 2),     # never more than the plan's R
-    (8, 16, True, 0, 8),      # csconfig.num_replicas: the user's number on the host too
-    (1, 16, False, 0, 1)])
-def test_host_replicas(plan_r, batch, forced, gpus, want):
-  assert strategies.host_replicas(plan_r, batch, forced, gpus) == want
-
-
 def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, caplog):
   """auto picks multi_replica for this MLP (R=16 copies fit the wafer and gain); the host asks
-  for 2 replicas. When TensorFlow already runs with one CPU (as in this pytest process), auto
-  trains on one device with a warning; an explicit multi_replica keeps the error."""
+  for 2 logical CPUs. When TensorFlow already runs with one CPU (a notebook), auto plans the
+  host side for one device, with a warning, and trains; an explicit multi_replica keeps the
+  error. The plan carries the host's numbers (plan.batching), the runtime reads them."""
   asked = []
 
   def no_devices(count):
     asked.append(count)
-    raise ConfigError(f"multi_replica needs {count} CPU devices but TensorFlow already started "
+    raise ConfigError(f"this run needs {count} CPU devices but TensorFlow already started "
                       f"with 1")
-  monkeypatch.setattr(strategies, "mirrored_strategy", no_devices)
+  monkeypatch.setattr(strategies, "reserve_logical_cpus", no_devices)
+  monkeypatch.setattr(strategies, "logical_cpu_count", lambda: 1)
   caplog.set_level(logging.INFO, logger="tensorflow")
   est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
   est.train(_train_input, max_steps=2, use_cs=True)
   plan = est.compile(_train_input).plan
   assert plan.execution_strategy == "multi_replica" and plan.num_replicas > 2
   assert plan.reason.startswith(f"multi_replica (R={plan.num_replicas}) ")
-  assert asked == [2] and est._current_step() == 2
+  assert plan.batching.host_replicas == 1 and plan.batching.per_host_replica == 16
+  assert asked[0] == 2 and est._current_step() == 2
   logged = caplog.text
   assert f"R={plan.num_replicas} replicas on the engine (chosen by auto); the host trains them " \
-         f"as 2 replica(s) of 8 samples" in logged
-  assert "the host cannot run 2 replicas here" in logged and "trains on one device" in logged
+         f"as 1 replica(s) of 16 samples" in logged
+  assert "needs 2 CPU devices" in logged and "the host trains on the devices it has" in logged
   explicit = CerebrasEstimator(model_fn, config=_config(
       tmp_path / "mr", cs_config=CSConfig(execution_strategy="multi_replica")), params=PARAMS)
   with pytest.raises(ConfigError, match="needs 2 CPU devices"):

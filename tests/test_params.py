@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import fake_model  # noqa: F401  registers the `toy` model
 from cerebras_tf import params as params_lib
 from cerebras_tf.errors import ParamsError
-from models import registry
+from cerebras_tf import registry
 
 GOOD = textwrap.dedent("""\
     train_input:

@@ -31,7 +31,7 @@ MODES = {
                        "--params_override", "csconfig.num_replicas=2"],
                       r"multi_replica runtime: 2 replica\(s\)"),
     "weight_streaming": (["--execution_strategy", "weight_streaming"],
-                         r"weight_streaming runtime: 1 replica\(s\); 1 weight server"),
+                         r"weight_streaming runtime: 1 replica\(s\) of \d+ samples over 1 worker\(s\); 1 weight server"),
 }
 
 
@@ -39,7 +39,7 @@ MODES = {
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_reference_model_trains_in_mode(model, mode, tmp_path):
-  from cerebras_tf.data import ensure_datasets  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
   config, datasets, first_loss = MODELS[model]
   try:
     ensure_datasets(datasets)

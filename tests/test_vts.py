@@ -14,8 +14,9 @@ import os
 import numpy as np
 import pytest
 
-from cerebras_tf.compiler import ir, tokens
-from cerebras_tf.compiler.plan import base
+from cerebras_tf.compiler import tokens
+from cerebras_tf.core import ir
+from cerebras_tf.core import plans
 from cerebras_tf.engine import perf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,7 +86,7 @@ def test_where_lengths_come_from():
 
 
 def test_mixed_layers_scale_by_their_pair_share():
-  opts = base.PlanOptions(batch_size=8, vts=True, token_fraction=0.4, token_sq_fraction=0.2)
+  opts = plans.PlanOptions(batch_size=8, vts=True, token_fraction=0.4, token_sq_fraction=0.2)
   layer = ir.Layer("v", "matmul", 1.0, 2.0, 1, 1, 1, 1, 1.0)
   assert perf.vts_scale(layer, opts) == (0.4, 0.4)
   mixed = dataclasses.replace(layer, pair_share=0.5)
@@ -101,7 +102,7 @@ def _estimator(name, model_dir, compile_dir, vts):
   # pylint: disable=import-outside-toplevel
   from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
   from cerebras_tf.params import load_params
-  from models.registry import get_model
+  from cerebras_tf.registry import get_model
   params = load_params(os.path.join(CONFIGS, f"params_{name}.yaml"))
   model_fn, input_fn = get_model(params["model"]["name"]).resolve()
   config = CSRunConfig(model_dir=str(model_dir),
@@ -149,7 +150,7 @@ def test_transformer_vts_speedup_matches_the_data(tmp_path):
   tsv = os.path.join(DATA, "en_es", "train.tsv")
   if not os.path.exists(tsv):
     pytest.skip("no en-es data: run scripts/prepare_data.py --datasets en_es")
-  from models.transformer import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.transformer import input as input_lib  # pylint: disable=import-outside-toplevel
   from cerebras_tf.engine import spec  # pylint: disable=import-outside-toplevel
   compile_dir = tmp_path / "cs_compile"  # shared: the VTS compile must not hit the padded entry
   padded_est, input_fn, params = _estimator("transformer_tiny", tmp_path / "p", compile_dir, False)

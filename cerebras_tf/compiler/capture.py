@@ -8,10 +8,11 @@ its gradients and its optimizer, and nothing of the input pipeline.
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from cerebras_tf.compiler import tokens
 from cerebras_tf.errors import CompileError
 
 
@@ -133,3 +134,58 @@ def _recording_optimizers():
     yield seen
   finally:
     v1.apply_gradients = original
+
+
+def measure_tokens(call_input_fn: Callable[[], object], sources: Sequence[tokens.LengthSource],
+                   max_sequences: int = tokens.MAX_SEQUENCES,
+                   max_batches: int = tokens.MAX_BATCHES,
+                   seed: Optional[int] = None) -> List[tokens.TokenStats]:
+  """Runs the input_fn for a bounded sample and sums the lengths each source says.
+
+  Args:
+    call_input_fn: calls the user's TRAIN input_fn (in the current default graph); it returns
+      a tf.data.Dataset of (features, labels) or features, or such tensors.
+    sources: from `find_length_sources`.
+    max_sequences, max_batches: stop after this many samples or batches (or the data's end).
+    seed: graph-level random seed, so a shuffled pipeline gives the same sample every time.
+
+  Returns:
+    One TokenStats per source.
+  """
+  totals = [tokens.TokenStats() for _ in sources]
+  with tf.Graph().as_default() as graph:
+    if seed is not None:
+      tf.compat.v1.set_random_seed(seed)
+    result = call_input_fn()
+    init = []
+    if isinstance(result, tf.data.Dataset):
+      it = tf.compat.v1.data.make_initializable_iterator(result)
+      result, init = it.get_next(), [it.initializer]
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+      features, labels = result
+    else:
+      features, labels = result, None
+    named: Dict[str, object] = {}
+
+    def keep(prefix):
+      def fn(path, t):
+        named["/".join([prefix] + [str(p) for p in path]) if path else prefix] = t
+      return fn
+
+    _map_with_path(keep("features"), features)
+    _map_with_path(keep("labels"), labels)
+    fetch = [named[s.feature] for s in sources]
+    with tf.compat.v1.Session(graph=graph) as sess:
+      sess.run([tf.compat.v1.tables_initializer(),
+                tf.compat.v1.local_variables_initializer()])
+      sess.run(init)
+      batches = 0
+      while batches < max_batches and (not totals or totals[0].sequences < max_sequences):
+        try:
+          values = sess.run(fetch)
+        except tf.errors.OutOfRangeError:
+          break
+        batches += 1
+        totals = [t + tokens.stats_from_lengths(tokens.lengths_of(s, v), s.seq_len)
+                  for t, s, v in zip(totals, sources, values)]
+  return totals

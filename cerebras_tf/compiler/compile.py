@@ -1,5 +1,9 @@
 """The compile pipeline: capture -> lower -> validate -> plan -> simulate -> report, cached.
 
+`Compiler(compile_dir).compile(...)` runs it for one model; `CerebrasEstimator.compile` only
+gathers what the pipeline needs (how to call the user's input_fn and model_fn, the params, the
+CSConfig and the host) and hands it over.
+
 Two cache levels, both keyed so that a changed model, params or engine can never hit:
   * a fast key computed WITHOUT tracing: the model code (source of the model_fn's module and of
     the modules of its package that are loaded), the params, the engine file, the plan options
@@ -18,8 +22,14 @@ import sys
 import time
 from typing import Any, Callable, Dict, Optional
 
-from cerebras_tf.compiler import ir
-from cerebras_tf.compiler.plan import base as plan_base
+import tensorflow as tf
+
+from cerebras_tf.compiler import capture, lower, tokens
+from cerebras_tf.compiler import plan as plan_lib
+from cerebras_tf.core import batching, ir, plans
+from cerebras_tf.engine import perf, report
+from cerebras_tf.engine import spec as spec_lib
+from cerebras_tf.errors import CompileError
 
 CACHE_VERSION = "1"
 
@@ -40,8 +50,8 @@ class CompileResult:
   """
 
   graph: Optional[ir.LayerGraph]
-  plan: Optional[plan_base.Plan]
-  performance: Optional[plan_base.Performance]
+  plan: Optional[plans.Plan]
+  performance: Optional[plans.Performance]
   report_paths: Dict[str, str]
   cached: bool
   compile_dir: str
@@ -119,32 +129,22 @@ def fast_key(model_fn, params, engine_file: str, options, mode: str) -> str:
                 "engine": _file_hash(engine_file), "options": options, "mode": mode})
 
 
-def graph_key(graph: ir.LayerGraph, engine_file: str, options: plan_base.PlanOptions) -> str:
+def graph_key(graph: ir.LayerGraph, engine_file: str, options: plans.PlanOptions) -> str:
   return _hash({"v": CACHE_VERSION, "fw": framework_source_hash(), "graph": graph.fingerprint(),
                 "engine": _file_hash(engine_file), "options": options})
 
 
 # --- (de)serialization of plans and performances -------------------------------------------
 
-def plan_from_dict(d: dict) -> plan_base.Plan:
-  d = dict(d)
-  layers = []
-  for l in d["layers"]:
-    l = dict(l)
-    if l.get("region") is not None:
-      l["region"] = plan_base.Region(**l["region"])
-    layers.append(plan_base.LayerPlacement(**l))
-  d["layers"] = tuple(layers)
-  d["notes"] = tuple(d.get("notes", ()))
-  known = {f.name for f in dataclasses.fields(plan_base.Plan)}
-  return plan_base.Plan(**{k: v for k, v in d.items() if k in known})
+def plan_from_dict(d: dict) -> plans.Plan:
+  return plans.Plan.from_dict(d)
 
 
-def performance_from_dict(d: dict) -> plan_base.Performance:
+def performance_from_dict(d: dict) -> plans.Performance:
   d = dict(d)
-  d["timeline"] = tuple(plan_base.TimelineEvent(**e) for e in d.get("timeline", ()))
-  known = {f.name for f in dataclasses.fields(plan_base.Performance)}
-  return plan_base.Performance(**{k: v for k, v in d.items() if k in known})
+  d["timeline"] = tuple(plans.TimelineEvent(**e) for e in d.get("timeline", ()))
+  known = {f.name for f in dataclasses.fields(plans.Performance)}
+  return plans.Performance(**{k: v for k, v in d.items() if k in known})
 
 
 class CompileCache:
@@ -184,13 +184,11 @@ def result_from_entry(entry: dict, compile_dir: str, seconds: float) -> CompileR
       seconds=seconds)
 
 
-def plan_and_report(graph: ir.LayerGraph, engine, options: plan_base.PlanOptions,
+def plan_and_report(graph: ir.LayerGraph, engine, options: plans.PlanOptions,
                     compile_dir: str):
   """Plans, simulates and writes the reports. Pure Python: no TensorFlow below this line."""
-  from cerebras_tf.compiler import plan as plan_lib  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.engine import perf, report  # pylint: disable=import-outside-toplevel
   planner = plan_lib.get_planner(options.execution_strategy)
-  the_plan = planner.plan(graph, engine, options)
+  the_plan = with_host(planner.plan(graph, engine, options), options)
   performance = perf.simulate(the_plan, graph, engine, options)
   paths = report.write_reports(compile_dir, graph, the_plan, performance, engine)
   return the_plan, performance, paths
@@ -198,3 +196,137 @@ def plan_and_report(graph: ir.LayerGraph, engine, options: plan_base.PlanOptions
 
 def now() -> float:
   return time.perf_counter()
+
+
+def with_host(plan: plans.Plan, options: plans.PlanOptions) -> plans.Plan:
+  """The plan with its batch split over the host replicas and workers that will train it."""
+  b = plan.batching
+  hosts = batching.host_replicas(
+      b.engine_replicas if plan.execution_strategy == plans.MULTI_REPLICA else 1,
+      b.num_systems, b.global_batch, forced=options.num_replicas is not None,
+      devices_per_worker=options.host_devices, num_workers=options.num_workers)
+  return dataclasses.replace(plan, batching=batching.split(
+      b.global_batch, engine_replicas=b.engine_replicas, num_systems=b.num_systems,
+      host_replicas=hosts, num_workers=options.num_workers))
+
+
+class Compiler:
+  """Compiles models into one compile_dir, with an in-memory memo over the on-disk cache."""
+
+  def __init__(self, compile_dir: str):
+    self.compile_dir = compile_dir
+    self.cache = CompileCache(compile_dir)
+    self.memo: Dict[str, CompileResult] = {}
+
+  def compile(self, *, model_fn: Callable, call_input_fn: Callable[[], Any],
+              call_model_fn: Callable[[Any, Any], Any], params: dict, cs_config,
+              global_batch: Optional[int], host: dict, seed: Optional[int] = None,
+              validate_only: bool = False) -> CompileResult:
+    """capture -> lower -> validate -> plan -> simulate -> report, or a cache hit.
+
+    Args:
+      model_fn: the user's model_fn (its code is part of the cache key; the report names it).
+      call_input_fn: calls the TRAIN input_fn in the current graph.
+      call_model_fn: calls the model_fn in TRAIN mode on (features, labels).
+      params: the params the model gets (part of the cache key).
+      cs_config: the CSConfig (strategy, engine, systems, replicas, sparsity, vts).
+      global_batch: the global batch the params name (None: the dataset's static batch).
+      host: {"num_workers": ..., "host_devices": ...}: what the host runtime can run.
+      seed: graph-level seed for the VTS sample.
+      validate_only: stop after checking every op against the engine's kernels.
+
+    Raises:
+      UnsupportedOpError: an op has no engine kernel (names op, type and source line).
+      CompileError: the graph cannot be captured with static shapes.
+      BatchError: the global batch does not split over the plan's replicas and systems.
+    """
+    t0 = now()
+    engine = spec_lib.load_engine(cs_config.engine)
+    key = fast_key(model_fn, params, engine.source_path, {**cs_config._asdict(), **host},
+                   "validate" if validate_only else "train")
+    hit = self.memo.get(key) or (None if validate_only else self.cache.get(key))
+    if hit is not None:
+      result = (hit if isinstance(hit, CompileResult)
+                else result_from_entry(hit, self.compile_dir, 0.0))
+      return dataclasses.replace(result, cached=True, seconds=now() - t0)
+
+    captured = capture.capture(call_input_fn, call_model_fn, global_batch or 0)
+    if not captured.batch_size:
+      raise CompileError("cannot tell the batch size: batch the dataset with drop_remainder=True "
+                         "or set train_input.batch_size in params")
+    fwd = lower.forward_ops(captured)
+    lower.validate(captured, fwd)
+    if validate_only:
+      result = CompileResult(None, None, None, {}, False, self.compile_dir, now() - t0,
+                             validate_only=True)
+      self.memo[key] = result
+      return result
+    name = getattr(model_fn, "__module__", "model") or "model"
+    seq_len = sequence_length(captured)
+    sources = length_sources(captured, seq_len)
+    graph = lower.lower(captured, name=name, fwd=fwd, seq_len=seq_len,
+                        token_lengths=sorted({s.seq_len for s in sources}))
+    cs = cs_config
+    options = plans.PlanOptions(
+        batch_size=captured.batch_size, execution_strategy=cs.execution_strategy,
+        num_csx=cs.num_csx, num_replicas=cs.num_replicas, max_wgt_servers=cs.max_wgt_servers,
+        sparsity=cs.sparsity, vts=cs.vts, num_workers=host["num_workers"],
+        host_devices=host["host_devices"],
+        **(token_fractions(call_input_fn, captured, sources, seed) if cs.vts else {}))
+    gkey = graph_key(graph, engine.source_path, options)
+    entry = self.cache.get(gkey)
+    if entry is not None:
+      result = result_from_entry(entry, self.compile_dir, now() - t0)
+    else:
+      the_plan, performance, paths = plan_and_report(graph, engine, options, self.compile_dir)
+      result = CompileResult(graph, the_plan, performance, paths, False, self.compile_dir,
+                             now() - t0)
+      self.cache.put([key, gkey], {"graph": graph.to_dict(), "plan": the_plan.to_dict(),
+                                   "performance": performance.to_dict(),
+                                   "report_paths": paths})
+    self.memo[key] = result
+    return result
+
+
+def token_fractions(call_input_fn, captured, sources, seed) -> dict:
+  """VTS: token_fraction / token_sq_fraction measured on a sample of the training input.
+
+  The lengths are relative to the captured (compiled) static shapes. The fractions go into
+  PlanOptions, hence into the graph cache key: a VTS compile never reuses a padded entry.
+  """
+  if not sources:
+    names = ", ".join(f"{n}{t.shape.as_list()}"
+                      for n, t in sorted(captured.inputs.items())) or "none"
+    raise CompileError(f"csconfig.vts is true but the training input says no sequence lengths: "
+                       f"looked for {tokens.LOOKED_FOR} among the inputs ({names}); add a "
+                       f"padding mask or a length feature to the input_fn, or set "
+                       f"csconfig.vts false")
+  stats = capture.measure_tokens(call_input_fn, sources, seed=seed)
+  if not stats[0].sequences:
+    raise CompileError(f"csconfig.vts is true but the training input_fn gave no batch to "
+                       f"measure sequence lengths on (read {sources[0].feature}); check "
+                       f"its data files, or set csconfig.vts false")
+  pooled = tokens.pool(stats)
+  where = tokens.describe(sources, stats)
+  tf.compat.v1.logging.info("cerebras_tf: VTS %s: token_fraction %.3f, token_sq_fraction %.3f",
+                            where, pooled.token_fraction, pooled.token_sq_fraction)
+  return {"token_fraction": pooled.token_fraction,
+          "token_sq_fraction": pooled.token_sq_fraction, "vts_source": where}
+
+
+def sequence_length(captured) -> int:
+  """The sequence length: the longest 2nd dim of the rank-2 integer features, else 0.
+
+  The longest, not the first: BERT's `masked_lm_ids` [batch, max_predictions] sorts before
+  `token_ids` [batch, max_seq_length].
+  """
+  lengths = [int(t.shape[1]) for name, t in captured.inputs.items()
+             if name.startswith("features") and t.dtype.is_integer and t.shape.rank == 2
+             and t.shape[1] is not None]
+  return max(lengths, default=0)
+
+
+def length_sources(captured, seq_len: int):
+  """Where VTS reads sequence lengths from (compiler/tokens.py), from the captured inputs."""
+  return tokens.find_length_sources(
+      {n: (t.shape.as_list(), t.dtype.name) for n, t in captured.inputs.items()}, seq_len)

@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 import tensorflow as tf
 
-from cerebras_tf.compiler import ir
+from cerebras_tf.core import ir
 from cerebras_tf.compiler import kernels
 from cerebras_tf.compiler.capture import CapturedGraph
 from cerebras_tf.errors import UnsupportedOpError

@@ -31,12 +31,12 @@ import dataclasses
 import math
 from typing import List, Optional, Sequence, Tuple
 
-from cerebras_tf.compiler import ir
-from cerebras_tf.compiler.plan import base
+from cerebras_tf.core import ir
+from cerebras_tf.core import batching, plans
 
 
-def _not_fit(plan: base.Plan) -> base.Performance:
-  return base.Performance(samples_per_sec=0.0, step_time_s=math.inf, utilization=0.0,
+def _not_fit(plan: plans.Plan) -> plans.Performance:
+  return plans.Performance(samples_per_sec=0.0, step_time_s=math.inf, utilization=0.0,
                           bottleneck=f"does not fit: {plan.reason}",
                           compute_samples_per_sec=0.0, io_samples_per_sec=0.0)
 
@@ -52,7 +52,7 @@ def tokens_per_sample(graph: ir.LayerGraph) -> float:
   return float(graph.seq_len) if graph.seq_len > 0 else 1.0
 
 
-def vts_scale(layer: ir.Layer, options: Optional[base.PlanOptions], vts: bool = True):
+def vts_scale(layer: ir.Layer, options: Optional[plans.PlanOptions], vts: bool = True):
   """(FLOPs factor, token factor) of a layer under VTS; (1, 1) when VTS is off."""
   if options is None or not options.vts or not vts:
     return 1.0, 1.0
@@ -65,7 +65,7 @@ def vts_scale(layer: ir.Layer, options: Optional[base.PlanOptions], vts: bool = 
           options.token_fraction)
 
 
-def vts_notes(sps: float, padded: float, options: base.PlanOptions) -> Tuple[str, ...]:
+def vts_notes(sps: float, padded: float, options: plans.PlanOptions) -> Tuple[str, ...]:
   """Report lines for VTS: the two rates, the fractions, and where the lengths came from."""
   if not options.vts:
     return ()
@@ -89,8 +89,8 @@ def layer_tokens(layer: ir.Layer, graph: ir.LayerGraph) -> float:
 
 
 def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, engine,
-                          options: Optional[base.PlanOptions] = None, vts: bool = True,
-                          strategy: str = base.PIPELINED) -> float:
+                          options: Optional[plans.PlanOptions] = None, vts: bool = True,
+                          strategy: str = plans.PIPELINED) -> float:
   """Seconds a layer on `cores` cores spends per sample in a pipeline (see module docstring).
 
   0 for a layer without FLOPs (it only holds memory); inf for a layer with FLOPs but no cores.
@@ -105,8 +105,8 @@ def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, e
   return layer.flops * fs / (cores * rate) + latency / engine.clock_hz
 
 
-def layer_rates(plan: base.Plan, graph: ir.LayerGraph, engine,
-                options: Optional[base.PlanOptions] = None, vts: bool = True,
+def layer_rates(plan: plans.Plan, graph: ir.LayerGraph, engine,
+                options: Optional[plans.PlanOptions] = None, vts: bool = True,
                 replica: int = 0) -> List[float]:
   """Samples/s each placed layer of one replica sustains (inf for layers without FLOPs)."""
   out = []
@@ -116,12 +116,12 @@ def layer_rates(plan: base.Plan, graph: ir.LayerGraph, engine,
   return out
 
 
-def replica_layers(plan: base.Plan, replica: int = 0) -> List[base.LayerPlacement]:
+def replica_layers(plan: plans.Plan, replica: int = 0) -> List[plans.LayerPlacement]:
   """The placements of one replica, in program order."""
   return [p for p in plan.layers if p.replica == replica]
 
 
-def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[base.TimelineEvent, ...]:
+def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[plans.TimelineEvent, ...]:
   """One steady-state step: each layer's fwd and bwd busy time, offset by the fill latency.
 
   In the hardware a layer interleaves forward and backward work sample by sample; the trace
@@ -130,9 +130,9 @@ def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[base.T
   Multi-replica: replica 0's layers (the copies run the same schedule).
   """
   batch = plan.batch_size // max(1, plan.num_replicas)
-  events = [base.TimelineEvent("step", "step", 0.0, step_s)]
+  events = [plans.TimelineEvent("step", "step", 0.0, step_s)]
   if math.isfinite(io_sps):
-    events.append(base.TimelineEvent("host input", "io", 0.0, plan.batch_size / io_sps))
+    events.append(plans.TimelineEvent("host input", "io", 0.0, plan.batch_size / io_sps))
   offset = 0.0
   for p, l in zip(replica_layers(plan, 0), graph.layers):
     if p.cores <= 0 or l.flops <= 0:
@@ -140,15 +140,15 @@ def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[base.T
     t = pipelined_sample_time(l, p.cores, graph, engine, options)
     tf, tb = t * l.fwd_flops / l.flops, t * l.bwd_flops / l.flops
     if tf > 0:
-      events.append(base.TimelineEvent("fwd", p.name, offset, batch * tf))
+      events.append(plans.TimelineEvent("fwd", p.name, offset, batch * tf))
     if tb > 0:
-      events.append(base.TimelineEvent("bwd", p.name, offset + batch * tf, batch * tb))
+      events.append(plans.TimelineEvent("bwd", p.name, offset + batch * tf, batch * tb))
     offset += tf
   return tuple(events)
 
 
-def pipeline_rate(plan: base.Plan, graph: ir.LayerGraph, engine,
-                  options: Optional[base.PlanOptions] = None, vts: bool = True,
+def pipeline_rate(plan: plans.Plan, graph: ir.LayerGraph, engine,
+                  options: Optional[plans.PlanOptions] = None, vts: bool = True,
                   replica: int = 0) -> Tuple[float, int]:
   """(samples/s of one replica's pipeline, index of its slowest layer)."""
   rates = layer_rates(plan, graph, engine, options, vts, replica)
@@ -183,8 +183,8 @@ def _pipelined_like(plan, graph, engine, options, vts):
   return min(compute_sps, io_sps), compute_sps, io_sps, name
 
 
-def simulate_pipelined(plan: base.Plan, graph: ir.LayerGraph, engine,
-                       options: base.PlanOptions) -> base.Performance:
+def simulate_pipelined(plan: plans.Plan, graph: ir.LayerGraph, engine,
+                       options: plans.PlanOptions) -> plans.Performance:
   """Performance of a pipelined or multi-replica Plan (see the module docstring)."""
   if not plan.fits:
     return _not_fit(plan)
@@ -204,7 +204,7 @@ def simulate_pipelined(plan: base.Plan, graph: ir.LayerGraph, engine,
     notes.append(f"gradient all-reduce between {plan.num_replicas} replicas: "
                  f"{allreduce_time_s(graph, engine, plan.num_replicas) * 1e3:.3f} ms per step")
   notes.extend(vts_notes(sps, padded, options))
-  return base.Performance(
+  return plans.Performance(
       samples_per_sec=sps, step_time_s=step, utilization=util, bottleneck=bottleneck,
       compute_samples_per_sec=compute_sps, io_samples_per_sec=io_sps,
       timeline=_timeline(plan, graph, engine, step, io_sps, options) if sps > 0 else (),
@@ -301,7 +301,7 @@ def ws_weight_buffer_bytes(graph: ir.LayerGraph, sparsity: float = 0.0) -> float
 
 def _ws_layer(l, graph, engine, options, m, recompute, vts):
   rate = (engine.usable_cores * engine.flops_per_core_per_s *
-          engine.efficiency(base.WEIGHT_STREAMING))
+          engine.efficiency(plans.WEIGHT_STREAMING))
   sp = options.sparsity
   fs, _ = vts_scale(l, options, vts)
   g = gemm_fraction(l, graph)
@@ -317,7 +317,7 @@ def _ws_layer(l, graph, engine, options, m, recompute, vts):
   return WSLayerCost(l.name, compute, stream_in, stream_out, grad, "")
 
 
-def ws_cost(graph: ir.LayerGraph, engine, options: base.PlanOptions, vts: bool = True,
+def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
             micro_batch: Optional[int] = None) -> WSCost:
   """The weight-streaming step (see the comment block above). Pure.
 
@@ -331,8 +331,8 @@ def ws_cost(graph: ir.LayerGraph, engine, options: base.PlanOptions, vts: bool =
   Args:
     micro_batch: force a micro-batch size (tests); None lets the model choose.
   """
-  n = max(1, int(options.num_csx))
-  b = max(1, int(options.batch_size) // n)
+  split = batching.split(int(options.batch_size), num_systems=int(options.num_csx))
+  n, b = split.num_systems, split.per_system
   acts = sum(l.activation_bytes for l in graph.layers)
   room = engine.usable_sram_bytes - ws_weight_buffer_bytes(graph, options.sparsity)
   m_fit = int(room // acts) if acts > 0 else b
@@ -401,8 +401,8 @@ def ws_bottleneck(cost: WSCost, engine) -> str:
   return f"{what} ({share})"
 
 
-def simulate_weight_streaming(plan: base.Plan, graph: ir.LayerGraph, engine,
-                              options: base.PlanOptions) -> base.Performance:
+def simulate_weight_streaming(plan: plans.Plan, graph: ir.LayerGraph, engine,
+                              options: plans.PlanOptions) -> plans.Performance:
   """Performance of a weight-streaming Plan (see `ws_cost`)."""
   if not plan.fits:
     return _not_fit(plan)
@@ -414,13 +414,13 @@ def simulate_weight_streaming(plan: base.Plan, graph: ir.LayerGraph, engine,
   io_sps = plan.batch_size / cost.io_step_s if cost.io_step_s > 0 else math.inf
   flops = sum(l.flops * vts_scale(l, opts)[0] for l in graph.layers)
   util = sps * flops / (engine.peak_flops * cost.num_csx)
-  events = [base.TimelineEvent("step", "step", 0.0, cost.step_s)]
+  events = [plans.TimelineEvent("step", "step", 0.0, cost.step_s)]
   t = 0.0
   for c in cost.layers:  # one micro-batch: the layers one after another
     d = max(c.compute_s, c.stream_in_s, c.stream_out_s)
-    events.append(base.TimelineEvent("compute", c.name, t, c.compute_s))
+    events.append(plans.TimelineEvent("compute", c.name, t, c.compute_s))
     if c.stream_in_s > 0:
-      events.append(base.TimelineEvent("stream-in", "stream-in", t, c.stream_in_s))
+      events.append(plans.TimelineEvent("stream-in", "stream-in", t, c.stream_in_s))
     t += d
   notes = (f"per system: batch {cost.per_system_batch} in {cost.num_micro} micro-batch(es) of "
            f"{cost.micro_batch}" + (f"; {cost.recompute_fraction:.0%} of activations recomputed"
@@ -428,15 +428,15 @@ def simulate_weight_streaming(plan: base.Plan, graph: ir.LayerGraph, engine,
            "step time by bound: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                               for k, v in cost.time_by_bound))
   notes += vts_notes(sps, padded, opts)
-  return base.Performance(
+  return plans.Performance(
       samples_per_sec=sps, step_time_s=cost.step_s, utilization=util,
       bottleneck=ws_bottleneck(cost, engine), compute_samples_per_sec=compute_sps,
       io_samples_per_sec=io_sps, timeline=tuple(events),
       padded_samples_per_sec=padded if padded is not None else sps, notes=notes)
 
 
-_SIMULATORS = {base.PIPELINED: simulate_pipelined, base.MULTI_REPLICA: simulate_pipelined,
-               base.WEIGHT_STREAMING: simulate_weight_streaming}
+_SIMULATORS = {plans.PIPELINED: simulate_pipelined, plans.MULTI_REPLICA: simulate_pipelined,
+               plans.WEIGHT_STREAMING: simulate_weight_streaming}
 
 
 def register_simulator(strategy: str, fn) -> None:
@@ -444,8 +444,8 @@ def register_simulator(strategy: str, fn) -> None:
   _SIMULATORS[strategy] = fn
 
 
-def simulate(plan: base.Plan, graph: ir.LayerGraph, engine,
-             options: base.PlanOptions) -> base.Performance:
+def simulate(plan: plans.Plan, graph: ir.LayerGraph, engine,
+             options: plans.PlanOptions) -> plans.Performance:
   """Predicts the Performance of `plan` (dispatches on plan.execution_strategy).
 
   Args:

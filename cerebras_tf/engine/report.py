@@ -9,8 +9,8 @@ import os
 import re
 from typing import Dict
 
-from cerebras_tf.compiler import ir
-from cerebras_tf.compiler.plan import base
+from cerebras_tf.core import ir
+from cerebras_tf.core import plans
 
 _GB = 1e9
 
@@ -26,7 +26,7 @@ def _fmt_rate(x: float) -> str:
   return "inf" if not math.isfinite(x) else f"{x:,.1f}"
 
 
-def format_summary(plan: base.Plan, perf: base.Performance) -> str:
+def format_summary(plan: plans.Plan, perf: plans.Performance) -> str:
   """A few lines for the console: fit, memory, samples/s, utilization, bottleneck."""
   if plan is None:
     return "cerebras_tf: validation only (no plan)"
@@ -134,7 +134,7 @@ def report_text(graph, plan, perf, engine) -> str:
   total_cores = engine.usable_cores
   step = perf.step_time_s if perf and math.isfinite(perf.step_time_s) and \
       perf.step_time_s > 0 else 0.0
-  streaming = plan.execution_strategy == base.WEIGHT_STREAMING
+  streaming = plan.execution_strategy == plans.WEIGHT_STREAMING
   label = "total (layers take turns)" if streaming else "total"
   width = max([len(p.name) for p in plan.layers] + [len(label)])
   hdr = (f"{'#':>4}  {'layer':<{width}}  {'cores':>9}  {'wafer%':>7}  {'memory':>11}  "
@@ -157,7 +157,7 @@ def report_text(graph, plan, perf, engine) -> str:
   return "\n".join(lines) + "\n"
 
 
-def trace_json(perf: base.Performance, graph: ir.LayerGraph) -> dict:
+def trace_json(perf: plans.Performance, graph: ir.LayerGraph) -> dict:
   """Chrome trace-event JSON (Perfetto / chrome://tracing) of the simulated step."""
   tracks = []
   for e in perf.timeline if perf else ():
@@ -260,8 +260,8 @@ def _wrap(text: str, width: int) -> str:
   return "\n".join(lines + [cur])
 
 
-def write_reports(compile_dir: str, graph: ir.LayerGraph, plan: base.Plan,
-                  perf: base.Performance, engine) -> Dict[str, str]:
+def write_reports(compile_dir: str, graph: ir.LayerGraph, plan: plans.Plan,
+                  perf: plans.Performance, engine) -> Dict[str, str]:
   """Writes the four reports; returns {"report", "plan", "wafer", "timeline"} -> path."""
   os.makedirs(compile_dir, exist_ok=True)
   paths = {k: os.path.join(compile_dir, f) for k, f in (

@@ -1,4 +1,4 @@
-"""EngineSpec: the figures of one wafer-scale engine, loaded from configs/engine/<name>.yaml.
+"""EngineSpec: the figures of one wafer-scale engine, loaded from cerebras_tf/engine/specs/<name>.yaml.
 
 Pure Python (no TensorFlow). Every figure in the YAML carries its public source in a comment;
 this module only reads, checks and derives. Errors are one-line `ParamsError`s naming the file
@@ -13,9 +13,10 @@ import yaml
 
 from cerebras_tf.errors import ParamsError
 
-# cerebras_tf/engine/spec.py -> <repo>/configs/engine (works from an editable install).
+# The engine YAMLs are package data beside this module (setup.py package_data), so a wheel
+# install finds them as a checkout does.
 CONFIG_DIR = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "engine"))
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +142,7 @@ class EngineSpec:
 
 
 def engine_path(name_or_path: str) -> str:
-  """Resolves "cs2" to <repo>/configs/engine/cs2.yaml; a path is returned as is."""
+  """Resolves "cs2" to <repo>/cerebras_tf/engine/specs/cs2.yaml; a path is returned as is."""
   if not isinstance(name_or_path, str) or not name_or_path:
     raise ParamsError(f"engine must be a name like 'cs2' or a YAML path, got {name_or_path!r}")
   if os.sep in name_or_path or name_or_path.endswith((".yaml", ".yml")):
@@ -241,7 +242,7 @@ def load_engine(name_or_path: str) -> EngineSpec:
   """Loads and validates an engine YAML.
 
   Args:
-    name_or_path: "cs1" | "cs2" | "cs3" (resolved under configs/engine/) or a YAML path.
+    name_or_path: "cs1" | "cs2" | "cs3" (resolved under cerebras_tf/engine/specs/) or a YAML path.
 
   Raises:
     ParamsError: unknown engine, unreadable file, missing or malformed key (one line).

@@ -21,6 +21,7 @@ import time
 from typing import Dict, List, Optional
 
 from cerebras_tf.errors import ConfigError
+from cerebras_tf.runtime import tf_config
 
 CLIENT_JOB = "localhost"
 READY_TIMEOUT_S = 60.0
@@ -46,19 +47,14 @@ def _port_open(address: str) -> bool:
 
 def ps_addresses_from_tf_config() -> Optional[List[str]]:
   """The `ps` addresses TF_CONFIG names, None without TF_CONFIG."""
-  raw = os.environ.get("TF_CONFIG")
-  if not raw:
+  cluster = tf_config.current()
+  if cluster is None:
     return None
-  try:
-    cfg = json.loads(raw)
-    ps = cfg["cluster"]["ps"]
-  except (ValueError, KeyError, TypeError) as e:
-    raise ConfigError(
-        f"TF_CONFIG for weight_streaming must be JSON with cluster.ps, e.g. "
-        f'{{"cluster": {{"ps": ["host:port"]}}, "task": {{"type": "chief", "index": 0}}}}; got {raw[:80]!r} ({e})') from e
-  if not isinstance(ps, list) or not ps or not all(isinstance(a, str) and ":" in a for a in ps):
-    raise ConfigError(f"TF_CONFIG cluster.ps must be a non-empty list of 'host:port', got {ps!r}")
-  return ps
+  if not cluster.ps:
+    raise ConfigError("TF_CONFIG for weight_streaming must name the weight servers in "
+                      'cluster.ps, e.g. {"cluster": {"ps": ["host:port"], "chief": '
+                      '["host:port"]}, "task": {"type": "chief", "index": 0}}')
+  return cluster.ps
 
 
 class _PortTaken(Exception):
@@ -196,8 +192,6 @@ class Client:
 
   def __init__(self, cluster: LocalCluster, replicas: int):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from cerebras_tf.runtime import strategies  # pylint: disable=import-outside-toplevel
-    strategies.configure_logical_cpus(replicas)
     self.cluster = cluster.cluster
     self.local = cluster
     self.replicas = replicas

@@ -1,29 +1,36 @@
-"""The TensorFlow runtime for each execution strategy.
+"""The TensorFlow runtime for a plan: host devices, the tf.distribute strategy, the RunConfig.
 
-  pipelined         one device, TF's default strategy (the plan has one replica)
-  multi_replica     tf.distribute.MirroredStrategy over the host's replicas (`host_replicas`:
-                    R when csconfig.num_replicas fixes it, else at most 2, or one per GPU):
-                    GPUs when there are enough, otherwise logical CPU devices carved out of
-                    the host CPU; MultiWorkerMirroredStrategy when TF_CONFIG names several
-                    workers
-  weight_streaming  parameter-server training (runtime/cluster.py)
+  pipelined         one device, TF's default strategy
+  multi_replica     tf.distribute.MirroredStrategy over the plan's host replicas (logical CPU
+                    devices carved out of the host CPU, or GPUs); MultiWorkerMirroredStrategy
+                    when TF_CONFIG names a chief and workers
+  weight_streaming  variables and optimizer on ps tasks (MemoryX, runtime/cluster.py), compute
+                    on one device per CS system in this process
 
-Facts from TF 2.15 on one CPU (shared/TF215_NOTES.md): logical CPUs must be configured before
-the runtime starts; the default all-reduce can hang across logical CPUs, so reduction goes to
-one device; a session_config hides the logical devices unless it sets device_count.
+How many host replicas, and each one's batch, are the plan's (`plan.batching`, derived once in
+core/batching.py at compile time from what `host_devices` reports); this module only builds
+them. Facts from TF 2.15 on one CPU (shared/TF215_NOTES.md): logical CPUs must be configured
+before the runtime starts; the default all-reduce can hang across logical CPUs, so reduction
+goes to one device; a session_config hides the logical devices unless it sets device_count.
 """
 
-import json
+import dataclasses
 import os
-from typing import Optional
 
 import tensorflow as tf
 
+from cerebras_tf.core import batching, plans
 from cerebras_tf.errors import ConfigError
+from cerebras_tf.runtime import cluster as cluster_lib
+from cerebras_tf.runtime import tf_config
 
 
-def configure_logical_cpus(count: int) -> None:
-  """Splits the host CPU into `count` logical devices (no-op if there are enough already)."""
+def reserve_logical_cpus(count: int) -> None:
+  """Splits the host CPU into `count` logical devices (no-op if there are enough already).
+
+  The one place the framework configures devices. Raises ConfigError when TensorFlow's runtime
+  already started with fewer.
+  """
   cpus = tf.config.list_physical_devices("CPU")
   try:
     current = tf.config.get_logical_device_configuration(cpus[0]) or []
@@ -35,72 +42,55 @@ def configure_logical_cpus(count: int) -> None:
     have = len(tf.config.list_logical_devices("CPU"))
     if have < count:
       raise ConfigError(
-          f"multi_replica needs {count} CPU devices but TensorFlow already started with {have}; "
+          f"this run needs {count} CPU devices but TensorFlow already started with {have}; "
           f"run in a fresh process (scripts/run.py does) or call "
-          f"cerebras_tf.runtime.strategies.configure_logical_cpus({count}) first") from e
+          f"cerebras_tf.runtime.strategies.reserve_logical_cpus({count}) first") from e
 
 
-def _tf_config() -> dict:
-  raw = os.environ.get("TF_CONFIG")
-  if not raw:
-    return {}
-  try:
-    cfg = json.loads(raw)
-  except ValueError as e:
-    raise ConfigError(f"TF_CONFIG is not valid JSON ({e}); expected "
-                      '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}') from e
-  if not isinstance(cfg, dict) or not isinstance(cfg.get("cluster", {}), dict):
-    raise ConfigError("TF_CONFIG must be a JSON object with a 'cluster' mapping and a 'task'")
-  return cfg
+def host_devices(cs_config) -> dict:
+  """What this host can train with: {"num_workers", "host_devices"} for the compiler.
 
-
-# A multi_replica plan's R is the engine's: copies side by side on the wafer. The host only has
-# to train the same synchronous update on the same global batch, which any number of
-# data-parallel replicas does (tests/test_execution_modes.py: R = 2 matches one device). So
-# when the compiler chose R, the host runs at most this many replicas on logical CPUs (or one
-# per GPU when there are 2 or more): 64 copies of the graph on 2 cores buy nothing but
-# graph-building time. A user who sets csconfig.num_replicas gets exactly that many.
-HOST_CPU_REPLICAS = 2
-
-
-def host_replicas(plan_replicas: int, global_batch: int, forced: bool, num_gpus: int) -> int:
-  """Data-parallel replicas the host trains a multi_replica plan of `plan_replicas` with.
-
-  Args:
-    plan_replicas: R of the plan (engine copies).
-    global_batch: the plan's global batch (the host keeps it; each replica gets B / count).
-    forced: R came from csconfig.num_replicas (the user's number: kept as is).
-    num_gpus: physical GPUs on the host.
-
-  Returns:
-    R when forced or R <= 1; else the largest divisor of the batch that is at most
-    min(R, num_gpus if num_gpus >= 2 else HOST_CPU_REPLICAS).
+  Reserves the logical CPUs the configured strategy may use first (so call it before anything
+  starts TensorFlow's runtime; CerebrasEstimator.compile does). `auto` that cannot get them
+  (TensorFlow already started with one CPU, as in a notebook) plans for one device with a
+  warning; an explicit multi_replica or weight_streaming keeps the ConfigError.
   """
-  if forced or plan_replicas <= 1:
-    return plan_replicas
-  count = min(plan_replicas, num_gpus if num_gpus >= 2 else HOST_CPU_REPLICAS)
-  while count > 1 and global_batch % count:
-    count -= 1
-  return max(1, count)
+  cluster = tf_config.current()
+  workers = cluster.num_workers if cluster is not None and cluster.multi_worker else 1
+  gpus = len(tf.config.list_physical_devices("GPU"))
+  if workers > 1:  # MultiWorkerMirroredStrategy: each worker's own devices (one CPU, or GPUs)
+    return {"num_workers": workers, "host_devices": max(1, gpus)}
+  if gpus >= 2:
+    return {"num_workers": 1, "host_devices": gpus}
+  strategy = cs_config.execution_strategy
+  want = 1
+  if strategy in (plans.MULTI_REPLICA, plans.AUTO):
+    want = cs_config.num_replicas or batching.HOST_CPU_REPLICAS
+  if strategy in (plans.WEIGHT_STREAMING, plans.AUTO):
+    want = max(want, cs_config.num_csx)
+  if want > 1:
+    try:
+      reserve_logical_cpus(want)
+    except ConfigError as e:
+      if strategy != plans.AUTO:
+        raise
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: auto may choose a data-parallel mode, but %s; the host trains on the "
+          "devices it has (the same update on the same global batch)", e)
+  return {"num_workers": 1, "host_devices": logical_cpu_count()}
 
 
-def multi_worker() -> bool:
-  """TF_CONFIG names more than one worker (MultiWorkerMirroredStrategy spans hosts)."""
-  cluster = _tf_config().get("cluster", {})
-  return len(cluster.get("worker", [])) + len(cluster.get("chief", [])) > 1
+def logical_cpu_count() -> int:
+  return len(tf.config.list_logical_devices("CPU"))
 
 
 def mirrored_strategy(num_replicas: int) -> tf.distribute.Strategy:
-  """Data-parallel replicas on this host (or across hosts when TF_CONFIG says so)."""
-  cfg = _tf_config()
-  workers = cfg.get("cluster", {}).get("worker", [])
-  if len(workers) + len(cfg.get("cluster", {}).get("chief", [])) > 1:
-    return tf.distribute.experimental.MultiWorkerMirroredStrategy()
+  """Data-parallel replicas on this host, on GPUs when there are enough, else logical CPUs."""
   gpus = tf.config.list_physical_devices("GPU")
   if len(gpus) >= num_replicas:
     devices = [f"/gpu:{i}" for i in range(num_replicas)]
   else:
-    configure_logical_cpus(num_replicas)
+    reserve_logical_cpus(num_replicas)
     devices = [f"/cpu:{i}" for i in range(num_replicas)]
   return tf.distribute.MirroredStrategy(
       devices, cross_device_ops=tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
@@ -116,3 +106,49 @@ def num_replicas_in_sync() -> int:
   """Replicas the current graph is being built for (1 outside a distribution strategy)."""
   ctx = tf.distribute.get_replica_context()
   return ctx.num_replicas_in_sync if ctx is not None else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+  """How the host trains a plan: the RunConfig to train with and what it means."""
+
+  config: tf.estimator.RunConfig
+  replicas: int              # data-parallel replicas of this worker
+  per_replica_batch: int     # what each input_fn call must return
+  description: str
+
+
+def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
+  """The RunConfig (a `replace()` of `config`) that trains `plan` on this host."""
+  b = plan.batching
+  local = b.host_replicas_per_worker
+  strategy = plan.execution_strategy
+  chosen_by = "auto" if cs_config.execution_strategy == plans.AUTO else "the compiler"
+  if strategy == plans.MULTI_REPLICA and b.engine_replicas != b.host_replicas:
+    tf.compat.v1.logging.info(
+        "cerebras_tf: multi_replica plan: R=%d replicas on the engine (chosen by %s); the host "
+        "trains them as %d replica(s) of %d samples: the same global batch %d and synchronous "
+        "update (csconfig.num_replicas fixes R on both)", b.engine_replicas, chosen_by,
+        b.host_replicas, b.per_host_replica, b.global_batch)
+  multi_worker = b.num_workers > 1
+  if strategy == plans.WEIGHT_STREAMING:
+    client = cluster_lib.client_for(cs_config.max_wgt_servers,
+                                    os.path.join(model_dir, "cluster_logs"), local)
+    placement = ({"device_fn": client.device_fn()} if local == 1
+                 else {"train_distribute": client.strategy(local)})
+    # Fail cleanly (checkpoints intact) rather than wait 2 h for a weight server that is gone.
+    new = config.replace(master=client.target, session_config=session_config(local),
+                         session_creation_timeout_secs=cluster_lib.SESSION_TIMEOUT_S,
+                         **placement)
+    where = f"{len(client.cluster['ps'])} weight server(s) {', '.join(client.cluster['ps'])}"
+  elif multi_worker or local > 1:
+    dist = (tf.distribute.MultiWorkerMirroredStrategy() if multi_worker
+            else mirrored_strategy(local))
+    new = config.replace(train_distribute=dist, session_config=session_config(local))
+    where = ", ".join(dist.extended.worker_devices)
+  else:
+    return Runtime(config, 1, b.per_host_replica, "one device")
+  description = (f"{strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
+                 f"samples over {b.num_workers} worker(s); {where}")
+  tf.compat.v1.logging.info("cerebras_tf: %s", description)
+  return Runtime(new, local, b.per_host_replica, description)

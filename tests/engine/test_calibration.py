@@ -1,4 +1,4 @@
-"""One test per published calibration point in configs/engine/*.yaml.
+"""One test per published calibration point in cerebras_tf/engine/specs/*.yaml.
 
 Each point: the planner + performance model, on an analytic graph of the measured model's
 shape, is compared with the published samples/s, and the recorded implied efficiency (what
@@ -16,8 +16,9 @@ import dataclasses
 
 import pytest
 
-from cerebras_tf.compiler import analytic
-from cerebras_tf.compiler.plan import base, get_planner
+from cerebras_tf.analysis import analytic
+from cerebras_tf.core import plans
+from cerebras_tf.compiler.plan import get_planner
 from cerebras_tf.engine import perf, spec
 
 TOLERANCE = 0.10
@@ -53,7 +54,7 @@ def test_calibration_point(engine_name, index, point):
   engine = spec.load_engine(engine_name)
   g = graph_for(point)
   strategy = point.strategy
-  opts = base.PlanOptions(batch_size=point.batch_size, execution_strategy=strategy,
+  opts = plans.PlanOptions(batch_size=point.batch_size, execution_strategy=strategy,
                           num_csx=point.num_csx)
   key = "pipelined_efficiency" if strategy == "pipelined" else "weight_streaming_efficiency"
 

@@ -1,4 +1,4 @@
-"""One dense layer, priced by hand from configs/engine/cs2.yaml, then asserted.
+"""One dense layer, priced by hand from cerebras_tf/engine/specs/cs2.yaml, then asserted.
 
 The layer: batch 1, x[1024] @ W[1024, 1024] (no bias), Adam. Dtype assumption for this hand
 example: everything fp16 (2 bytes): weights, gradients, both Adam slots and activations.
@@ -33,8 +33,9 @@ import dataclasses
 
 import pytest
 
-from cerebras_tf.compiler import ir
-from cerebras_tf.compiler.plan import base, get_planner
+from cerebras_tf.core import ir
+from cerebras_tf.core import plans
+from cerebras_tf.compiler.plan import get_planner
 from cerebras_tf.engine import perf, spec
 
 
@@ -65,12 +66,12 @@ def test_dense_layer_by_hand(cs2):
   g = dense_graph()
   assert g.flops_per_sample == 6291456
   assert g.state_bytes == 8388608
-  opts = base.PlanOptions(batch_size=1)
+  opts = plans.PlanOptions(batch_size=1)
   plan = get_planner("pipelined").plan(g, cs2, opts)
   assert plan.fits
   assert plan.memory_needed_bytes == 8392704
   (p,) = plan.layers
-  assert p.region == base.Region(0, 0, 78, 996)
+  assert p.region == plans.Region(0, 0, 78, 996)
   assert p.cores == 77688
   assert p.cores * cs2.sram_per_core_bytes >= 171 * 49152
   assert p.flops == 6291456
@@ -88,7 +89,7 @@ def test_io_bound_when_the_input_is_big(cs2):
   # 64 KB of input per sample: 150e9 / 65,536 = 2,288,818.4 samples/s < 2,303,445 compute.
   g = dense_graph()
   g = ir.LayerGraph(g.name, (dataclasses.replace(g.layers[0], io_bytes=65536.0),), 1)
-  opts = base.PlanOptions(batch_size=1)
+  opts = plans.PlanOptions(batch_size=1)
   perf_ = perf.simulate(get_planner("pipelined").plan(g, cs2, opts), g, cs2, opts)
   assert perf_.samples_per_sec == pytest.approx(2288818.4, rel=1e-6)
   assert perf_.bottleneck == "io: 12 x 100 GbE host links"

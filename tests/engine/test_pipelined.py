@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cerebras_tf.compiler import analytic, ir
-from cerebras_tf.compiler.plan import base, get_planner, pipelined
+from cerebras_tf.analysis import analytic
+from cerebras_tf.core import ir
+from cerebras_tf.core import plans
+from cerebras_tf.compiler.plan import base
+from cerebras_tf.compiler.plan import get_planner, pipelined
 from cerebras_tf.engine import perf, report, spec
 from cerebras_tf.errors import ParamsError
 
@@ -21,7 +24,7 @@ def cs2():
 
 
 def plan_and_sim(g, engine, batch=None):
-  opts = base.PlanOptions(batch_size=batch or g.captured_batch_size)
+  opts = plans.PlanOptions(batch_size=batch or g.captured_batch_size)
   p = get_planner("pipelined").plan(g, engine, opts)
   return p, perf.simulate(p, g, engine, opts)
 
@@ -105,7 +108,7 @@ def test_get_planner_registry():
 
 def test_auto_picks_a_fitting_plan(cs2):
   g = analytic.bert_base()
-  p = get_planner("auto").plan(g, cs2, base.PlanOptions(batch_size=256, execution_strategy="auto"))
+  p = get_planner("auto").plan(g, cs2, plans.PlanOptions(batch_size=256, execution_strategy="auto"))
   assert p.fits and any(n.startswith("auto: chose") for n in p.notes)
 
 
@@ -135,8 +138,8 @@ def test_layout_by_hand():
   # (1 columns) cannot hold the memory of 2 layers starting at #0".
   regions, why = pipelined.layout([6.5, 6.5, 14, 13], [6, 6, 10, 10], 4, 10)
   assert why == ""
-  assert regions == [base.Region(0, 0, 2, 5), base.Region(0, 5, 2, 5),
-                     base.Region(2, 5, 2, 5), base.Region(2, 0, 2, 5)]
+  assert regions == [plans.Region(0, 0, 2, 5), plans.Region(0, 5, 2, 5),
+                     plans.Region(2, 5, 2, 5), plans.Region(2, 0, 2, 5)]
   # 4 x 9 (36 cores, targets [6, 6, 12, 12]): 32 cores of memory fit the grid but not its
   # strips: strip 0 needs 2 columns (3 + 3 rows of 9), strip 1 [10, 10] needs 3 (4 + 4 rows;
   # on 2 columns 5 + 5 = 10 rows > 9). A reason with the numbers, not a wrong layout.

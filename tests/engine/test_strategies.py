@@ -10,9 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from cerebras_tf.compiler import analytic, ir
-from cerebras_tf.compiler.plan import base, get_planner
-from cerebras_tf.engine import perf, report, scaling, spec
+from cerebras_tf.analysis import analytic
+from cerebras_tf.core import ir
+from cerebras_tf.core import plans
+from cerebras_tf.compiler.plan import get_planner
+from cerebras_tf.analysis import scaling
+from cerebras_tf.engine import perf, report, spec
 from cerebras_tf.errors import ParamsError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +27,7 @@ def cs2():
 
 
 def run(g, engine, strategy, batch, **kw):
-  opts = base.PlanOptions(batch_size=batch, execution_strategy=strategy, **kw)
+  opts = plans.PlanOptions(batch_size=batch, execution_strategy=strategy, **kw)
   plan = get_planner(strategy).plan(g, engine, opts)
   return plan, perf.simulate(plan, g, engine, opts)
 
@@ -100,7 +103,7 @@ def test_bert_large_gets_one_replica(cs2):
 
 
 def test_forced_replicas_must_divide_batch(cs2):
-  with pytest.raises(ParamsError, match="batch_size 250 is not divisible by num_replicas 3"):
+  with pytest.raises(ParamsError, match=r"global batch size 250 does not split evenly over 3 replicas \(num_replicas\).*multiple of 3 \(e.g. 252\)"):
     run(analytic.bert_base(), cs2, "multi_replica", 250, num_replicas=3)
   plan, _ = run(analytic.bert_base(), cs2, "multi_replica", 256, num_replicas=2)
   assert plan.num_replicas == 2
@@ -127,7 +130,7 @@ def test_gpt3_175b_fits_a_cluster_and_memoryx_limits(cs2):
   small = dataclasses.replace(cs2, memoryx_max_bytes=1e12)
   plan, _ = run(g, small, "weight_streaming", 1536, num_csx=16)
   assert not plan.fits and "TB of MemoryX" in plan.reason
-  with pytest.raises(ParamsError, match="batch_size 1536 is not divisible by num_csx 5"):
+  with pytest.raises(ParamsError, match=r"global batch size 1536 does not split evenly over 5 CS systems \(num_csx\): each needs batch / 5 samples; use a multiple of 5 \(e.g. 1540\)"):
     run(g, cs2, "weight_streaming", 1536, num_csx=5)
   cs1 = spec.load_engine("cs1")
   assert "no MemoryX" in run(g, cs1, "weight_streaming", 1536)[0].reason
@@ -173,25 +176,25 @@ def test_vts_linear_graph_speedup_is_inverse_token_fraction(cs2):
 
 def test_auto_reasons(cs2):
   auto = get_planner("auto")
-  p = auto.plan(analytic.gpt_j_6b(), cs2, base.PlanOptions(batch_size=120,
+  p = auto.plan(analytic.gpt_j_6b(), cs2, plans.PlanOptions(batch_size=120,
                                                            execution_strategy="auto"))
   assert p.execution_strategy == "weight_streaming"
   assert p.reason.startswith("pipelined needs 3,162.1 GB of SRAM, 37.1 GB available; "
                              "weight_streaming at ")
   # The console summary says it too, not only report.txt.
-  summary = report.format_summary(p, perf.simulate(p, analytic.gpt_j_6b(), cs2, base.PlanOptions(
+  summary = report.format_summary(p, perf.simulate(p, analytic.gpt_j_6b(), cs2, plans.PlanOptions(
       batch_size=120, execution_strategy="auto")))
   assert f"\n  auto chose it: {p.reason}" in summary
-  p = auto.plan(analytic.bert_base(), cs2, base.PlanOptions(batch_size=256,
+  p = auto.plan(analytic.bert_base(), cs2, plans.PlanOptions(batch_size=256,
                                                             execution_strategy="auto"))
   assert p.execution_strategy == "multi_replica" and "faster than pipelined" in p.reason
-  p = auto.plan(analytic.bert_large(), cs2, base.PlanOptions(batch_size=1024,
+  p = auto.plan(analytic.bert_large(), cs2, plans.PlanOptions(batch_size=1024,
                                                              execution_strategy="auto"))
   assert p.execution_strategy == "pipelined"  # measured: 6,052-6,493 pipelined vs 4,048 WS
 
 
 def test_scaling_gpt3_xl_and_bigger_scales_further(cs2, tmp_path):
-  opts = base.PlanOptions(batch_size=512)
+  opts = plans.PlanOptions(batch_size=512)
   rows = scaling.scaling_report(analytic.gpt3_xl(), cs2, opts)
   sp = [r["speedup"] for r in rows]
   assert [r["systems"] for r in rows] == [1, 2, 4, 8, 16]
@@ -233,7 +236,7 @@ def test_scaling_script_on_the_gpt3_xl_config(tmp_path):
   assert [r["systems"] for r in doc["rows"]] == [1, 2, 4, 8, 16]
   assert doc["rows"][-1]["efficiency"] == pytest.approx(
       scaling.scaling_report(analytic.gpt3_xl(), spec.load_engine("cs2"),
-                             base.PlanOptions(batch_size=512))[-1]["efficiency"])
+                             plans.PlanOptions(batch_size=512))[-1]["efficiency"])
   assert os.listdir(tmp_path / "tensorboard")
 
 
@@ -254,7 +257,7 @@ def test_scaling_script_needs_no_tensorflow(tmp_path):
 def test_reports_for_replicas_and_streaming(cs2, tmp_path):
   for strategy, g, b in (("multi_replica", analytic.bert_base(), 256),
                          ("weight_streaming", analytic.gpt_j_6b(), 120)):
-    opts = base.PlanOptions(batch_size=b, execution_strategy=strategy, vts=True,
+    opts = plans.PlanOptions(batch_size=b, execution_strategy=strategy, vts=True,
                             token_fraction=0.5, token_sq_fraction=0.3)
     plan = get_planner(strategy).plan(g, cs2, opts)
     pf = perf.simulate(plan, g, cs2, opts)

@@ -1,65 +1,49 @@
 """Planners by execution strategy: `get_planner("pipelined").plan(graph, engine, options)`.
 
-Each strategy module registers its Planner class here. `multi_replica` and `weight_streaming`
-live in `multi_replica.py` / `weight_streaming.py` beside `pipelined.py` and are imported on
-first use, so adding one is: write the module, subclass `base.Planner`, add it to `_MODULES`.
-`auto` plans every available strategy and keeps the fastest one that fits.
+`auto` plans every strategy and keeps the fastest one that fits. A new strategy is a module
+beside these with a `base.Planner` subclass, added to `PLANNERS` (or `register_planner`).
 """
 
-import importlib
+import dataclasses
 from typing import Callable, Dict
 
 from cerebras_tf.compiler.plan import base
+from cerebras_tf.compiler.plan.multi_replica import MultiReplicaPlanner
+from cerebras_tf.compiler.plan.pipelined import PipelinedPlanner
+from cerebras_tf.compiler.plan.weight_streaming import WeightStreamingPlanner
+from cerebras_tf.core import batching, plans
+from cerebras_tf.engine import perf
 from cerebras_tf.errors import ParamsError
 
-# strategy -> (module, class name); imported lazily so a missing module only fails when used.
-_MODULES = {
-    base.PIPELINED: ("cerebras_tf.compiler.plan.pipelined", "PipelinedPlanner"),
-    base.MULTI_REPLICA: ("cerebras_tf.compiler.plan.multi_replica", "MultiReplicaPlanner"),
-    base.WEIGHT_STREAMING: ("cerebras_tf.compiler.plan.weight_streaming",
-                            "WeightStreamingPlanner"),
+PLANNERS: Dict[str, Callable[[], base.Planner]] = {
+    plans.PIPELINED: PipelinedPlanner,
+    plans.MULTI_REPLICA: MultiReplicaPlanner,
+    plans.WEIGHT_STREAMING: WeightStreamingPlanner,
 }
-_REGISTRY: Dict[str, Callable[[], base.Planner]] = {}
 
 
 def register_planner(strategy: str, factory: Callable[[], base.Planner]) -> None:
   """Registers (or replaces) the planner factory of a strategy."""
-  _REGISTRY[strategy] = factory
-
-
-def _load(strategy: str):
-  if strategy in _REGISTRY:
-    return _REGISTRY[strategy]
-  module, cls = _MODULES[strategy]
-  try:
-    factory = getattr(importlib.import_module(module), cls)
-  except (ImportError, AttributeError):
-    return None
-  _REGISTRY[strategy] = factory
-  return factory
+  PLANNERS[strategy] = factory
 
 
 def available_strategies():
-  """Strategies whose planner can be built now (plus "auto")."""
-  return tuple(s for s in _MODULES if _load(s) is not None) + (base.AUTO,)
+  """Every strategy with a planner, plus "auto"."""
+  return tuple(PLANNERS) + (plans.AUTO,)
 
 
 def get_planner(strategy: str) -> base.Planner:
   """The planner for an execution strategy.
 
   Raises:
-    ParamsError: unknown strategy, or one whose planner is not available (lists choices).
+    ParamsError: unknown strategy (lists the choices).
   """
-  if strategy == base.AUTO:
+  if strategy == plans.AUTO:
     return AutoPlanner()
-  if strategy not in _MODULES and strategy not in _REGISTRY:
+  if strategy not in PLANNERS:
     raise ParamsError(f"unknown execution_strategy {strategy!r}; choices: "
-                      f"{', '.join(base.STRATEGIES)}")
-  factory = _load(strategy)
-  if factory is None:
-    raise ParamsError(f"execution_strategy {strategy!r} has no planner in this version; "
-                      f"available: {', '.join(available_strategies())}")
-  return factory()
+                      f"{', '.join(available_strategies())}")
+  return PLANNERS[strategy]()
 
 
 class AutoPlanner(base.Planner):
@@ -72,19 +56,17 @@ class AutoPlanner(base.Planner):
   pipelined plan (its reason names the numbers) is returned.
   """
 
-  strategy = base.AUTO
+  strategy = plans.AUTO
 
   def plan(self, graph, engine, options):
-    import dataclasses  # pylint: disable=import-outside-toplevel
-    from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
     results = []  # (strategy, plan or None, samples/s, why not)
     for s in available_strategies():
-      if s == base.AUTO:
+      if s == plans.AUTO:
         continue
       opts = dataclasses.replace(options, execution_strategy=s)
       try:
         p = get_planner(s).plan(graph, engine, opts)
-      except ParamsError as e:  # e.g. a batch num_csx does not divide: not a candidate
+      except batching.BatchError as e:  # e.g. num_csx does not divide the batch: not a candidate
         results.append((s, None, 0.0, str(e)))
         continue
       sps = perf.simulate(p, graph, engine, opts).samples_per_sec if p.fits else 0.0
@@ -102,9 +84,9 @@ class AutoPlanner(base.Planner):
       if r[2] > best[2]:
         best = r
     s, chosen, sps, _ = best
-    pipe = next((r for r in results if r[0] == base.PIPELINED), None)
-    label = f"{s} (R={chosen.num_replicas})" if s == base.MULTI_REPLICA else s
-    if s == base.PIPELINED:
+    pipe = next((r for r in results if r[0] == plans.PIPELINED), None)
+    label = f"{s} (R={chosen.num_replicas})" if s == plans.MULTI_REPLICA else s
+    if s == plans.PIPELINED:
       reason = f"pipelined at {sps:,.1f} samples/s is the fastest that fits"
     elif pipe is not None and pipe[1] is not None and pipe[1].fits and pipe[2] > 0:
       reason = f"{label} {sps / pipe[2]:.2f}x faster than pipelined ({sps:,.1f} vs {pipe[2]:,.1f} samples/s)"

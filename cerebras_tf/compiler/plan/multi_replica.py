@@ -22,10 +22,11 @@ e.g. the slab is too narrow for the strips' rounding to whole rows) or "no gain"
 import dataclasses
 import math
 
-from cerebras_tf.compiler import ir
+from cerebras_tf.core import ir
+from cerebras_tf.core import batching, plans
+from cerebras_tf.engine import perf
 from cerebras_tf.compiler.plan import base
 from cerebras_tf.compiler.plan import pipelined
-from cerebras_tf.errors import ParamsError
 
 MIN_GAIN = 0.02   # a further replica must add 2% samples/s to be worth it
 _GB = 1e9
@@ -33,60 +34,61 @@ _GB = 1e9
 
 def _plan_r(graph, engine, options, r, need):
   """The Plan with r replicas, or a not-fitting Plan with the reason."""
-  batch = int(options.batch_size)
+  split = batching.split(int(options.batch_size), engine_replicas=r)
+  batch = split.global_batch
   slab_w = engine.grid_width // r
   slab_bytes = slab_w * engine.grid_height * engine.sram_per_core_bytes
-  placements, why = [], ""
+  placements, why, refusal = [], "", None
   if slab_w < 1:
     why = f"{r} replicas need {r} columns, the grid has {engine.grid_width}"
+    refusal = plans.Refusal(plans.COLUMNS, r, engine.grid_width, "columns")
   elif need > slab_bytes:
     why = (f"one replica needs {need / _GB:.2f} GB of SRAM, a 1/{r} slab "
            f"({slab_w} x {engine.grid_height} cores) has {slab_bytes / _GB:.2f} GB")
+    refusal = plans.Refusal(plans.SRAM, need, slab_bytes)
   else:
     for k in range(r):
-      placed, why = pipelined.place_pipeline(graph, engine, options, batch // r, slab_w,
-                                             engine.grid_height, x0=k * slab_w, replica=k)
+      placed, why = pipelined.place_pipeline(graph, engine, options, split.per_engine_replica,
+                                             slab_w, engine.grid_height, x0=k * slab_w,
+                                             replica=k)
       if not placed:
         placements = []
+        refusal = plans.Refusal(plans.LAYOUT, need, slab_bytes)
         break
       placements += placed
   fits = bool(placements)
   if not fits:
     mem = pipelined.layer_memory_bytes(graph)
-    placements = [base.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
-                                      flops=l.flops * batch // max(r, 1), time_s=0.0)
+    placements = [plans.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
+                                      flops=l.flops * split.per_engine_replica, time_s=0.0)
                   for l, m in zip(graph.layers, mem)]
   used = sum(p.cores for p in placements)
   reason = (f"fits: {r} replica(s) of {need / _GB:.2f} GB SRAM each, per-replica batch "
-            f"{batch // r}, on {used:,} of {engine.usable_cores:,} cores" if fits else why)
-  return base.Plan(execution_strategy=base.MULTI_REPLICA, engine=engine.name, fits=fits,
-                   batch_size=batch, num_replicas=r, num_csx=1,
-                   memory_needed_bytes=need * r, memory_available_bytes=engine.usable_sram_bytes,
-                   layers=tuple(placements), reason=reason)
+            f"{split.per_engine_replica}, on {used:,} of {engine.usable_cores:,} cores"
+            if fits else why)
+  return plans.Plan(execution_strategy=plans.MULTI_REPLICA, engine=engine.name, fits=fits,
+                   batching=split, memory_needed_bytes=need * r,
+                   memory_available_bytes=engine.usable_sram_bytes,
+                   layers=tuple(placements), reason=reason, refusal=refusal)
 
 
 class MultiReplicaPlanner(base.Planner):
   """Plans R pipelined copies side by side (see the module docstring)."""
 
-  strategy = base.MULTI_REPLICA
+  strategy = plans.MULTI_REPLICA
 
-  def plan(self, graph: ir.LayerGraph, engine, options: base.PlanOptions) -> base.Plan:
+  def plan(self, graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> plans.Plan:
     """Picks (or takes) R, places R replicas, and notes the predicted speedup over R = 1.
 
     Raises:
-      ParamsError: `options.num_replicas` is not a positive integer or does not divide the
+      BatchError: `options.num_replicas` is not a positive integer or does not divide the
         global batch (names both numbers).
     """
-    from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
     batch = int(options.batch_size)
     need = int(sum(pipelined.layer_memory_bytes(graph)))
     forced = options.num_replicas
     if forced is not None:
-      if isinstance(forced, bool) or not isinstance(forced, int) or forced < 1:
-        raise ParamsError(f"num_replicas must be a positive integer, got {forced!r}")
-      if batch % forced:
-        raise ParamsError(f"global batch_size {batch} is not divisible by num_replicas "
-                          f"{forced}: each replica needs batch_size / num_replicas samples")
+      batching.split(batch, engine_replicas=forced)
 
     def rate(p):
       return perf.simulate(p, graph, engine, options).samples_per_sec if p.fits else 0.0
@@ -105,12 +107,12 @@ class MultiReplicaPlanner(base.Planner):
       chosen, sps, tried = one, one_sps, ["R=1 %.0f" % one_sps]
       refused = []  # (r, why) for every R > 1 that was not taken, in order
       for r in range(2, max_r + 1):
-        if batch % r:
+        if not batching.divides(batch, r):
           continue
         p = _plan_r(graph, engine, options, r, need)
         s = rate(p)
         if not p.fits:
-          refused.append((r, f"{_kind(p.reason)}: {p.reason}"))
+          refused.append((r, f"{_KIND_WORD[p.refusal.kind]}: {p.reason}"))
           continue
         tried.append(f"R={r} {s:.0f}")
         if s > sps * (1 + MIN_GAIN):
@@ -120,7 +122,8 @@ class MultiReplicaPlanner(base.Planner):
                              f"R={chosen.num_replicas}'s {sps:,.0f}"))
       # The first R past the SRAM bound (R copies need R x one replica's memory) is not
       # placed; name it so the user sees memory, not the compiler's taste, stopped there.
-      beyond = next((r for r in range(max_r + 1, limit + 1) if batch % r == 0), None)
+      beyond = next((r for r in range(max_r + 1, limit + 1) if batching.divides(batch, r)),
+                    None)
       if beyond is not None:
         refused.append((beyond, f"memory: {beyond} replicas of {need / _GB:.2f} GB need "
                                 f"{beyond * need / _GB:.2f} GB, the wafer has "
@@ -147,19 +150,12 @@ class MultiReplicaPlanner(base.Planner):
     return dataclasses.replace(chosen, notes=tuple(notes) + chosen.notes)
 
 
-def _kind(reason: str) -> str:
-  """Why an R did not fit, in one word: "layout" (memory would fit, the strips do not) or
-  "memory" (one replica's SRAM or cores exceed its slab) or "columns"."""
-  if "cannot lay out" in reason:
-    return "layout"
-  if "columns, the grid has" in reason:
-    return "columns"
-  return "memory"
+# How the notes name a refused R's reason.
+_KIND_WORD = {plans.LAYOUT: "layout", plans.COLUMNS: "columns", plans.SRAM: "memory"}
 
 
 def _saturation(placements, graph, engine, options) -> float:
   """Share of the slowest layer's per-sample time that is token latency (not compute)."""
-  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
   worst, share = 0.0, 0.0
   for p, l in zip(placements, graph.layers):
     t = perf.pipelined_sample_time(l, p.cores, graph, engine, options)

@@ -31,7 +31,9 @@ bytes needed vs available and suggests weight streaming.
 import math
 from typing import Dict, List, Sequence, Tuple
 
-from cerebras_tf.compiler import ir
+from cerebras_tf.core import ir
+from cerebras_tf.core import batching, plans
+from cerebras_tf.engine import perf
 from cerebras_tf.compiler.plan import base
 
 _GB = 1e9
@@ -137,7 +139,7 @@ def strip_min_width(floors: Sequence[int], height: int) -> int:
 
 
 def layout(cores: Sequence[float], floors: Sequence[int], width: int,
-           height: int) -> Tuple[List[base.Region], str]:
+           height: int) -> Tuple[List[plans.Region], str]:
   """Places layers (in order) as a boustrophedon of vertical strips on a width x height grid.
 
   Args:
@@ -178,7 +180,7 @@ def layout(cores: Sequence[float], floors: Sequence[int], width: int,
   widths = _apportion([c / height for c in strip_cores], min_w, width)
   if not widths:
     return [], "the layers' memory does not fit the strips of the grid"
-  regions: List[base.Region] = [None] * n  # type: ignore[list-item]
+  regions: List[plans.Region] = [None] * n  # type: ignore[list-item]
   x = 0
   for s, (g, w) in enumerate(zip(groups, widths)):
     ideal = [height * cores[i] / strip_cores[s] if strip_cores[s] > 0 else height / len(g)
@@ -192,11 +194,11 @@ def layout(cores: Sequence[float], floors: Sequence[int], width: int,
     y = 0 if s % 2 == 0 else height
     for i, h in order:
       if s % 2 == 0:
-        regions[i] = base.Region(x, y, w, h)
+        regions[i] = plans.Region(x, y, w, h)
         y += h
       else:
         y -= h
-        regions[i] = base.Region(x, y, w, h)
+        regions[i] = plans.Region(x, y, w, h)
     x += w
   return regions, ""
 
@@ -207,10 +209,9 @@ def layout(cores: Sequence[float], floors: Sequence[int], width: int,
 SATURATION = 0.05
 
 
-def useful_cores(graph: ir.LayerGraph, engine, options: base.PlanOptions) -> List[float]:
+def useful_cores(graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> List[float]:
   """Cores past which each layer's per-sample time stops improving (inf: no token latency)."""
-  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
-  rate = engine.flops_per_core_per_s * engine.efficiency(base.PIPELINED)
+  rate = engine.flops_per_core_per_s * engine.efficiency(plans.PIPELINED)
   out = []
   for l in graph.layers:
     lat = perf.pipelined_sample_time(l, math.inf, graph, engine, options)
@@ -218,14 +219,13 @@ def useful_cores(graph: ir.LayerGraph, engine, options: base.PlanOptions) -> Lis
   return out
 
 
-def place_pipeline(graph: ir.LayerGraph, engine, options: base.PlanOptions, batch: int,
+def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, batch: int,
                    width: int, height: int, x0: int = 0, replica: int = 0):
   """Places one pipelined replica on the `width x height` slab whose left column is x0.
 
   Returns:
     (placements, "") or ((), why it does not fit). Placements carry `replica`.
   """
-  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
   layers = graph.layers
   mem = layer_memory_bytes(graph)
   cores = width * height
@@ -242,8 +242,8 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: base.PlanOptions, batc
     return (), f"cannot lay out {len(layers)} layers on the {width} x {height} grid: {why}"
   out = []
   for l, m, r in zip(layers, mem, regions):
-    r = base.Region(r.x + x0, r.y, r.w, r.h)
-    out.append(base.LayerPlacement(
+    r = plans.Region(r.x + x0, r.y, r.w, r.h)
+    out.append(plans.LayerPlacement(
         name=l.name, cores=r.cores, region=r, memory_bytes=m, flops=l.flops * batch,
         time_s=batch * perf.pipelined_sample_time(l, r.cores, graph, engine, options),
         replica=replica))
@@ -253,9 +253,9 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: base.PlanOptions, batc
 class PipelinedPlanner(base.Planner):
   """Plans one replica with all state on the wafer (see the module docstring)."""
 
-  strategy = base.PIPELINED
+  strategy = plans.PIPELINED
 
-  def plan(self, graph: ir.LayerGraph, engine, options: base.PlanOptions) -> base.Plan:
+  def plan(self, graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> plans.Plan:
     """Places every layer of `graph` on `engine`'s usable grid.
 
     Args:
@@ -266,45 +266,46 @@ class PipelinedPlanner(base.Planner):
     Returns:
       A Plan; `fits=False` with a reason when the SRAM is too small.
     """
-    batch = int(options.batch_size)
+    split = batching.split(int(options.batch_size))
+    batch = split.global_batch
     layers = graph.layers
     mem = layer_memory_bytes(graph)
     need = int(sum(mem))
     avail = int(engine.usable_sram_bytes)
     total_cores = engine.usable_cores
     notes = [f"in-flight activations: layer i of {len(layers)} holds 2*(L-i) samples",
-             f"efficiency {engine.efficiency(base.PIPELINED):.3f} of per-core peak, "
+             f"efficiency {engine.efficiency(plans.PIPELINED):.3f} of per-core peak, "
              f"{engine.pipelined_token_latency_cycles:g} cycles per token per layer (calibrated)"]
     if options.num_csx > 1:
       notes.append(f"pipelined runs on one system; num_csx={options.num_csx} ignored")
 
-    def unplaced(reason: str) -> base.Plan:
+    def unplaced(reason: str, kind: str) -> plans.Plan:
       placements = tuple(
-          base.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
+          plans.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
                               flops=l.flops * batch, time_s=0.0)
           for l, m in zip(layers, mem))
-      return base.Plan(execution_strategy=base.PIPELINED, engine=engine.name, fits=False,
-                       batch_size=batch, num_replicas=1, num_csx=1, memory_needed_bytes=need,
+      return plans.Plan(execution_strategy=plans.PIPELINED, engine=engine.name, fits=False,
+                       batching=split, memory_needed_bytes=need,
                        memory_available_bytes=avail, layers=placements, reason=reason,
-                       notes=tuple(notes))
+                       notes=tuple(notes), refusal=plans.Refusal(kind, need, avail))
 
     if not layers:
-      return unplaced("the graph has no layers")
+      return unplaced("the graph has no layers", plans.LAYOUT)
     if need > avail:
       state = graph.state_bytes
       return unplaced(f"needs {need / _GB:.1f} GB of SRAM ({state / _GB:.1f} GB weights, "
                       f"gradients and optimizer state + {(need - state) / _GB:.1f} GB in-flight "
                       f"activations), {avail / _GB:.1f} GB available "
                       f"({total_cores:,} usable cores x {engine.sram_per_core_bytes // 1024} KB)"
-                      f"; use execution_strategy: weight_streaming")
+                      f"; use execution_strategy: weight_streaming", plans.SRAM)
     placements, why = place_pipeline(graph, engine, options, batch, engine.grid_width,
                                      engine.grid_height)
     if not placements:
-      return unplaced(f"{why}; use execution_strategy: weight_streaming")
+      return unplaced(f"{why}; use execution_strategy: weight_streaming", plans.LAYOUT)
     used = sum(p.cores for p in placements)
     reason = (f"fits: {need / _GB:.2f} GB of {avail / _GB:.1f} GB SRAM; {len(layers)} layers "
               f"on {used:,} of {total_cores:,} cores")
-    return base.Plan(execution_strategy=base.PIPELINED, engine=engine.name, fits=True,
-                     batch_size=batch, num_replicas=1, num_csx=1, memory_needed_bytes=need,
+    return plans.Plan(execution_strategy=plans.PIPELINED, engine=engine.name, fits=True,
+                     batching=split, memory_needed_bytes=need,
                      memory_available_bytes=avail, layers=placements, reason=reason,
                      notes=tuple(notes))

@@ -22,9 +22,10 @@ The model of the hardware (pure Python, no TensorFlow):
 
 import math
 
-from cerebras_tf.compiler import ir
+from cerebras_tf.core import ir
+from cerebras_tf.core import batching, plans
+from cerebras_tf.engine import perf
 from cerebras_tf.compiler.plan import base
-from cerebras_tf.errors import ParamsError
 
 _GB = 1e9
 _TB = 1e12
@@ -33,25 +34,16 @@ _TB = 1e12
 class WeightStreamingPlanner(base.Planner):
   """Plans weight streaming over `num_csx` systems (see the module docstring)."""
 
-  strategy = base.WEIGHT_STREAMING
+  strategy = plans.WEIGHT_STREAMING
 
-  def plan(self, graph: ir.LayerGraph, engine, options: base.PlanOptions) -> base.Plan:
+  def plan(self, graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> plans.Plan:
     """Checks MemoryX capacity, SwarmX size and wafer memory; costs every layer.
 
     Raises:
-      ParamsError: num_csx < 1, sparsity outside [0, 1), or a global batch that num_csx does
-        not divide (names both numbers).
+      BatchError: num_csx < 1, or a global batch that num_csx does not divide.
     """
-    from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
-    batch = int(options.batch_size)
-    n = options.num_csx
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-      raise ParamsError(f"num_csx must be a positive integer, got {n!r}")
-    if not 0.0 <= options.sparsity < 1.0:
-      raise ParamsError(f"sparsity must be in [0, 1), got {options.sparsity!r}")
-    if batch % n:
-      raise ParamsError(f"global batch_size {batch} is not divisible by num_csx {n}: each "
-                        f"system trains on batch_size / num_csx samples")
+    split = batching.split(int(options.batch_size), num_systems=options.num_csx)
+    batch, n = split.global_batch, split.num_systems
     state = graph.state_bytes
     mx_need = max(float(state), engine.memoryx_min_bytes)
     wbuf = perf.ws_weight_buffer_bytes(graph, options.sparsity)
@@ -62,42 +54,47 @@ class WeightStreamingPlanner(base.Planner):
              f"(range {engine.memoryx_min_bytes / _TB:g} TB - {engine.memoryx_max_bytes / _TB:g}"
              f" TB); the optimizer runs there",
              f"SwarmX: {n} system(s), tree depth {math.ceil(math.log2(n)) if n > 1 else 0}; "
-             f"per-system batch {batch // n}",
+             f"per-system batch {split.per_system}",
              f"wafer: {wbuf / _GB:.2f} GB double-buffered weights of the largest layer + "
              f"{acts / _GB:.3f} GB activations per sample"]
-    why = ""
+    why, refusal = "", None
     if engine.memoryx_max_bytes < 1e9:
       why = f"{engine.name} has no MemoryX (weight streaming needs CS-2 or later)"
+      refusal = plans.Refusal(plans.NO_MEMORYX, state, engine.memoryx_max_bytes)
     elif state > engine.memoryx_max_bytes:
       why = (f"needs {state / _TB:,.1f} TB of MemoryX, the largest {engine.name} MemoryX holds "
              f"{engine.memoryx_max_bytes / _TB:,.1f} TB")
+      refusal = plans.Refusal(plans.MEMORYX, state, engine.memoryx_max_bytes)
     elif engine.memoryx_max_params and graph.num_params > engine.memoryx_max_params:
       why = (f"{graph.num_params:,} parameters exceed MemoryX's "
              f"{engine.memoryx_max_params:,.0f}")
+      refusal = plans.Refusal(plans.MEMORYX, graph.num_params, engine.memoryx_max_params,
+                              "parameters")
     elif n > engine.swarmx_max_systems:
       why = f"num_csx {n} exceeds SwarmX's {engine.swarmx_max_systems} systems for {engine.name}"
+      refusal = plans.Refusal(plans.SYSTEMS, n, engine.swarmx_max_systems, "systems")
     elif wbuf > avail / 2:
       why = (f"the largest layer's streamed weights need {wbuf / _GB:.1f} GB double-buffered, "
              f"more than half the wafer's {avail / _GB:.1f} GB SRAM")
-    need = int(wbuf + acts * min(batch // n, 1))
+      refusal = plans.Refusal(plans.SRAM, wbuf, avail / 2)
     if why:
-      placements = tuple(base.LayerPlacement(name=l.name, cores=0, region=None,
+      placements = tuple(plans.LayerPlacement(name=l.name, cores=0, region=None,
                                              memory_bytes=0, flops=l.flops * batch,
                                              time_s=0.0) for l in graph.layers)
-      return base.Plan(execution_strategy=base.WEIGHT_STREAMING, engine=engine.name,
-                       fits=False, batch_size=batch, num_replicas=1, num_csx=n,
+      return plans.Plan(execution_strategy=plans.WEIGHT_STREAMING, engine=engine.name,
+                       fits=False, batching=split,
                        memory_needed_bytes=int(state), memory_available_bytes=int(
                            engine.memoryx_max_bytes), layers=placements,
-                       reason=why, notes=tuple(notes))
+                       reason=why, notes=tuple(notes), refusal=refusal)
     cost = perf.ws_cost(graph, engine, options)
     need = int(wbuf + acts * cost.micro_batch * (1.0 - cost.recompute_fraction))
     k = cost.num_micro
     placements = tuple(
-        base.LayerPlacement(
+        plans.LayerPlacement(
             name=c.name, cores=engine.usable_cores, region=None,
             memory_bytes=int(l.num_params * perf.ws_streamed_bytes_per_param(
                 graph, options.sparsity) + l.activation_bytes * cost.micro_batch),
-            flops=l.flops * batch // n,
+            flops=l.flops * split.per_system,
             time_s=(k - 1) * max(c.compute_s, c.stream_in_s, c.stream_out_s) +
             max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s))
         for c, l in zip(cost.layers, graph.layers))
@@ -114,8 +111,8 @@ class WeightStreamingPlanner(base.Planner):
                    f"streamed; the {engine.sparsity_partial_sum_cycles:g}-cycle partial sum per "
                    f"output feature and attention/elementwise work are not (Amdahl)")
     reason = (f"fits: {state / _GB:,.1f} GB of state in MemoryX; {n} x {engine.name}, "
-              f"micro-batch {cost.micro_batch} of per-system batch {batch // n}")
-    return base.Plan(execution_strategy=base.WEIGHT_STREAMING, engine=engine.name, fits=True,
-                     batch_size=batch, num_replicas=1, num_csx=n, memory_needed_bytes=need,
+              f"micro-batch {cost.micro_batch} of per-system batch {split.per_system}")
+    return plans.Plan(execution_strategy=plans.WEIGHT_STREAMING, engine=engine.name, fits=True,
+                     batching=split, memory_needed_bytes=need,
                      memory_available_bytes=avail, layers=placements, reason=reason,
                      notes=tuple(notes))

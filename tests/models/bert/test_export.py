@@ -10,9 +10,9 @@ import yaml
 
 import bert_test_base as base
 from cerebras_tf import cli
-from models.bert import export as export_lib
-from models.bert import input as input_lib
-from models.bert import model
+from cerebras_tf.models.bert import export as export_lib
+from cerebras_tf.models.bert import input as input_lib
+from cerebras_tf.models.bert import model
 
 TRAIN, PREDICT = tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.PREDICT
 

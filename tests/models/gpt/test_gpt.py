@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models.gpt import modeling
-from models.gpt.model import model_fn
+from cerebras_tf.models.gpt import modeling
+from cerebras_tf.models.gpt.model import model_fn
 
 tf1 = tf.compat.v1
 

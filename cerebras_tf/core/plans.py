@@ -1,0 +1,172 @@
+"""The compiler's and the engine's shared vocabulary: strategies, plan options, plans, performance.
+
+Pure data; no TensorFlow, no imports from the rest of the package but `core`. A planner
+(`compiler/plan/`) maps (LayerGraph, EngineSpec, PlanOptions) to a Plan; the performance model
+(`engine/perf.py`) maps a Plan to a Performance. Both serialize to JSON.
+"""
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+from cerebras_tf.core.batching import HOST_CPU_REPLICAS, Batching
+
+# Execution strategies. AUTO lets the compiler pick the fastest one that fits.
+PIPELINED = "pipelined"
+MULTI_REPLICA = "multi_replica"
+WEIGHT_STREAMING = "weight_streaming"
+AUTO = "auto"
+STRATEGIES = (PIPELINED, MULTI_REPLICA, WEIGHT_STREAMING, AUTO)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanOptions:
+  """What the user asked for (from params `csconfig` / CSConfig / flags)."""
+
+  batch_size: int                    # global batch size (all replicas, all systems)
+  execution_strategy: str = PIPELINED
+  num_csx: int = 1                   # systems (weight streaming)
+  num_replicas: Optional[int] = None  # multi_replica: None = compiler picks
+  max_wgt_servers: int = 1           # MemoryX servers (weight streaming)
+  sparsity: float = 0.0              # unstructured weight sparsity (weight streaming)
+  vts: bool = False                  # variable tensor shape (cost real tokens only)
+  # With vts, measured from the input data by the compiler: E[len]/S and E[len^2]/S^2 over
+  # samples (len = real tokens, S = padded length). 1.0 means every token is real.
+  token_fraction: float = 1.0
+  token_sq_fraction: float = 1.0
+  # Where those came from, for the report (compiler/tokens.py:describe).
+  vts_source: str = ""
+  # The host that trains the plan: hosts of the cluster, data-parallel devices on each.
+  num_workers: int = 1
+  host_devices: int = HOST_CPU_REPLICAS
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+  """A rectangle of cores on the grid: columns [x, x+w), rows [y, y+h)."""
+
+  x: int
+  y: int
+  w: int
+  h: int
+
+  @property
+  def cores(self) -> int:
+    return self.w * self.h
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlacement:
+  """Where one layer runs and what it costs there (per step unless said otherwise)."""
+
+  name: str
+  cores: int
+  region: Optional[Region]           # None when a strategy does not place spatially
+  memory_bytes: int                  # SRAM the layer needs in its region
+  flops: float                       # fwd+bwd FLOPs per step (whole batch on this replica)
+  time_s: float                      # the layer's busy time per step
+  replica: int = 0
+
+  @classmethod
+  def from_dict(cls, d: dict) -> "LayerPlacement":
+    d = dict(d)
+    if d.get("region") is not None:
+      d["region"] = Region(**d["region"])
+    return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """The compiler's placement decision for one execution strategy."""
+
+  execution_strategy: str
+  engine: str
+  fits: bool
+  batching: Batching                 # global batch, R, systems, host replicas, workers
+  memory_needed_bytes: int
+  memory_available_bytes: int
+  layers: Tuple[LayerPlacement, ...]
+  reason: str = ""                   # why it does not fit / why it was chosen
+  notes: Tuple[str, ...] = ()
+  # Why it does not fit, as data (None when it fits); `reason` is the same for people.
+  refusal: Optional["Refusal"] = None
+
+  # The batching's numbers under the names the reports and the runtime have always used.
+  @property
+  def batch_size(self) -> int:
+    """The global batch."""
+    return self.batching.global_batch
+
+  @property
+  def num_replicas(self) -> int:
+    """Engine replicas (multi_replica's R; 1 otherwise)."""
+    return self.batching.engine_replicas
+
+  @property
+  def num_csx(self) -> int:
+    return self.batching.num_systems
+
+  def to_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    d["batching"] = self.batching.to_dict()
+    return d
+
+  @classmethod
+  def from_dict(cls, d: dict) -> "Plan":
+    d = dict(d)
+    d["layers"] = tuple(LayerPlacement.from_dict(l) for l in d["layers"])
+    d["notes"] = tuple(d.get("notes", ()))
+    d["batching"] = Batching.from_dict(d["batching"])
+    if d.get("refusal") is not None:
+      d["refusal"] = Refusal(**d["refusal"])
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# Refusal kinds: why a plan does not fit, for code that decides (auto, multi_replica's choice
+# of R, the advisor, tests) without reading prose.
+SRAM = "sram"            # the wafer's memory
+LAYOUT = "layout"        # memory would fit, the regions do not
+COLUMNS = "columns"      # more replicas than the grid has columns
+MEMORYX = "memoryx"      # weight streaming's off-wafer store
+SYSTEMS = "systems"      # more systems than SwarmX connects
+NO_MEMORYX = "no_memoryx"  # the engine has no MemoryX (cs1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+  """Why a plan does not fit, as numbers: `needed` vs `available` of `kind` (bytes, cores...)."""
+
+  kind: str
+  needed: float = 0.0
+  available: float = 0.0
+  unit: str = "bytes"
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineEvent:
+  """One span of the simulated step, for the Perfetto/chrome trace."""
+
+  name: str
+  track: str                         # e.g. "compute", "io", "stream-in", "layer_3"
+  start_s: float
+  dur_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Performance:
+  """What the performance model predicts for a Plan."""
+
+  samples_per_sec: float
+  step_time_s: float
+  utilization: float                 # achieved FLOP/s / peak FLOP/s
+  bottleneck: str                    # e.g. "compute: bert/encoder/layer_3", "io: 12x100GbE"
+  compute_samples_per_sec: float
+  io_samples_per_sec: float
+  timeline: Tuple[TimelineEvent, ...] = ()
+  # With options.vts: samples/s if every sample were padded to the full sequence (the
+  # samples_per_sec above then counts real tokens only). Without vts it equals samples_per_sec.
+  padded_samples_per_sec: float = 0.0
+  notes: Tuple[str, ...] = ()        # model details worth a line in report.txt
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)

@@ -1,0 +1,48 @@
+"""BERT reference model: pretraining (masked LM + next sentence) and sequence classification.
+
+  modeling.py      backbone (google-research/bert variable names; loads its checkpoints)
+  heads.py         masked-LM, next-sentence and classifier heads
+  optimization.py  AdamW, learning-rate schedules, clipping, gradient accumulation
+  model.py         model_fn(features, labels, mode, params)
+  input.py         input_fn(params, mode): tensorflow-text tokenize + pack + mask
+
+`model.name: bert` selects it; `model.task` is `pretraining` (default) or `classification`.
+No TensorFlow import here: the registry imports model_fn/input_fn on first use.
+"""
+
+from cerebras_tf.models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
+                                       check_transformer_params)
+from cerebras_tf.registry import ModelSpec, register
+from cerebras_tf.schema import Field
+
+MODEL_FN = "cerebras_tf.models.bert.model:model_fn"
+INPUT_FN = "cerebras_tf.models.bert.input:input_fn"
+
+# BERT's keys beyond cerebras_tf.params' shared transformer / text-input keys.
+SCHEMA = {
+    "model": {
+        **TRANSFORMER_MODEL_FIELDS,
+        "vocab_size": Field("int", 30522, "vocabulary rows (word embeddings, MLM output)", low=1),
+        "type_vocab_size": Field("int", 2, "segment (token type) embedding rows", low=1),
+        "task": Field("str", "pretraining", "what the heads train",
+                      choices=("pretraining", "classification")),
+        "num_classes": Field("int", 2, "classes of the classification head", low=2),
+        "init_checkpoint": Field("path", None, "warm start: checkpoint restored by variable name "
+                                 "(google-bert checkpoints load as they are)"),
+        "predict_all_outputs": Field("bool", False, "predict also yields hidden states and "
+                                     "log-probs (debugging, checkpoint checks)"),
+    },
+    "train_input": {
+        **TEXT_INPUT_FIELDS,
+        "split": Field("str", None, "TFRecord split name (null: train)"),
+        "file_pattern": Field("path", None, "TFRecord glob; overrides data_dir and split"),
+        "num_shards": Field("int", None, "shard the records (when no input_context)", low=1),
+        "shard_index": Field("int", None, "this worker's shard", low=0),
+    },
+}
+SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
+SCHEMA["eval_input"]["split"] = Field("str", None, "TFRecord split name (null: eval, or dev "
+                                      "for classification)")
+
+SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
+                          check=check_transformer_params))

@@ -1,0 +1,45 @@
+"""SavedModel serving for the BERT classifier: raw sentences in, class probabilities out.
+
+    est.export_saved_model(export_dir, functools.partial(serving_input_receiver_fn, params))
+
+The serving graph takes `sentences`, a tf.string [None] batch, and tokenizes inside the graph
+with tensorflow-text's BertTokenizer, exactly as `input.py` does for training ([CLS] s [SEP],
+trimmed and padded to max_sequence_length). The vocab file becomes a SavedModel asset (the
+lookup table's TextFileInitializer registers it), so the export directory is self-contained:
+
+    loaded = tf.saved_model.load(path)
+    loaded.signatures["serving_default"](sentences=tf.constant(["a fine film"]))
+    # -> {"probabilities": [1, C] float32, "predictions": [1] int32}
+"""
+
+import os
+from typing import Any, Mapping
+
+import tensorflow as tf
+
+from cerebras_tf.models.bert import input as input_lib
+
+SENTENCES = "sentences"
+
+
+def serving_input_receiver_fn(params: Mapping[str, Any]):
+  """A ServingInputReceiver: `sentences` tf.string [None] -> classifier features."""
+  task = (params.get("model") or {}).get("task") or "pretraining"
+  if task != "classification":
+    raise ValueError("serving from raw sentences is for model.task classification, got %r"
+                     % task)
+  section = params.get("eval_input") or params["train_input"]
+  msl = int(section.get("max_sequence_length") or 128)
+  vocab_file = section.get("vocab_file") or os.path.join(section["data_dir"],
+                                                         input_lib.VOCAB_RELPATH)
+  ids = input_lib.special_ids(input_lib.read_vocab(vocab_file))
+  tokenizer = input_lib.make_tokenizer(vocab_file, ids[input_lib.UNK],
+                                       bool(section.get("do_lower", True)))
+  sentences = tf.compat.v1.placeholder(tf.string, [None], name=SENTENCES)
+  packed, segments = input_lib.pack_single(input_lib.tokenize(tokenizer, sentences), msl,
+                                           ids[input_lib.CLS], ids[input_lib.SEP])
+  token_ids, padding_mask = input_lib._pad(packed, msl, None)  # pylint: disable=protected-access
+  segment_ids, _ = input_lib._pad(segments, msl, None)  # pylint: disable=protected-access
+  features = {"token_ids": token_ids, "segment_ids": segment_ids,
+              "padding_mask": padding_mask}
+  return tf.estimator.export.ServingInputReceiver(features, {SENTENCES: sentences})

@@ -1,0 +1,264 @@
+"""tf.data input pipeline for BERT with tensorflow-text (tokenize, pack, mask on the fly).
+
+Data contract (written by scripts/prepare_data.py):
+  <data_dir>/bert_pretrain/{train,eval}.tfrecord        text_a, text_b (bytes),
+                                                        next_sentence_label (int64)
+  <data_dir>/rotten_tomatoes/{train,dev,test}.tfrecord  sentence (bytes), label (int64)
+  <data_dir>/vocab/bert_uncased_vocab.txt               WordPiece vocab, one token a line
+
+Params section (`train_input` / `eval_input`, keys of cerebras_tf.params plus BERT's own):
+data_dir, vocab_file (default: the path above), do_lower, batch_size (per replica: the
+runtime divides the global batch before calling input_fn), max_sequence_length,
+max_predictions_per_seq, masked_lm_prob (0.15), shuffle, shuffle_buffer, shuffle_seed
+(default runconfig.tf_random_seed), repeat, num_parallel_calls; split (default train, or
+eval / dev), file_pattern (overrides data_dir + split), num_shards and shard_index (used
+when the runtime passes no input_context).
+
+Masks are drawn inside the dataset, so every epoch sees fresh masks. The masking map runs
+sequentially on whole batches: its random ops are stateful, and running them in parallel
+would make the draws depend on thread timing. With a graph seed (RunConfig tf_random_seed)
+the pipeline is deterministic.
+
+Output: (features, labels)
+  pretraining:    token_ids, segment_ids, padding_mask [B, S] int32; masked_lm_positions,
+                  masked_lm_ids [B, P] int32; masked_lm_weights [B, P] float32;
+                  next_sentence_label [B] int32.  labels = next_sentence_label.
+  classification: token_ids, segment_ids, padding_mask [B, S] int32; label [B] int32.
+                  labels = label.
+"""
+
+import os
+from typing import Any, Dict, Mapping, Optional
+
+import tensorflow as tf
+import tensorflow_text as tft
+
+from cerebras_tf.errors import DataError
+from cerebras_tf.core import batching
+
+ModeKeys = tf.estimator.ModeKeys
+
+CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
+VOCAB_RELPATH = os.path.join("vocab", "bert_uncased_vocab.txt")
+AUTOTUNE = tf.data.AUTOTUNE
+# The map functions are plain graph code; autograph would spend seconds rewriting tf-text.
+graph_fn = tf.autograph.experimental.do_not_convert
+
+
+def read_vocab(vocab_file: str) -> Dict[str, int]:
+  """token -> id for a one-token-per-line vocab file."""
+  if tf.io.gfile.isdir(vocab_file):
+    raise DataError(f"cannot read vocab file {vocab_file}: it is a directory; set vocab_file "
+                    "to the vocab .txt in the params file")
+  with tf.io.gfile.GFile(vocab_file) as f:
+    return {line.rstrip("\n"): i for i, line in enumerate(f)}
+
+
+def special_ids(vocab: Mapping[str, int], vocab_file: str = "the vocab") -> Dict[str, int]:
+  missing = [t for t in (CLS, SEP, MASK, PAD, UNK) if t not in vocab]
+  if missing:
+    raise DataError(f"vocab file {vocab_file} lacks the special tokens {' '.join(missing)}; "
+                    "BERT needs [CLS] [SEP] [MASK] [PAD] [UNK] (use a BERT WordPiece vocab)")
+  return {t: vocab[t] for t in (CLS, SEP, MASK, PAD, UNK)}
+
+
+def check_vocab_size(vocab: Mapping[str, int], vocab_file: str, params) -> None:
+  """The vocab file and model.vocab_size must agree: a larger vocab yields ids past the
+  embedding table, a smaller one trains rows no token can reach."""
+  size = (params.get("model") or {}).get("vocab_size")
+  if size is not None and len(vocab) != int(size):
+    raise DataError(f"vocab file {vocab_file} has {len(vocab)} tokens but model.vocab_size is "
+                    f"{size}; set model.vocab_size: {len(vocab)} or use the vocab the model "
+                    "was built for")
+
+
+def make_tokenizer(vocab_file: str, unk_id: int, lower_case: bool = True) -> tft.BertTokenizer:
+  """Lower-casing WordPiece tokenizer. Build it inside input_fn (the Estimator's graph)."""
+  init = tf.lookup.TextFileInitializer(
+      vocab_file, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
+      tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER)
+  table = tf.lookup.StaticHashTable(init, default_value=unk_id)
+  return tft.BertTokenizer(table, token_out_type=tf.int64, lower_case=lower_case,
+                            unknown_token=UNK)
+
+
+def tokenize(tokenizer, texts):
+  """[B] strings -> ragged [B, (tokens)] int64 wordpiece ids."""
+  return tokenizer.tokenize(texts).merge_dims(-2, -1)
+
+
+def pack_pair(a, b, max_seq_length: int, cls_id: int, sep_id: int):
+  """[CLS] a [SEP] b [SEP], trimmed round-robin to max_seq_length.
+
+  Args:
+    a, b: ragged [B, (tokens)] int64.
+  Returns:
+    (ids, segment_ids), ragged [B, (<= max_seq_length)] int64.
+  """
+  a, b = tft.RoundRobinTrimmer(max_seq_length - 3).trim([a, b])
+  return tft.combine_segments([a, b], start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+
+
+def pack_single(a, max_seq_length: int, cls_id: int, sep_id: int):
+  """[CLS] a [SEP], trimmed to max_seq_length.  ragged [B, (t)] -> (ids, segment_ids)."""
+  (a,) = tft.WaterfallTrimmer(max_seq_length - 2).trim([a])
+  return tft.combine_segments([a], start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+
+
+def mask_tokens(ids, ids_special: Mapping[str, int], vocab_size: int,
+                max_predictions_per_seq: int, masked_lm_prob: float = 0.15):
+  """BERT masking: pick ceil(prob * len) non-special tokens (at most P) per sequence; of
+  those, 80% become [MASK], 10% a random token, 10% stay.
+
+  Args:
+    ids: ragged [B, (t)] int64 packed ids.
+  Returns:
+    (masked_ids ragged [B, (t)], positions ragged [B, (p)], original ids ragged [B, (p)]).
+  """
+  selector = tft.RandomItemSelector(
+      max_selections_per_batch=max_predictions_per_seq, selection_rate=masked_lm_prob,
+      unselectable_ids=[ids_special[CLS], ids_special[SEP], ids_special[PAD]],
+      shuffle_fn=_row_shuffle_fn())
+  chooser = tft.MaskValuesChooser(vocab_size, ids_special[MASK], mask_token_rate=0.8,
+                                  random_token_rate=0.1)
+  return tft.mask_language_model(ids, item_selector=selector, mask_values_chooser=chooser)
+
+
+def _row_shuffle_fn():
+  """A shuffle for RandomItemSelector that is deterministic under a graph seed.
+
+  The selector shuffles each row inside a parallel tf.map_fn; with the default stateful
+  tf.random.shuffle, which row gets which draw depends on thread timing. Here one stateful
+  draw per batch (ordered: the masking map is sequential) seeds a stateless shuffle per row;
+  the row's smallest flat position, unique to the row, tells the rows apart.
+  """
+  batch_seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+
+  def shuffle(positions):
+    flat = tf.cast(positions, tf.int64)
+    row_key = tf.reduce_min(tf.concat([flat, tf.constant([tf.int64.max], tf.int64)], 0))
+    seed = tf.stack([batch_seed[0], tf.bitwise.bitwise_xor(batch_seed[1], row_key)])
+    return tf.random.experimental.stateless_shuffle(positions, seed)
+
+  return shuffle
+
+
+def _pad(ragged, length: int, batch: Optional[int]):
+  """ragged [B, (t)] int -> (dense [B, length] int32, mask [B, length] int32)."""
+  dense, mask = tft.pad_model_inputs(ragged, max_seq_length=length)
+  dense, mask = tf.cast(dense, tf.int32), tf.cast(mask, tf.int32)
+  dense.set_shape([batch, length])
+  mask.set_shape([batch, length])
+  return dense, mask
+
+
+def _section(params: Mapping[str, Any], mode) -> Mapping[str, Any]:
+  if mode == ModeKeys.TRAIN:
+    return params["train_input"]
+  return params.get("eval_input") or params["train_input"]
+
+
+def _files(section, subdir: str, default_split: str):
+  if section.get("file_pattern"):
+    return tf.io.gfile.glob(section["file_pattern"])
+  split = section.get("split") or default_split
+  path = os.path.join(section["data_dir"], subdir, split + ".tfrecord")
+  if not tf.io.gfile.exists(path):
+    raise DataError(f"no data at {path}: run `python scripts/prepare_data.py` first, or fix "
+                    f"data_dir in the params file")
+  return [path]
+
+
+def _records(files, section, training, seed, input_context):
+  """Sharded, then (by default in training) shuffled and repeated serialized examples."""
+  ds = tf.data.Dataset.from_tensor_slices(files)
+  ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=1)
+  if input_context is not None and input_context.num_input_pipelines > 1:
+    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+  elif int(section.get("num_shards") or 1) > 1:
+    ds = ds.shard(int(section["num_shards"]), int(section.get("shard_index") or 0))
+  if _flag(section, "shuffle", training):
+    ds = ds.shuffle(int(section.get("shuffle_buffer") or 10000), seed=seed)
+  if _flag(section, "repeat", training):
+    ds = ds.repeat()
+  return ds
+
+
+def _flag(section, key, default):
+  value = section.get(key)
+  return default if value is None else bool(value)
+
+
+def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
+  """Estimator input_fn for `params["model"]["task"]` (pretraining or classification)."""
+  training = mode == ModeKeys.TRAIN
+  section = _section(params, mode)
+  task = (params.get("model") or {}).get("task") or "pretraining"
+  runconfig = params.get("runconfig") or {}
+  seed = section.get("shuffle_seed")
+  seed = runconfig.get("tf_random_seed") if seed is None else seed
+  parallel = section.get("num_parallel_calls") or AUTOTUNE
+  batch_size = batching.input_batch_size(params, section)
+  msl = int(section.get("max_sequence_length") or 128)
+  vocab_file = section.get("vocab_file") or os.path.join(section["data_dir"], VOCAB_RELPATH)
+  vocab = read_vocab(vocab_file)
+  ids = special_ids(vocab, vocab_file)
+  check_vocab_size(vocab, vocab_file, params)
+  tokenizer = make_tokenizer(vocab_file, ids[UNK], _flag(section, "do_lower", True))
+  static_batch = batch_size if training else None
+
+  if task == "classification":
+    files = _files(section, "rotten_tomatoes", "train" if training else "dev")
+    spec = {"sentence": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    @graph_fn
+    def encode(serialized):
+      ex = tf.io.parse_example(serialized, spec)
+      packed, segments = pack_single(tokenize(tokenizer, ex["sentence"]), msl,
+                                     ids[CLS], ids[SEP])
+      token_ids, padding_mask = _pad(packed, msl, static_batch)
+      segment_ids, _ = _pad(segments, msl, static_batch)
+      label = tf.cast(ex["label"], tf.int32)
+      return ({"token_ids": token_ids, "segment_ids": segment_ids,
+               "padding_mask": padding_mask, "label": label}, label)
+
+    ds = _records(files, section, training, seed, input_context)
+    ds = ds.batch(batch_size, drop_remainder=training)
+    ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
+    return ds.prefetch(AUTOTUNE)
+
+  files = _files(section, "bert_pretrain", "train" if training else "eval")
+  max_pred = int(section.get("max_predictions_per_seq") or 20)
+  mlm_prob = float(section.get("masked_lm_prob") or 0.15)
+  vocab_size = int(section.get("vocab_size") or (params.get("model") or {}).get("vocab_size")
+                   or len(vocab))
+  spec = {"text_a": tf.io.FixedLenFeature([], tf.string),
+          "text_b": tf.io.FixedLenFeature([], tf.string),
+          "next_sentence_label": tf.io.FixedLenFeature([], tf.int64)}
+
+  @graph_fn
+  def encode(serialized):  # deterministic: safe to run in parallel
+    ex = tf.io.parse_example(serialized, spec)
+    packed, segments = pack_pair(tokenize(tokenizer, ex["text_a"]),
+                                 tokenize(tokenizer, ex["text_b"]), msl, ids[CLS], ids[SEP])
+    return packed, segments, tf.cast(ex["next_sentence_label"], tf.int32)
+
+  @graph_fn
+  def mask(packed, segments, nsp):  # random: run sequentially
+    masked, positions, originals = mask_tokens(packed, ids, vocab_size, max_pred, mlm_prob)
+    token_ids, padding_mask = _pad(masked, msl, static_batch)
+    segment_ids, _ = _pad(segments, msl, static_batch)
+    positions, weights = _pad(positions, max_pred, static_batch)
+    originals, _ = _pad(originals, max_pred, static_batch)
+    nsp.set_shape([static_batch])
+    return ({"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
+             "masked_lm_positions": positions, "masked_lm_ids": originals,
+             "masked_lm_weights": tf.cast(weights, tf.float32), "next_sentence_label": nsp},
+            nsp)
+
+  ds = _records(files, section, training, seed, input_context)
+  ds = ds.batch(batch_size, drop_remainder=training)
+  ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
+  ds = ds.map(mask)
+  return ds.prefetch(AUTOTUNE)

@@ -1,0 +1,61 @@
+"""Params keys shared by the reference model families (text input, transformer shapes), and
+their cross-checks. No TensorFlow."""
+
+from cerebras_tf.schema import Field, pos_int as _pos_int
+
+# Shared by text models (BERT, Transformer, GPT): they add these in their registry schema.
+TEXT_INPUT_FIELDS = {
+    "vocab_file": Field("path", None, "WordPiece / BPE vocabulary file"),
+    "vocab_size": _pos_int(None, "vocabulary size (null: from vocab_file)"),
+    "max_sequence_length": _pos_int(128, "tokens per example, padded"),
+    "max_predictions_per_seq": _pos_int(20, "masked-LM predictions per sequence"),
+    "do_lower": Field("bool", True, "lower-case text before tokenizing"),
+    "masked_lm_prob": Field("float", 0.15, "fraction of tokens masked", low=0, high=1),
+}
+
+TRANSFORMER_MODEL_FIELDS = {
+    "hidden_size": _pos_int(768, "width of the embeddings and every layer"),
+    "num_hidden_layers": _pos_int(12, "encoder (decoder) layers"),
+    "num_heads": _pos_int(12, "attention heads; must divide hidden_size"),
+    "filter_size": _pos_int(3072, "feed-forward inner width"),
+    "dropout_rate": Field("float", 0.1, "dropout after embeddings and sublayers", low=0, high=1,
+                          high_open=True),
+    "attention_dropout_rate": Field("float", 0.1, "dropout on attention probabilities", low=0,
+                                    high=1, high_open=True),
+    "layer_norm_epsilon": Field("float", 1e-12, "layer norm epsilon", low=0, low_open=True),
+    "max_position_embeddings": _pos_int(512, "rows of the position table"),
+    "use_position_embedding": Field("bool", True, "add position embeddings"),
+    "use_segment_embedding": Field("bool", True, "add segment (token type) embeddings"),
+    "position_embedding_type": Field("str", "learned", "position embeddings",
+                                     choices=("learned", "fixed")),
+    "share_embedding_weights": Field("bool", True, "tie input and output embeddings"),
+    "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation",
+                                  choices=("gelu", "relu", "tanh")),
+    "use_ffn_bias": Field("bool", True, "bias in the feed-forward layers"),
+    "use_vsl": Field("bool", False, "variable sequence length (modelzoo compat)"),
+    "initializer_range": Field("float", 0.02, "stddev of the truncated-normal init", low=0,
+                               low_open=True),
+}
+
+
+def check_transformer_params(out: dict, fail) -> None:
+  """Cross-checks of the text/transformer keys; `fail(key_path, message)` raises the one line."""
+  for section in ("train_input", "eval_input"):
+    inp = out.get(section) or {}
+    msl, mpp = inp.get("max_sequence_length"), inp.get("max_predictions_per_seq")
+    if isinstance(msl, int) and isinstance(mpp, int) and mpp > msl:
+      fail((section, "max_predictions_per_seq"), f"{section}.max_predictions_per_seq "
+           f"{mpp} must be <= max_sequence_length {msl}")
+  model = out["model"]
+  table = model.get("max_position_embeddings")
+  learned = (model.get("use_position_embedding", True)  # a table of rows (not sinusoids)
+             and model.get("position_embedding_type", "learned") != "fixed")
+  for section in ("train_input", "eval_input"):
+    msl = (out.get(section) or {}).get("max_sequence_length")
+    if learned and isinstance(table, int) and isinstance(msl, int) and msl > table:
+      fail((section, "max_sequence_length"), f"{section}.max_sequence_length {msl} must "
+           f"be <= model.max_position_embeddings {table} (rows of the position table)")
+  if isinstance(model.get("hidden_size"), int) and isinstance(model.get("num_heads"), int):
+    if model["hidden_size"] % model["num_heads"]:
+      fail(("model", "num_heads"), f"model.hidden_size {model['hidden_size']} must be "
+           f"divisible by model.num_heads {model['num_heads']}")

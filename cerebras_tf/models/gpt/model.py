@@ -1,0 +1,46 @@
+"""`model_fn` for the decoder-only GPT: next-token language modelling.
+
+Features: token_ids [B, S] int32, padding_mask [B, S] int32. Labels: [B, S] int32, the next
+token at each position (padding positions carry weight 0 through padding_mask).
+"""
+
+import tensorflow as tf
+
+from cerebras_tf.models.bert import optimization
+from cerebras_tf.models.gpt import modeling
+
+tf1 = tf.compat.v1
+
+
+def lm_loss(logits, labels, weights):
+  """Weighted mean next-token cross-entropy.  logits [B,S,V], labels/weights [B,S] -> scalar."""
+  xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+  weights = tf.cast(weights, tf.float32)
+  return tf.reduce_sum(xent * weights) / (tf.reduce_sum(weights) + 1e-6)
+
+
+def model_fn(features, labels, mode, params):
+  config = modeling.GPTConfig.from_params(params["model"])
+  training = mode == tf.estimator.ModeKeys.TRAIN
+  logits = modeling.gpt_model(features["token_ids"], features["padding_mask"], config, training)
+  predictions = {"next_token": tf.argmax(logits, axis=-1, output_type=tf.int32)}
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    predictions["log_probs"] = tf.nn.log_softmax(logits[:, -1])
+    return tf.estimator.EstimatorSpec(mode, predictions=predictions)
+  weights = features["padding_mask"]
+  loss = lm_loss(logits, labels, weights)
+  if mode == tf.estimator.ModeKeys.EVAL:
+    metrics = {
+        "accuracy": tf1.metrics.accuracy(labels, predictions["next_token"], weights=weights),
+        "perplexity": _perplexity(loss),
+    }
+    return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+  total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
+  train_op, logs = optimization.build_train_op(loss, params["optimizer"], total_steps)
+  tf1.summary.scalar("learning_rate", logs["learning_rate"])
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def _perplexity(loss):
+  mean_loss, update = tf1.metrics.mean(loss)
+  return tf.exp(mean_loss), update

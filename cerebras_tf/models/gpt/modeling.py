@@ -1,0 +1,166 @@
+"""Decoder-only GPT backbone: GPT-2/GPT-3 (learned positions, sequential attention then FFN)
+and GPT-J (rotary positions, attention and FFN in parallel off one LayerNorm).
+
+Small pure functions in the google-research/bert style; building blocks come from
+`cerebras_tf.models.bert.modeling` so the two families share one dense / LayerNorm / dropout.
+Variable scopes: `gpt/embeddings/{word,position}_embeddings`, `gpt/decoder/layer_N/
+{ln_1, attention/{query,key,value,output}, ln_2, mlp/{fc_in,fc_out}}`, `gpt/ln_f`, `gpt/lm_head`.
+"""
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from cerebras_tf.models.bert.modeling import dense, dropout, gelu, initializer, layer_norm
+
+tf1 = tf.compat.v1
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+  vocab_size: int = 50257
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_heads: int = 12
+  filter_size: int = 3072
+  max_position_embeddings: int = 1024
+  position_embedding_type: str = "learned"   # "learned" (GPT-2/3) or "rotary" (GPT-J)
+  rotary_dim: int = 64
+  parallel_attention: bool = False           # GPT-J: x + attn(ln(x)) + mlp(ln(x))
+  share_embedding_weights: bool = True       # GPT-2/3 tie the LM head; GPT-J does not
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-5
+  initializer_range: float = 0.02
+  compute_dtype: Any = tf.float32
+
+  @classmethod
+  def from_params(cls, model: Mapping[str, Any]) -> "GPTConfig":
+    fields = {f.name for f in dataclasses.fields(cls)} - {"compute_dtype"}
+    kw = {k: model[k] for k in fields if model.get(k) is not None}
+    dtype = tf.bfloat16 if model.get("mixed_precision") else tf.float32
+    return cls(compute_dtype=dtype, **kw)
+
+
+def causal_bias(padding_mask, seq: int):
+  """[B, 1, S, S] additive bias: -1e4 above the diagonal and on padded keys, else 0.
+
+  Args:
+    padding_mask: [B, S] int, 1 for real tokens.
+  """
+  causal = np.triu(np.full([seq, seq], -10000.0, np.float32), k=1)
+  pad = (1.0 - tf.cast(padding_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :] * -10000.0
+  return causal[np.newaxis, np.newaxis] + pad
+
+
+def rotary(x, rotary_dim: int):
+  """Rotary position embedding on the first `rotary_dim` features of each head (GPT-J style).
+
+  Args:
+    x: [B, S, N, D].
+  Returns:
+    [B, S, N, D] with rotated leading features.
+  """
+  seq = x.shape[1]
+  inv_freq = 1.0 / (10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim))
+  angles = np.einsum("s,f->sf", np.arange(seq), inv_freq)            # [S, R/2]
+  sin = np.repeat(np.sin(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
+  cos = np.repeat(np.cos(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
+  rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+  even, odd = rot[..., 0::2], rot[..., 1::2]
+  rotated = tf.reshape(tf.stack([-odd, even], axis=-1), tf.shape(rot))  # pairs (x1,x2)->(-x2,x1)
+  rot = rot * tf.cast(cos, x.dtype) + rotated * tf.cast(sin, x.dtype)
+  return tf.concat([rot, rest], axis=-1)
+
+
+def attention(x, bias, batch: int, seq: int, config: GPTConfig, training: bool):
+  """Causal multi-head self-attention (scope `attention`).  [B*S, H] -> [B*S, H]."""
+  n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.initializer_range
+  with tf1.variable_scope("attention"):
+    def heads(name):
+      return tf.reshape(dense(x, config.hidden_size, name, r), [batch, seq, n, d])
+    q, k, v = heads("query"), heads("key"), heads("value")
+    if config.position_embedding_type == "rotary":
+      q, k = rotary(q, config.rotary_dim), rotary(k, config.rotary_dim)
+    scores = tf.einsum("bqnd,bknd->bnqk", q, k)
+    scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(d)) + bias
+    probs = dropout(tf.nn.softmax(scores), config.attention_dropout_rate, training)
+    context = tf.einsum("bnqk,bknd->bqnd", tf.cast(probs, x.dtype), v)
+    context = tf.reshape(context, [batch * seq, config.hidden_size])
+    return dense(context, config.hidden_size, "output", r)
+
+
+def mlp(x, config: GPTConfig, training: bool):
+  """fc_in -> GELU -> fc_out (scope `mlp`).  [M, H] -> [M, H]."""
+  r = config.initializer_range
+  with tf1.variable_scope("mlp"):
+    h = dense(x, config.filter_size, "fc_in", r, activation=gelu)
+    return dropout(dense(h, config.hidden_size, "fc_out", r), config.dropout_rate, training)
+
+
+def _ln(x, name, config):
+  return tf.cast(layer_norm(x, config.layer_norm_epsilon, name), config.compute_dtype)
+
+
+def decoder_layer(x, bias, batch: int, seq: int, config: GPTConfig, training: bool):
+  """One pre-LN block.  [B*S, H] -> [B*S, H]."""
+  if config.parallel_attention:
+    h = _ln(x, "ln_1", config)
+    return x + dropout(attention(h, bias, batch, seq, config, training), config.dropout_rate,
+                       training) + mlp(h, config, training)
+  x = x + dropout(attention(_ln(x, "ln_1", config), bias, batch, seq, config, training),
+                  config.dropout_rate, training)
+  return x + mlp(_ln(x, "ln_2", config), config, training)
+
+
+def gpt_model(token_ids, padding_mask, config: GPTConfig, training: bool):
+  """Token ids -> next-token logits.
+
+  Args:
+    token_ids: [B, S] int32 (S static).
+    padding_mask: [B, S] int32, 1 for real tokens.
+  Returns:
+    logits [B, S, V] float32.
+  """
+  batch, seq = token_ids.shape.as_list()
+  if seq > config.max_position_embeddings:
+    raise ValueError(f"sequence length {seq} exceeds max_position_embeddings "
+                     f"{config.max_position_embeddings}")
+  init = initializer(config.initializer_range)
+  with tf1.variable_scope("gpt"):
+    with tf1.variable_scope("embeddings"):
+      word = tf1.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
+                              initializer=init)
+      x = tf.gather(word, token_ids)
+      if config.position_embedding_type == "learned":
+        pos = tf1.get_variable("position_embeddings",
+                               [config.max_position_embeddings, config.hidden_size],
+                               initializer=init)
+        x += pos[tf.newaxis, :seq]
+      x = dropout(tf.cast(x, config.compute_dtype), config.dropout_rate, training)
+    bias = causal_bias(padding_mask, seq)
+    h = tf.reshape(x, [batch * seq, config.hidden_size])
+    with tf1.variable_scope("decoder"):
+      for i in range(config.num_hidden_layers):
+        with tf1.variable_scope(f"layer_{i}"):
+          h = decoder_layer(h, bias, batch, seq, config, training)
+    h = _ln(h, "ln_f", config)
+    if config.share_embedding_weights:
+      logits = tf.matmul(h, tf.cast(word, h.dtype), transpose_b=True)
+    else:
+      logits = dense(h, config.vocab_size, "lm_head", config.initializer_range)
+    return tf.reshape(tf.cast(logits, tf.float32), [batch, seq, config.vocab_size])
+
+
+def num_parameters(config: GPTConfig) -> int:
+  """Trainable parameters, by formula (a check on the graph's count)."""
+  h, f, v, layers = (config.hidden_size, config.filter_size, config.vocab_size,
+                     config.num_hidden_layers)
+  per_layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * h * (1 if config.parallel_attention else 2)
+  emb = v * h + (config.max_position_embeddings * h
+                 if config.position_embedding_type == "learned" else 0)
+  head = 0 if config.share_embedding_weights else h * v + v
+  return emb + layers * per_layer + 2 * h + head

@@ -1,0 +1,171 @@
+"""The model registry: `model.name` in a params file -> a model family.
+
+A model family registers itself when its package is imported:
+
+    # cerebras_tf/models/bert/__init__.py
+    from cerebras_tf.models.fields import TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS
+    from cerebras_tf.registry import ModelSpec, register
+    from cerebras_tf.schema import Field
+
+    register(ModelSpec(
+        name="bert",
+        model_fn="cerebras_tf.models.bert.model:model_fn",     # "module:attr", imported on first use
+        input_fn="cerebras_tf.models.bert.input:input_fn",     # input_fn(params, mode)
+        schema={
+            "model": {**TRANSFORMER_MODEL_FIELDS,
+                      "vocab_size": Field("int", 30522, "vocabulary rows", low=1)},
+            "train_input": TEXT_INPUT_FIELDS,
+            "eval_input": TEXT_INPUT_FIELDS,
+        }))
+
+Rules:
+- `model_fn(features, labels, mode, params)` is the plain tf.estimator model_fn; `params` is the
+  dict `cerebras_tf.params.load_params` returns (sections `model`, `train_input`, ...).
+- `input_fn(params, mode)` returns a tf.data.Dataset of (features, labels); `mode` is a
+  tf.estimator.ModeKeys value ("train", "eval", "infer"). The runner binds `mode` with
+  functools.partial, so the Estimator sees the usual `input_fn(params)`.
+- `schema` adds keys (`cerebras_tf.schema.Field`) to the `model`, `train_input` and
+  `eval_input` sections; a key named like a base key replaces it (e.g. another default).
+- Give model_fn/input_fn as "module:attr" strings and keep TensorFlow imports out of the
+  package `__init__`: loading and validating params (and every CLI error) then never imports
+  TensorFlow. Callables work too.
+- `check_params(params, fail)` (optional) cross-checks the family's keys after validation;
+  `fail(key_path, message)` raises the one-line error with the key's file:line.
+- The reference families are listed in `BUILTIN` (name -> package) and imported the first time
+  their name is asked for.
+- Models outside this package: list their modules, comma-separated, in the environment
+  variable CEREBRAS_TF_MODEL_MODULES; they are imported (and register) on the first lookup.
+"""
+
+import dataclasses
+import difflib
+import importlib
+import os
+from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from cerebras_tf.errors import ConfigError, ParamsError
+from cerebras_tf.schema import EXTENSIBLE_SECTIONS, Field
+
+# The reference model families shipped in this package: name -> the package that registers it.
+BUILTIN = {
+    "bert": "cerebras_tf.models.bert",
+    "gpt": "cerebras_tf.models.gpt",
+    "mlp": "cerebras_tf.models.mlp",
+    "transformer": "cerebras_tf.models.transformer",
+}
+_REGISTRY: Dict[str, "ModelSpec"] = {}
+
+FnRef = Union[Callable, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """A model family: its model_fn, input_fn(params, mode) and extra params keys."""
+
+  name: str
+  model_fn: FnRef
+  input_fn: FnRef
+  schema: Mapping[str, Mapping[str, Field]] = dataclasses.field(default_factory=dict)
+  check: Optional[Callable[[dict, Callable], None]] = None
+
+  def __post_init__(self):
+    if not isinstance(self.name, str) or not self.name.isidentifier():
+      raise ValueError(f"ModelSpec name must be an identifier such as 'bert', got {self.name!r}")
+    for attr in ("model_fn", "input_fn"):
+      ref = getattr(self, attr)
+      if isinstance(ref, str):
+        if ref.count(":") != 1 or not all(ref.split(":")):
+          raise ValueError(f"ModelSpec {self.name}.{attr} must be 'module:attr', got {ref!r}")
+      elif not callable(ref):
+        raise ValueError(f"ModelSpec {self.name}.{attr} must be callable or 'module:attr'")
+    for section, fields in self.schema.items():
+      if section not in EXTENSIBLE_SECTIONS:
+        raise ValueError(f"ModelSpec {self.name}: schema section {section!r} is not one of "
+                         f"{EXTENSIBLE_SECTIONS}")
+      for key, field in fields.items():
+        if not isinstance(field, Field):
+          raise ValueError(f"ModelSpec {self.name}: {section}.{key} must be a params.Field")
+    # Freeze a copy: the caller's dicts may be shared module constants.
+    object.__setattr__(self, "schema", {s: dict(f) for s, f in self.schema.items()})
+
+  def check_params(self, params: dict, fail: Callable) -> None:
+    """The family's cross-checks of validated params (`fail(key_path, message)` raises)."""
+    if self.check is not None:
+      self.check(params, fail)
+
+  def resolve(self) -> Tuple[Callable, Callable]:
+    """(model_fn, input_fn) as callables; imports string references now."""
+    return _resolve(self.model_fn), _resolve(self.input_fn)
+
+
+def _resolve(ref: FnRef) -> Callable:
+  if callable(ref):
+    return ref
+  module, _, attr = ref.partition(":")
+  fn = importlib.import_module(module)
+  for part in attr.split("."):
+    fn = getattr(fn, part)
+  return fn
+
+
+def register(spec: ModelSpec) -> ModelSpec:
+  """Adds a model family. Registering the same name again must give an equal spec."""
+  if not isinstance(spec, ModelSpec):
+    raise TypeError(f"register() takes a ModelSpec, got {type(spec).__name__}")
+  old = _REGISTRY.get(spec.name)
+  if old is not None and (old.model_fn, old.input_fn) != (spec.model_fn, spec.input_fn):
+    raise ValueError(f"model {spec.name!r} is already registered with other functions")
+  _REGISTRY[spec.name] = spec
+  return spec
+
+
+def unregister(name: str) -> None:
+  """Removes a model family (tests)."""
+  _REGISTRY.pop(name, None)
+
+
+MODULES_ENV = "CEREBRAS_TF_MODEL_MODULES"
+_imported_env_modules = set()
+
+
+def _import_env_modules():
+  for module in os.environ.get(MODULES_ENV, "").split(","):
+    module = module.strip()
+    if module and module not in _imported_env_modules:
+      _imported_env_modules.add(module)
+      try:
+        importlib.import_module(module)
+      except ModuleNotFoundError as e:
+        if e.name != module:
+          raise
+        raise ConfigError(f"{MODULES_ENV}: no module named {module!r}") from None
+
+
+def available_models() -> List[str]:
+  """Registered names plus the built-in families not imported yet."""
+  _import_env_modules()
+  return sorted(set(_REGISTRY) | set(BUILTIN))
+
+
+def get_model(name: str) -> ModelSpec:
+  """The ModelSpec for `name`, importing its built-in package on first use."""
+  if not isinstance(name, str):
+    raise ParamsError(f"model name must be a string, got {name!r}")
+  if name not in _REGISTRY and name in available_models() and name in BUILTIN:
+    importlib.import_module(BUILTIN[name])  # available_models() may have registered it
+  spec = _REGISTRY.get(name)
+  if spec is None:
+    choices = available_models()
+    match = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    hint = f" (did you mean '{match[0]}'?)" if match else ""
+    listing = ", ".join(choices) if choices else "none registered"
+    if name in choices:  # the package exists but did not call register()
+      raise ParamsError(f"model '{name}': {BUILTIN[name]} does not call "
+                        "cerebras_tf.registry.register()")
+    raise ParamsError(f"unknown model '{name}'{hint}; available: {listing}")
+  return spec
+
+
+def registered() -> Mapping[str, ModelSpec]:
+  return dict(_REGISTRY)
+

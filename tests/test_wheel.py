@@ -1,0 +1,95 @@
+"""The package as a user installs it: a wheel built from the repo, installed (not editable) into
+a fresh virtualenv, used from another directory. It compiles and trains a user's model_fn and a
+reference model, finds its engine specs as package data, and installs no top-level `models`.
+
+The fresh virtualenv borrows the dependencies (TensorFlow, ...) of the project's .venv through
+a path file, so the test costs seconds instead of a 1.7 GB install; cerebras_tf itself comes
+only from the wheel (the .venv's editable-install hook is not read by that path file).
+"""
+
+import glob
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+
+import pytest
+
+from conftest import ROOT
+
+USER_MODEL = '''
+import tensorflow as tf
+
+def model_fn(features, labels, mode, params):
+  logits = tf.compat.v1.layers.dense(features["x"], 3, name="head")
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+      loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+def input_fn(params):
+  ds = tf.data.Dataset.from_tensors(({"x": tf.ones([8])}, tf.constant(1)))
+  return ds.repeat().batch(params["batch_size"], drop_remainder=True)
+'''
+
+SCRIPT = '''
+import os, sys
+import cerebras_tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig, params, runner
+site = sys.argv[1]
+assert cerebras_tf.__file__.startswith(site), cerebras_tf.__file__
+try:
+  import models
+  raise SystemExit("a top-level models package is importable: " + models.__file__)
+except ModuleNotFoundError:
+  pass
+import user_model
+est = CerebrasEstimator(user_model.model_fn, params={"batch_size": 4}, config=CSRunConfig(
+    model_dir="user_run", cs_config=CSConfig(execution_strategy="pipelined")))
+est.train(user_model.input_fn, max_steps=2, use_cs=True)
+result = est.compile(user_model.input_fn)
+assert result.plan.fits and result.plan.engine == "cs2", result.plan
+assert os.path.exists(os.path.join("user_run", "cs_compile", "report.txt"))
+p = params.parse_params("""
+model: {name: mlp, hidden_sizes: [16]}
+train_input: {batch_size: 8}
+runconfig: {model_dir: mlp_run, max_steps: 2}
+csconfig: {execution_strategy: pipelined}
+""", "mlp.yaml")
+summary = runner.run(p, runner.RunOptions(mode="train"))
+assert summary["global_step"] == 2, summary
+print("WHEEL OK", est.latest_checkpoint())
+'''
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_trains_from_another_directory(tmp_path):
+  dist = tmp_path / "dist"
+  subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                  "-q", "-w", str(dist), ROOT], check=True, cwd=tmp_path, timeout=300)
+  wheel, = glob.glob(str(dist / "cerebras_tf-*.whl"))
+  names = zipfile.ZipFile(wheel).namelist()
+  assert "cerebras_tf/engine/specs/cs2.yaml" in names
+  assert not [n for n in names if n.startswith("models/")]
+
+  venv = tmp_path / "venv"
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                 timeout=120)
+  site = glob.glob(str(venv / "lib" / "python3*" / "site-packages"))[0]
+  subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site,
+                  wheel], check=True, timeout=300)
+  with open(os.path.join(site, "project_deps.pth"), "w") as f:
+    f.write(sysconfig.get_paths()["purelib"] + "\n")
+
+  work = tmp_path / "elsewhere"
+  work.mkdir()
+  (work / "user_model.py").write_text(textwrap.dedent(USER_MODEL))
+  (work / "check.py").write_text(SCRIPT)
+  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_CONFIG")}
+  env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+  proc = subprocess.run([str(venv / "bin" / "python"), "check.py", site], cwd=work, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "WHEEL OK" in proc.stdout
