@@ -57,3 +57,21 @@ def test_host_replicas_cannot_spread_over_workers():
 def test_host_replicas(engine_r, systems, batch, forced, devices, workers, want):
   assert batching.host_replicas(engine_r, systems, batch, forced=forced,
                                 devices_per_worker=devices, num_workers=workers) == want
+
+
+@pytest.mark.parametrize("key,bad", [("num_csx", 0), ("max_wgt_servers", -1),
+                                     ("num_replicas", 0), ("sparsity", 1.0),
+                                     ("execution_strategy", "fast"), ("vts", "maybe")])
+def test_each_cs_setting_has_one_rule(key, bad):
+  """CSConfig (Python) and the params file (YAML) refuse a bad csconfig value with the same
+  rule, the setting's schema Field: one validation, two entry points."""
+  from cerebras_tf import params, schema  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.cs_config import CSConfig  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
+  rule = schema.CSCONFIG_FIELDS[key].describe()
+  with pytest.raises(ConfigError) as py:
+    CSConfig(**{key: bad})
+  text = f"model: {{name: mlp}}\ntrain_input: {{batch_size: 8}}\ncsconfig: {{{key}: {bad!r}}}\n"
+  with pytest.raises(ParamsError) as yml:
+    params.parse_params(text.replace("'", ""), "p.yaml")
+  assert f"must be {rule}" in str(py.value) and f"must be {rule}" in str(yml.value)

@@ -64,7 +64,8 @@ def test_port_already_in_use_retries_with_fresh_ports(tmp_path, monkeypatch):
 
 def test_task_that_never_comes_up_times_out_naming_it(tmp_path, monkeypatch):
   dead = cluster_lib.free_port()  # nothing listens there
-  monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"ps": [f"127.0.0.1:{dead}"]},
+  monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"ps": [f"127.0.0.1:{dead}"],
+                                                          "chief": ["127.0.0.1:1"]},
                                               "task": {"type": "chief", "index": 0}}))
   t = time.monotonic()
   with pytest.raises(ConfigError, match=rf"weight server ps:0 \(127.0.0.1:{dead}\) did not come "
@@ -75,8 +76,10 @@ def test_task_that_never_comes_up_times_out_naming_it(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("raw,fragment", [
-    ("{not json", "must be JSON with cluster.ps"),
-    (json.dumps({"cluster": {"worker": ["a:1"]}}), "must be JSON with cluster.ps"),
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    (json.dumps({"cluster": {"worker": ["a:1"]}}), "has a cluster but no task"),
+    (json.dumps({"cluster": {"chief": ["a:1"]}, "task": {"type": "chief"}}),
+     "must name the weight servers in cluster.ps"),
     (json.dumps({"cluster": {"ps": []}}), "non-empty list of 'host:port'"),
     (json.dumps({"cluster": {"ps": ["nohostport"]}}), "non-empty list of 'host:port'")])
 def test_malformed_tf_config_is_one_clear_line(monkeypatch, raw, fragment):

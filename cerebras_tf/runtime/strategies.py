@@ -52,8 +52,10 @@ def host_devices(cs_config) -> dict:
 
   Reserves the logical CPUs the configured strategy may use first (so call it before anything
   starts TensorFlow's runtime; CerebrasEstimator.compile does). `auto` that cannot get them
-  (TensorFlow already started with one CPU, as in a notebook) plans for one device with a
-  warning; an explicit multi_replica or weight_streaming keeps the ConfigError.
+  (TensorFlow already started with one CPU, as in a notebook) plans for the devices there are,
+  with a warning; an explicit multi_replica or weight_streaming plans for the devices it asked
+  for, so compiling works anywhere and training it raises the ConfigError that says how to fix
+  it.
   """
   cluster = tf_config.current()
   workers = cluster.num_workers if cluster is not None and cluster.multi_worker else 1
@@ -73,7 +75,7 @@ def host_devices(cs_config) -> dict:
       reserve_logical_cpus(want)
     except ConfigError as e:
       if strategy != plans.AUTO:
-        raise
+        return {"num_workers": 1, "host_devices": want}
       tf.compat.v1.logging.warning(
           "cerebras_tf: auto may choose a data-parallel mode, but %s; the host trains on the "
           "devices it has (the same update on the same global batch)", e)
@@ -132,6 +134,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
         b.host_replicas, b.per_host_replica, b.global_batch)
   multi_worker = b.num_workers > 1
   if strategy == plans.WEIGHT_STREAMING:
+    reserve_logical_cpus(local)  # one compute device per CS system
     client = cluster_lib.client_for(cs_config.max_wgt_servers,
                                     os.path.join(model_dir, "cluster_logs"), local)
     placement = ({"device_fn": client.device_fn()} if local == 1
