@@ -1,8 +1,10 @@
 """Compile time: the BERT-Large shape through the whole compiler, from the cache, and the
 TF-free planner + simulator alone.
 
-Goals: full compile < 30 s here; planner + simulator < 1 s; a cached compile < 1 s of compiler
-work (the tracing is skipped; what is left is reading the entry).
+Goals: full compile < 30 s here; planner + simulator < 1 s; a cached compile at most half the
+full one. The cache key is the traced graph (a key from source code alone returned stale plans
+for input_fns and Keras models defined elsewhere), so a hit still traces; it skips lowering,
+planning and rendering.
 
     python benchmarks/bench_compile.py
 """
@@ -56,8 +58,8 @@ def main():
               ["stage", "seconds", "goal", "ratio to goal"],
               [("full compile (capture, lower, plan, simulate, reports)", f"{full_s:.1f}", "< 30",
                 f"{full_s / 30:.2f}"),
-               ("cached compile (new estimator, on-disk cache)", f"{cached_s:.2f}", "< 1",
-                f"{cached_s:.2f}"),
+               ("cached compile (new estimator, on-disk cache; traces)", f"{cached_s:.2f}",
+                "< 0.5x full", f"{cached_s / (0.5 * full_s):.2f}"),
                ("planner + simulator alone", f"{plan_s:.3f}", "< 1", f"{plan_s:.3f}")])
   print(f"\n(fits: {full.plan.fits}, predicted {full.performance.samples_per_sec:,.0f} samples/s, "
         f"utilization {full.performance.utilization:.1%})")

@@ -129,13 +129,13 @@ def test_compile_cache_hit_is_fast(tmp_path):
   est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
   first = est.compile(_train_input)
   assert not first.cached
-  # A new estimator (as in a new process) hits the on-disk cache without tracing.
+  # A new estimator (as in a new process) hits the on-disk cache: it traces, no more.
   again = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
   t = time.perf_counter()
   second = again.compile(_train_input)
   assert second.cached and time.perf_counter() - t < 1.0
   assert second.performance.samples_per_sec == pytest.approx(first.performance.samples_per_sec)
-  # Changed params must miss.
+  # Params that change the graph must miss.
   other = CerebrasEstimator(model_fn, config=_config(tmp_path), params=dict(PARAMS, hidden_sizes=[32]))
   assert not other.compile(_train_input).cached
 

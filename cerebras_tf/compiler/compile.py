@@ -4,21 +4,26 @@
 gathers what the pipeline needs (how to call the user's input_fn and model_fn, the params, the
 CSConfig and the host) and hands it over.
 
-Two cache levels, both keyed so that a changed model, params or engine can never hit:
-  * a fast key computed WITHOUT tracing: the model code (source of the model_fn's module and of
-    the modules of its package that are loaded), the params, the engine file, the plan options
-    and this framework's version. A hit returns in milliseconds.
-  * a graph key after tracing: the LayerGraph fingerprint + options + engine. A hit skips
-    planning and report rendering (e.g. a comment changed in the model file).
-Entries are JSON files under `<compile_dir>/cache/`; nothing is pickled.
+Two cache levels, both keyed on what was traced, so that a cached plan can never belong to
+another graph or input, wherever the user's code lives (a model_fn in one file, an input_fn in
+another, a Keras model built by a script):
+  * a trace key: the traced TRAIN graph (its GraphDef, deterministic serialization: every op,
+    shape, dtype and constant), the input placeholders' shapes and dtypes, the plan options,
+    the engine file and this framework's code. A hit skips lowering, planning and rendering.
+    Tracing is not skipped: no key computed from source code alone can see a closure, a
+    global or a file the model reads (the stale-plan bug of the source-hash key).
+  * a graph key after lowering: the LayerGraph fingerprint + options + engine. A hit skips
+    planning and report rendering. VTS compiles use only this one: their options hold token
+    fractions measured on the data, which the trace does not see.
+Entries are JSON files under `<compile_dir>/cache/`, each with its own copy of the reports
+(`cache/<key>/`), which a hit copies back to `<compile_dir>/`; nothing is pickled.
 """
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import os
-import sys
+import shutil
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -31,7 +36,7 @@ from cerebras_tf.engine import perf, report
 from cerebras_tf.engine import spec as spec_lib
 from cerebras_tf.errors import CompileError
 
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 
 
 @dataclasses.dataclass
@@ -75,30 +80,6 @@ def _hash(obj) -> str:
   return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()[:20]
 
 
-def model_source_hash(model_fn: Callable) -> str:
-  """Hash of the model's code: its own file plus loaded modules of the same top-level package."""
-  fn = inspect.unwrap(getattr(model_fn, "func", model_fn))
-  files = set()
-  try:
-    files.add(os.path.abspath(inspect.getsourcefile(fn)))
-  except (TypeError, OSError):
-    pass
-  top = (getattr(fn, "__module__", "") or "").split(".")[0]
-  if top and top != "__main__":
-    for name, mod in list(sys.modules.items()):
-      if (name == top or name.startswith(top + ".")) and getattr(mod, "__file__", None):
-        files.add(os.path.abspath(mod.__file__))
-  h = hashlib.sha256()
-  for f in sorted(files):
-    try:
-      with open(f, "rb") as fh:
-        h.update(f.encode() + b"\0" + fh.read())
-    except OSError:
-      h.update(f.encode())
-  h.update(getattr(fn, "__qualname__", repr(fn)).encode())
-  return h.hexdigest()[:20]
-
-
 _FRAMEWORK_HASH = None
 
 
@@ -123,10 +104,20 @@ def _file_hash(path: str) -> str:
     return hashlib.sha256(fh.read()).hexdigest()[:20]
 
 
-def fast_key(model_fn, params, engine_file: str, options, mode: str) -> str:
+def trace_fingerprint(captured: capture.CapturedGraph) -> str:
+  """Hash of a traced graph: its GraphDef, its input placeholders and its optimizers."""
+  h = hashlib.sha256(captured.graph.as_graph_def().SerializeToString(deterministic=True))
+  h.update(json.dumps({"inputs": {n: [t.shape.as_list(), t.dtype.name]
+                                  for n, t in sorted(captured.inputs.items())},
+                       "batch": captured.batch_size, "optimizers": captured.optimizers,
+                       "loss": captured.loss.name}, sort_keys=True).encode())
+  return h.hexdigest()[:20]
+
+
+def trace_key(captured: capture.CapturedGraph, engine_file: str, options: dict, mode: str) -> str:
   return _hash({"v": CACHE_VERSION, "fw": framework_source_hash(),
-                "model": model_source_hash(model_fn), "params": params,
-                "engine": _file_hash(engine_file), "options": options, "mode": mode})
+                "trace": trace_fingerprint(captured), "engine": _file_hash(engine_file),
+                "options": options, "mode": mode})
 
 
 def graph_key(graph: ir.LayerGraph, engine_file: str, options: plans.PlanOptions) -> str:
@@ -148,13 +139,21 @@ def performance_from_dict(d: dict) -> plans.Performance:
 
 
 class CompileCache:
-  """JSON entries under `<compile_dir>/cache/`, addressed by fast key and by graph key."""
+  """JSON entries under `<compile_dir>/cache/`, addressed by trace key and by graph key.
+
+  Each entry keeps its reports in `cache/<graph key>/`; `publish` copies them to the
+  compile_dir's top level, so report.txt always describes the plan just returned.
+  """
 
   def __init__(self, compile_dir: str):
+    self.compile_dir = compile_dir
     self.dir = os.path.join(compile_dir, "cache")
 
   def _path(self, key: str) -> str:
     return os.path.join(self.dir, key + ".json")
+
+  def report_dir(self, key: str) -> str:
+    return os.path.join(self.dir, key)
 
   def get(self, key: str) -> Optional[dict]:
     try:
@@ -162,7 +161,8 @@ class CompileCache:
         entry = json.load(fh)
     except (OSError, ValueError):
       return None
-    if any(not os.path.exists(p) for p in entry.get("report_paths", {}).values()):
+    kept = entry.get("report_paths", {})
+    if not kept or any(not os.path.exists(p) for p in kept.values()):
       return None
     return entry
 
@@ -175,13 +175,24 @@ class CompileCache:
         fh.write(blob)
       os.replace(tmp, self._path(key))
 
+  def publish(self, kept: Dict[str, str]) -> Dict[str, str]:
+    """Copies an entry's reports to the compile_dir's top level; returns their paths there."""
+    published = {}
+    for kind, src in kept.items():
+      dst = os.path.join(self.compile_dir, os.path.basename(src))
+      tmp = dst + ".tmp"
+      shutil.copyfile(src, tmp)
+      os.replace(tmp, dst)
+      published[kind] = dst
+    return published
 
-def result_from_entry(entry: dict, compile_dir: str, seconds: float) -> CompileResult:
+
+def result_from_entry(entry: dict, cache: CompileCache, seconds: float) -> CompileResult:
   return CompileResult(
       graph=ir.LayerGraph.from_dict(entry["graph"]), plan=plan_from_dict(entry["plan"]),
       performance=performance_from_dict(entry["performance"]),
-      report_paths=dict(entry["report_paths"]), cached=True, compile_dir=compile_dir,
-      seconds=seconds)
+      report_paths=cache.publish(entry["report_paths"]), cached=True,
+      compile_dir=cache.compile_dir, seconds=seconds)
 
 
 def plan_and_report(graph: ir.LayerGraph, engine, options: plans.PlanOptions,
@@ -216,7 +227,8 @@ class Compiler:
   def __init__(self, compile_dir: str):
     self.compile_dir = compile_dir
     self.cache = CompileCache(compile_dir)
-    self.memo: Dict[str, CompileResult] = {}
+    self.memo: Dict[str, CompileResult] = {}  # trace key -> result, this process
+    self._kept: Dict[str, Dict[str, str]] = {}  # trace key -> its reports in the cache
 
   def compile(self, *, model_fn: Callable, call_input_fn: Callable[[], Any],
               call_model_fn: Callable[[Any, Any], Any], params: dict, cs_config,
@@ -225,10 +237,10 @@ class Compiler:
     """capture -> lower -> validate -> plan -> simulate -> report, or a cache hit.
 
     Args:
-      model_fn: the user's model_fn (its code is part of the cache key; the report names it).
+      model_fn: the user's model_fn (the report names it).
       call_input_fn: calls the TRAIN input_fn in the current graph.
       call_model_fn: calls the model_fn in TRAIN mode on (features, labels).
-      params: the params the model gets (part of the cache key).
+      params: the params the model gets (they reach the cache key through the trace).
       cs_config: the CSConfig (strategy, engine, systems, replicas, sparsity, vts).
       global_batch: the global batch the params name (None: the dataset's static batch).
       host: {"num_workers": ..., "host_devices": ...}: what the host runtime can run.
@@ -242,18 +254,23 @@ class Compiler:
     """
     t0 = now()
     engine = spec_lib.load_engine(cs_config.engine)
-    key = fast_key(model_fn, params, engine.source_path, {**cs_config._asdict(), **host},
-                   "validate" if validate_only else "train")
-    hit = self.memo.get(key) or (None if validate_only else self.cache.get(key))
-    if hit is not None:
-      result = (hit if isinstance(hit, CompileResult)
-                else result_from_entry(hit, self.compile_dir, 0.0))
-      return dataclasses.replace(result, cached=True, seconds=now() - t0)
-
     captured = capture.capture(call_input_fn, call_model_fn, global_batch or 0)
     if not captured.batch_size:
       raise CompileError("cannot tell the batch size: batch the dataset with drop_remainder=True "
                          "or set train_input.batch_size in params")
+    mode = "validate" if validate_only else "train"
+    key = trace_key(captured, engine.source_path, {**cs_config._asdict(), **host}, mode)
+    hit = self.memo.get(key)
+    if hit is not None:
+      self.cache.publish(self._kept.get(key, {}))
+    elif not (validate_only or cs_config.vts):
+      entry = self.cache.get(key)
+      if entry is not None:
+        hit = self.memo[key] = result_from_entry(entry, self.cache, 0.0)
+        self._kept[key] = entry["report_paths"]
+    if hit is not None:
+      return dataclasses.replace(hit, cached=True, seconds=now() - t0)
+
     fwd = lower.forward_ops(captured)
     lower.validate(captured, fwd)
     if validate_only:
@@ -276,15 +293,19 @@ class Compiler:
     gkey = graph_key(graph, engine.source_path, options)
     entry = self.cache.get(gkey)
     if entry is not None:
-      result = result_from_entry(entry, self.compile_dir, now() - t0)
+      result = result_from_entry(entry, self.cache, now() - t0)
+      kept = entry["report_paths"]
     else:
-      the_plan, performance, paths = plan_and_report(graph, engine, options, self.compile_dir)
-      result = CompileResult(graph, the_plan, performance, paths, False, self.compile_dir,
-                             now() - t0)
-      self.cache.put([key, gkey], {"graph": graph.to_dict(), "plan": the_plan.to_dict(),
-                                   "performance": performance.to_dict(),
-                                   "report_paths": paths})
-    self.memo[key] = result
+      the_plan, performance, kept = plan_and_report(graph, engine, options,
+                                                    self.cache.report_dir(gkey))
+      result = CompileResult(graph, the_plan, performance, self.cache.publish(kept), False,
+                             self.compile_dir, now() - t0)
+      keys = [gkey] if cs.vts else [key, gkey]
+      self.cache.put(keys, {"graph": graph.to_dict(), "plan": the_plan.to_dict(),
+                            "performance": performance.to_dict(), "report_paths": kept})
+    if not cs.vts:
+      self.memo[key] = result
+      self._kept[key] = kept
     return result
 
 
