@@ -9,8 +9,11 @@ line to stderr and exits 2, without a traceback. TensorFlow is imported only onc
 known to be good, so those errors come back in a fraction of a second.
 """
 
+import contextlib
 import dataclasses
 import difflib
+import logging
+import os
 import re
 import sys
 from typing import List, Optional, Tuple
@@ -39,6 +42,7 @@ FLAG_TO_KEY = {
     "execution_strategy": "csconfig.execution_strategy",
     "engine": "csconfig.engine",
     "compile_dir": "csconfig.compile_dir",
+    "warm_start": "runconfig.warm_start",
 }
 _HELP_FLAGS = ("--help", "-h", "-help", "--helpshort", "--helpfull", "-?")
 
@@ -71,6 +75,8 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                       + " (csconfig.execution_strategy)", **kw)
   flags.DEFINE_string("engine", None, "cs1, cs2, cs3 or an engine YAML (csconfig.engine)", **kw)
   flags.DEFINE_string("compile_dir", None, "compiler output (csconfig.compile_dir)", **kw)
+  flags.DEFINE_string("warm_start", None, "start a new model_dir from this checkpoint's "
+                      "variables that match by name and shape (runconfig.warm_start)", **kw)
   flags.DEFINE_boolean("no_cs", False, "run as a plain Estimator on CPU/GPU: no engine, no "
                        "compile (runconfig.use_cs=false)", **kw)
   flags.DEFINE_multi_string("params_override", [], "SECTION.KEY=VALUE (repeatable), e.g. "
@@ -129,8 +135,8 @@ def parse_command_line(argv: List[str]) -> Invocation:
   overrides.extend(params_lib.parse_override(text) for text in fv.params_override)
   for name in ("steps",):
     value = fv[name].value
-    if value is not None and value < 1:
-      raise ConfigError(f"--{name} must be an int > 0, got {value}")
+    if value is not None and not 1 <= value <= schema.MAX_STEPS:
+      raise ConfigError(f"--{name} must be an int in [1, {schema.MAX_STEPS}], got {value}")
   return Invocation(params_path=fv.params, overrides=tuple(overrides),
                     validate_only=fv.validate_only, compile_only=fv.compile_only,
                     steps=fv.steps, max_steps=fv.max_steps, eval_steps=fv.eval_steps,
@@ -168,11 +174,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "--helpfull" in argv:
       print("\nparams keys (model families add their own):\n" + params_lib.help_text())
     return 0
+  # TensorFlow's C++ start-up lines (CUDA factories, CPU features) are not for the user; an
+  # error raised by an op reaches them as the exception. Set before TensorFlow is imported.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   try:
     params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
       flags.FLAGS.mark_as_parsed()  # absl logging (used by TF) otherwise warns on every run
-    summary = runner.run(params, opts)
+    with routed_logs(params["runconfig"]["model_dir"]):
+      summary = runner.run(params, opts)
   except CerebrasTFError as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
     return e.exit_code
@@ -187,6 +197,65 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 2
   print(runner.format_summary(summary))
   return 0
+
+
+LOG_FILE = "cerebras_tf.log"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class _LogFile(logging.FileHandler):
+  """A log file in the model_dir, opened once the run has created that directory."""
+
+  def __init__(self, path: str):
+    super().__init__(path, delay=True)
+
+  def emit(self, record):
+    if self.stream is not None or os.path.isdir(os.path.dirname(self.baseFilename)):
+      super().emit(record)
+
+
+def _ours(record: logging.LogRecord) -> bool:
+  return record.pathname.startswith(_PACKAGE_DIR)
+
+
+@contextlib.contextmanager
+def routed_logs(model_dir: str):
+  """TensorFlow's Python log (INFO and up, and Python warnings) goes to
+  `<model_dir>/cerebras_tf.log`; the terminal gets only this framework's lines: INFO
+  (compile summary, progress) on stdout, warnings on stderr. So an error is the one line on
+  stderr, and nothing TensorFlow said is lost. The previous logging setup is restored after.
+  """
+  tf_logger = logging.getLogger("tensorflow")
+  warn_logger = logging.getLogger("py.warnings")
+  saved = (list(tf_logger.handlers), tf_logger.propagate, tf_logger.level,
+           list(logging.root.handlers), list(warn_logger.handlers), warn_logger.propagate)
+  handlers = []
+  if "://" not in model_dir:
+    to_file = _LogFile(os.path.join(model_dir, LOG_FILE))
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handlers.append(to_file)
+  out = logging.StreamHandler(sys.stdout)
+  out.addFilter(lambda r: _ours(r) and r.levelno < logging.WARNING)
+  err = logging.StreamHandler(sys.stderr)
+  err.addFilter(lambda r: _ours(r) and r.levelno >= logging.WARNING)
+  for h in (out, err):
+    h.setFormatter(logging.Formatter("%(message)s"))
+  tf_logger.handlers = handlers + [out, err]
+  tf_logger.propagate = False
+  tf_logger.setLevel(logging.INFO)
+  # TensorFlow adds its own stderr handler on first use unless the root logger has one.
+  logging.root.addHandler(logging.NullHandler())
+  logging.captureWarnings(True)
+  warn_logger.handlers, warn_logger.propagate = list(handlers), False
+  try:
+    yield
+  finally:
+    logging.captureWarnings(False)
+    for h in handlers:
+      h.close()
+    (tf_logger.handlers, tf_logger.propagate, level, logging.root.handlers,
+     warn_logger.handlers, warn_logger.propagate) = saved
+    tf_logger.setLevel(level)
 
 
 def _user_facing_tf_error(e: BaseException) -> Optional[str]:

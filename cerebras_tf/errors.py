@@ -42,3 +42,11 @@ class DataError(CerebrasTFError):
 
 class TrainingError(CerebrasTFError):
   """Training cannot continue (NaN/Inf loss, ...)."""
+
+
+class NonFiniteLossError(TrainingError):
+  """The loss became NaN or Inf at `step` (the estimator turns it into the final message)."""
+
+  def __init__(self, loss: float, step: int):
+    super().__init__(f"loss is {loss} at step {step}")
+    self.loss, self.step = loss, step

@@ -12,8 +12,10 @@ Estimator in the MRO.
 """
 
 import contextlib
+import errno
 import functools
 import os
+import re
 from typing import Optional
 
 import tensorflow as tf
@@ -23,7 +25,7 @@ from tensorflow_estimator.python.estimator import util as estimator_util
 from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
-from cerebras_tf.errors import ConfigError, FitError, TrainingError
+from cerebras_tf.errors import ConfigError, FitError, NonFiniteLossError, TrainingError
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import checkpoints, strategies
 from cerebras_tf.runtime.hooks import CSProgressHook
@@ -53,18 +55,41 @@ class _CerebrasMethods:
   """train/evaluate/predict with `use_cs`; a mixin so tf.estimator accepts the subclass."""
 
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None,
-            use_cs=None):
-    """Trains; with use_cs=True compiles for the engine first and fails fast if it won't fit."""
-    if not self._resolve_use_cs(use_cs):
-      return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
-                                          max_steps=max_steps, saving_listeners=saving_listeners)
+            use_cs=None, *, run_max_steps=None):
+    """Trains; with use_cs=True compiles for the engine first and fails fast if it won't fit.
+
+    Before anything is written, the model_dir's latest checkpoint is made restorable
+    (runtime/checkpoints.py) and checked against the model's variables. `run_max_steps`: the
+    last step of the whole run when this call is one round of it (train_and_eval); progress
+    and ETA count to it.
+    """
+    checkpoints.ensure_restorable(self.model_dir)
+    self._restore_from = checkpoints.latest(self.model_dir)
+    try:
+      if not self._resolve_use_cs(use_cs):
+        return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
+                                            max_steps=max_steps,
+                                            saving_listeners=saving_listeners)
+      return self._train_on_engine(input_fn, hooks, steps, max_steps, saving_listeners,
+                                   run_max_steps)
+    except (tf.compat.v1.train.NanLossDuringTrainingError, NonFiniteLossError) as e:
+      raise TrainingError(self._after_nan(e)) from None
+    except (tf.errors.ResourceExhaustedError, OSError) as e:
+      if not _disk_full(e):
+        raise
+      raise TrainingError(self._after_disk_full(e)) from e
+    finally:
+      self._restore_from = None
+
+  def _train_on_engine(self, input_fn, hooks, steps, max_steps, saving_listeners,
+                       run_max_steps):
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
-    checkpoints.ensure_restorable(self.model_dir)
     last_step = max_steps
     if last_step is None and steps is not None:
       last_step = self._current_step() + steps
-    self._cs_run = {"result": result, "last_step": last_step}
+    self._cs_run = {"result": result, "last_step": run_max_steps or last_step,
+                    "every": self._config.log_step_count_steps or 100}
     try:
       with self._runtime_for(result.plan) as runtime:
         input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch)
@@ -77,29 +102,99 @@ class _CerebrasMethods:
         return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
                                             max_steps=max_steps,
                                             saving_listeners=saving_listeners)
-    except tf.compat.v1.train.NanLossDuringTrainingError as e:
-      # tf.estimator's own NanTensorHook can fire before ours: say the same thing.
+    except tf.compat.v1.train.NanLossDuringTrainingError:
+      # tf.estimator's NanTensorHook checks every step, ours only fetches on logging steps.
       hook = self._cs_run.get("hook")
-      raise TrainingError(hook.nan_message(float("nan")) if hook else str(e)) from None
+      if hook is None or hook.last_run_step() is None:
+        raise
+      raise NonFiniteLossError(float("nan"), hook.last_run_step()) from None
     finally:
       self._cs_run = None
 
+  def _after_nan(self, error) -> str:
+    """Moves non-finite checkpoints aside; the message says which checkpoint is now latest."""
+    kept, moved = checkpoints.drop_nonfinite(
+        self.model_dir, error.step if isinstance(error, NonFiniteLossError) else None)
+    what = (f"loss is {error.loss} at step {error.step}" if isinstance(error, NonFiniteLossError)
+            else "loss is NaN (tf.estimator's NanTensorHook)")
+    if moved:
+      where = (f"the latest checkpoint is now {os.path.basename(kept)}, the last one before "
+               f"the loss diverged" if kept else "no checkpoint from before the divergence is left")
+      saved = (f"{where} ({len(moved)} checkpoint(s) of the diverged weights moved to "
+               f"{os.path.join(self.model_dir, 'nonfinite')})")
+    else:
+      saved = (f"the latest checkpoint {os.path.basename(kept)} is finite" if kept
+               else "no checkpoint was written")
+    return (f"{what}: training stopped; {saved}; lower optimizer.learning_rate, set "
+            f"optimizer.max_gradient_norm, or enable loss scaling")
+
+  def _after_disk_full(self, error) -> str:
+    """Removes the partial files of the failed write; says what is intact and what to do."""
+    checkpoints.remove_partial_writes(self.model_dir)
+    kept = checkpoints.ensure_restorable(self.model_dir, log=lambda _: None)
+    found = re.search(r"(\S+); No space left on device", str(getattr(error, "message", error)))
+    where = found.group(1) if found else getattr(error, "filename", None)
+    saved = (f"checkpoints up to {os.path.basename(kept)} are intact" if kept
+             else "no checkpoint was written")
+    return (f"disk full while writing {where or self.model_dir}: training stopped; {saved} "
+            f"and partial files "
+            f"were removed; free some space (or choose another --model_dir) and rerun the "
+            f"same command to resume")
+
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None,
                use_cs=None):
-    """Evaluates; with use_cs=True the model is compiled (cached) and checked first."""
-    if self._resolve_use_cs(use_cs):
-      self._raise_unless_fits(self.compile(input_fn, mode=ModeKeys.TRAIN))
-    return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps, hooks=hooks,
-                                           checkpoint_path=checkpoint_path, name=name)
+    """Evaluates a checkpoint (refused when there is none: the metrics of an untrained model
+    are not an answer); with use_cs=True the last compile must fit."""
+    self._restore_from = self._checkpoint_for("evaluate", checkpoint_path)
+    try:
+      if self._resolve_use_cs(use_cs):
+        self._check_last_compile()
+      return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps, hooks=hooks,
+                                             checkpoint_path=checkpoint_path, name=name)
+    finally:
+      self._restore_from = None
 
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True, use_cs=None):
-    """Predicts; with use_cs=True the model is compiled (cached) and checked first."""
+    """Predicts from a checkpoint (refused when there is none); with use_cs=True the last
+    compile must fit."""
+    restore_from = self._checkpoint_for("predict", checkpoint_path)
     if self._resolve_use_cs(use_cs):
-      self._raise_unless_fits(self.compile(input_fn, mode=ModeKeys.TRAIN))
-    return tf.estimator.Estimator.predict(self, input_fn, predict_keys=predict_keys, hooks=hooks,
-                                          checkpoint_path=checkpoint_path,
-                                          yield_single_examples=yield_single_examples)
+      self._check_last_compile()
+    self._restore_from = restore_from
+    try:
+      yield from tf.estimator.Estimator.predict(
+          self, input_fn, predict_keys=predict_keys, hooks=hooks,
+          checkpoint_path=checkpoint_path, yield_single_examples=yield_single_examples)
+    finally:
+      self._restore_from = None
+
+  def _check_last_compile(self) -> None:
+    """Eval and predict run the graph the engine compiled for training: the last compile of
+    this estimator must fit. (Their own input_fns are not compiled: an eval batch, or a
+    predict input without labels, is not the training graph.)"""
+    if self._last_compile is not None:
+      self._raise_unless_fits(self._last_compile)
+
+  def _checkpoint_for(self, what: str, checkpoint_path) -> str:
+    if checkpoint_path:
+      return checkpoint_path
+    found = checkpoints.latest(self.model_dir)
+    if found is None:
+      raise ConfigError(f"{what}: no checkpoint in model_dir {self.model_dir}: nothing trained "
+                        f"to {what}; train first, or check --model_dir (or pass "
+                        f"--checkpoint_path)")
+    return found
+
+  def _train_with_estimator_spec(self, estimator_spec, worker_hooks, hooks, global_step_tensor,
+                                 saving_listeners):
+    """tf.estimator's training loop, with the progress hook on the spec's loss: under a
+    distribution strategy that is the loss reduced over the replicas, not replica 0's."""
+    run = self._cs_run
+    if run is not None:
+      hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
+    return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
+        self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 
 
 class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
@@ -113,14 +208,22 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     params: dict passed to model_fn and input_fn.
     warm_start_from: as for tf.estimator.Estimator.
     use_cs: legacy default for the `use_cs` argument of train/evaluate/predict.
+    init_checkpoint: a checkpoint (or a model_dir) whose variables of the same name and shape
+      initialize a training run that starts without a checkpoint (google-bert's
+      init_checkpoint; `--warm_start` in scripts/run.py). Unlike `warm_start_from`, variables
+      that differ are left to their initializers and counted in the log, so a changed model
+      can start from an old one.
   """
 
   def __init__(self, model_fn, model_dir=None, compile_dir=None, config=None, params=None,
-               warm_start_from=None, use_cs=None):
+               warm_start_from=None, use_cs=None, init_checkpoint=None):
     model_fn_lib.verify_model_fn_args(model_fn, params)
     self._user_model_fn = model_fn
+    self._init_checkpoint = init_checkpoint
     self._default_use_cs = bool(use_cs)
     self._cs_run = None
+    self._restore_from = None  # the checkpoint the graph being built will restore
+    self._last_compile = None
     if config is not None and not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
@@ -159,7 +262,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     # tf.estimator copies these four out of its RunConfig when it is built; a train call with
     # another runtime swaps them, and puts them back after.
     saved = (self._config, self._train_distribution, self._session_config, self._device_fn)
-    cfg = runtime.config
+    # Our progress line replaces tf.estimator's `loss = ..., step = ...` line.
+    cfg = runtime.config.replace(log_step_count_steps=None)
     self._config, self._train_distribution = cfg, cfg.train_distribute
     self._session_config, self._device_fn = cfg.session_config, cfg.device_fn
     try:
@@ -186,10 +290,12 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     def model_fn(features, labels, mode, params, config):
       spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
                                        mode=mode, params=params, config=config)
-      run = self._cs_run
-      if run is not None and mode == ModeKeys.TRAIN and isinstance(spec, tf.estimator.EstimatorSpec):
-        spec = spec._replace(training_hooks=tuple(spec.training_hooks) + (
-            self._progress_hook(spec.loss, run),))
+      if self._restore_from:
+        # Before the session restores (and before a refused run writes anything).
+        checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),
+                                  self.model_dir)
+      elif self._init_checkpoint and mode == ModeKeys.TRAIN:
+        checkpoints.init_matching(self._init_checkpoint)
       return spec
     return model_fn
 
@@ -204,7 +310,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
         loss=loss, batch_size=result.plan.batch_size,
         simulated_samples_per_sec=result.performance.samples_per_sec,
         utilization=result.performance.utilization, summary_dir=self.model_dir,
-        last_step=run["last_step"], every_n_steps=self.config.log_step_count_steps or 100,
+        last_step=run["last_step"], every_n_steps=run["every"],
         wafer_png=png, model_dir=self.model_dir)
     return run["hook"]
 
@@ -242,6 +348,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     if validate_only:
       tf.compat.v1.logging.info("cerebras_tf: validation passed: every op has an engine kernel")
     else:
+      self._last_compile = result
       self._log_compile(result)
     return result
 
@@ -255,6 +362,12 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     if not result.plan.fits:
       raise FitError(f"model does not fit {result.plan.engine} in {result.plan.execution_strategy} "
                      f"mode: {result.plan.reason}")
+
+
+def _disk_full(error: BaseException) -> bool:
+  if isinstance(error, OSError):
+    return error.errno == errno.ENOSPC
+  return "No space left on device" in str(getattr(error, "message", error))
 
 
 def _check_batch(dataset, per_replica_batch: int, cs_config) -> None:

@@ -58,6 +58,7 @@ def parse_override(text: str) -> Override:
   try:
     node = yaml.compose(value_text, Loader=yaml.SafeLoader) if value_text.strip() else None
     _check_tags(node, source, lines=False)
+    _check_expansion(node, source)
     value = None if node is None else yaml.SafeLoader("").construct_document(node)
   except ParamsError:
     raise
@@ -120,6 +121,7 @@ def _read_yaml(text: str, filename: str) -> Tuple[dict, Dict[tuple, str]]:
                       + ", ".join(SCHEMA))
   origins: Dict[tuple, str] = {}
   _check_tags(node, filename, lines=True)
+  _check_expansion(node, filename)
   if not isinstance(node, yaml.MappingNode):
     raise ParamsError(f"{filename}:{node.start_mark.line + 1}: top level must be a mapping of "
                       f"sections ({', '.join(SCHEMA)}), got {_node_kind(node)}")
@@ -139,6 +141,33 @@ def _read_yaml(text: str, filename: str) -> Tuple[dict, Dict[tuple, str]]:
 # Standard tags only: anything else (!!python/object, custom !tags) is refused.
 _SAFE_TAGS = {"tag:yaml.org,2002:" + t for t in
               ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+
+
+# A params file holds hundreds of values; aliases that expand past this are an alias bomb
+# ("billion laughs"): cheap to parse, exponential to walk.
+MAX_EXPANDED_VALUES = 100_000
+
+
+def _check_expansion(node, where: str) -> None:
+  """Refuses YAML whose aliases expand to more than MAX_EXPANDED_VALUES nodes (counted
+  without expanding: each node's size is memoized)."""
+  size: Dict[int, int] = {}
+  stack = [(node, False)]
+  while stack:
+    n, children_done = stack.pop()
+    if n is None or (id(n) in size and not children_done):
+      continue
+    kids = ([x for kv in n.value for x in kv] if isinstance(n, yaml.MappingNode)
+            else list(n.value) if isinstance(n, yaml.SequenceNode) else [])
+    if not children_done:
+      stack.append((n, True))
+      stack.extend((k, False) for k in kids if id(k) not in size)
+      continue
+    size[id(n)] = 1 + sum(size.get(id(k), 1) for k in kids)
+    if size[id(n)] > MAX_EXPANDED_VALUES:
+      raise ParamsError(f"{where}: YAML aliases expand to more than {MAX_EXPANDED_VALUES:,} "
+                        f"values (an alias bomb?); a params file holds plain values, a few "
+                        f"hundred at most")
 
 
 def _check_tags(node, where: str, lines: bool):

@@ -7,9 +7,10 @@ mode with functools.partial so the Estimator sees the usual `input_fn(params)`.
 TensorFlow is imported only when an estimator is built, so bad options fail fast.
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import functools
-import glob
 import importlib
 import math
 import os
@@ -19,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional
 from cerebras_tf import registry
 from cerebras_tf.errors import ConfigError, FitError, ParamsError
 from cerebras_tf.runtime import tf_config
-from cerebras_tf.schema import MODES
+from cerebras_tf.runtime.ckpt_files import latest_step, list_checkpoints
+from cerebras_tf.schema import MAX_STEPS, MODES
 
 # tf.estimator.ModeKeys values, spelled out to keep TensorFlow out of this module's imports.
 TRAIN, EVAL, PREDICT = "train", "eval", "infer"
@@ -45,8 +47,9 @@ class RunOptions:
     for name, low in (("steps", 1), ("max_steps", 1), ("eval_steps", 0)):
       value = getattr(self, name)
       if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                or value < low):
-        raise ConfigError(f"--{name} must be an int {'> 0' if low else '>= 0'}, got {value!r}")
+                                or not low <= value <= MAX_STEPS):
+        raise ConfigError(f"--{name} must be an int in [{low}, {MAX_STEPS}] (TensorFlow counts "
+                          f"steps in int64), got {value!r}")
     if self.steps is not None and self.max_steps is not None:
       raise ConfigError("--steps and --max_steps are exclusive: --steps trains that many more "
                         "steps, --max_steps trains up to that global step")
@@ -62,8 +65,11 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
   # What TensorFlow would otherwise fail on with a traceback, checked before it starts.
   tf_config.current()
   check_model_dir(params["runconfig"]["model_dir"])
+  check_compile_dir(params["csconfig"]["compile_dir"])
   if opts.checkpoint_path and opts.mode in ("eval", "predict"):
     check_checkpoint_path(opts.checkpoint_path)
+  if params["runconfig"]["warm_start"]:
+    check_checkpoint_path(params["runconfig"]["warm_start"], "--warm_start", dir_ok=True)
   # pylint: disable=import-outside-toplevel
   import tensorflow as tf
   from tensorflow.python.util import deprecation
@@ -88,7 +94,7 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
           num_csx=cs["num_csx"], max_wgt_servers=cs["max_wgt_servers"],
           num_replicas=cs["num_replicas"], sparsity=cs["sparsity"], vts=cs["vts"]))
   return CerebrasEstimator(model_fn, model_dir=rc["model_dir"], compile_dir=cs["compile_dir"],
-                           config=config, params=params)
+                           config=config, params=params, init_checkpoint=rc["warm_start"])
 
 
 def run(params: dict, opts: RunOptions,
@@ -132,6 +138,13 @@ def run(params: dict, opts: RunOptions,
     return summary
 
   use_cs = opts.use_cs and rc["use_cs"]
+  with (model_dir_lock(rc["model_dir"]) if trains else contextlib.nullcontext()):
+    _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, eval_steps)
+  return summary
+
+
+def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, eval_steps):
+  rc, mode = params["runconfig"], opts.mode
   if mode == "train":
     est.train(input_for(TRAIN), steps=opts.steps,
               max_steps=None if opts.steps is not None else max_steps, use_cs=use_cs)
@@ -152,7 +165,7 @@ def run(params: dict, opts: RunOptions,
     summary["evals"] = []
     while step < last:
       target = min(step + interval, last)
-      est.train(input_for(TRAIN), max_steps=target, use_cs=use_cs)
+      est.train(input_for(TRAIN), max_steps=target, use_cs=use_cs, run_max_steps=last)
       metrics = est.evaluate(input_for(EVAL), steps=eval_steps, use_cs=use_cs)
       summary["evals"].append(metrics)
       step = int(metrics.get("global_step", target)) if isinstance(metrics, dict) else target
@@ -168,7 +181,40 @@ def run(params: dict, opts: RunOptions,
     summary.update(predictions=count, prediction_keys=sorted(keys))
   if opts.export_dir and mode in ("export", "train", "train_and_eval"):
     summary["export"] = export(est, spec, params, opts.export_dir, opts.checkpoint_path)
-  return summary
+
+
+LOCK_FILE = ".cerebras_tf.lock"
+
+
+@contextlib.contextmanager
+def model_dir_lock(model_dir: str):
+  """One training run per model_dir: a second one would interleave its checkpoints with the
+  first's. An flock, so a killed run never leaves a stale lock; only the chief of a cluster
+  takes it (its workers share the model_dir)."""
+  task = tf_config.current()
+  if ("://" in model_dir or not os.path.isdir(model_dir)
+      or (task is not None and task.task_type not in (None, "chief"))):
+    yield
+    return
+  path = os.path.join(model_dir, LOCK_FILE)
+  with open(path, "a+") as fh:
+    try:
+      fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      fh.seek(0)
+      holder = fh.read().strip() or "another process"
+      raise ConfigError(f"model_dir {model_dir} is in use by another training run ({holder}); "
+                        "wait for it to finish, or use another --model_dir") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}")
+    fh.flush()
+    try:
+      yield
+    finally:
+      fh.seek(0)
+      fh.truncate()
+      fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def serving_input_fn_for(spec) -> Callable:
@@ -192,9 +238,9 @@ def serving_input_fn_for(spec) -> Callable:
 def export(est, spec, params: dict, export_dir: str,
            checkpoint_path: Optional[str] = None) -> str:
   """Writes a SavedModel of the latest (or the given) checkpoint; returns its directory."""
-  serving_fn = serving_input_fn_for(spec)
   if checkpoint_path is None and not list_checkpoints(params["runconfig"]["model_dir"]):
     raise ConfigError(f"export: no checkpoints in model_dir {params['runconfig']['model_dir']}")
+  serving_fn = serving_input_fn_for(spec)
   path = est.export_saved_model(export_dir, functools.partial(serving_fn, params),
                                 checkpoint_path=checkpoint_path)
   return path.decode() if isinstance(path, bytes) else str(path)
@@ -215,32 +261,32 @@ def check_model_dir(model_dir: str) -> None:
                       "directory (--model_dir)")
 
 
-def check_checkpoint_path(path: str) -> None:
-  """--checkpoint_path must name a checkpoint prefix (`<dir>/model.ckpt-N`, its .index exists)."""
+def check_compile_dir(compile_dir: Optional[str]) -> None:
+  """csconfig.compile_dir (--compile_dir) must be a directory or a path that can become one."""
+  if not compile_dir or "://" in compile_dir:
+    return
+  if os.path.exists(compile_dir) and not os.path.isdir(compile_dir):
+    raise ConfigError(f"csconfig.compile_dir {compile_dir} is a file, not a directory; choose "
+                      "a directory for the compiler's reports and cache (--compile_dir)")
+  try:
+    os.makedirs(compile_dir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f"csconfig.compile_dir {compile_dir} cannot be created: "
+                      f"{e.strerror or e}; choose a writable directory (--compile_dir)") from None
+
+
+def check_checkpoint_path(path: str, flag: str = "--checkpoint_path",
+                          dir_ok: bool = False) -> None:
+  """`flag` must name a checkpoint prefix (`<dir>/model.ckpt-N`, its .index exists), or with
+  `dir_ok` a directory holding checkpoints."""
   if "://" in path or os.path.exists(path + ".index"):
     return
   found = list_checkpoints(path) if os.path.isdir(path) else []
+  if found and dir_ok:
+    return
   hint = (f"; did you mean {found[-1]}?" if found
           else "; give a prefix such as <model_dir>/model.ckpt-1000 (its .index file must exist)")
-  raise ConfigError(f"--checkpoint_path {path} is not a checkpoint{hint}")
-
-
-_CKPT_RE = re.compile(r"-(\d+)\.index$")
-
-
-def list_checkpoints(model_dir: str) -> List[str]:
-  """Checkpoint prefixes in `model_dir`, oldest step first (TF-free: reads the file names)."""
-  found = []
-  for index in glob.glob(os.path.join(glob.escape(model_dir), "*.ckpt-*.index")):
-    m = _CKPT_RE.search(index)
-    if m:
-      found.append((int(m.group(1)), index[:-len(".index")]))
-  return [path for _, path in sorted(found)]
-
-
-def latest_step(model_dir: str) -> int:
-  checkpoints = list_checkpoints(model_dir)
-  return int(_CKPT_RE.search(checkpoints[-1] + ".index").group(1)) if checkpoints else 0
+  raise ConfigError(f"{flag} {path} is not a checkpoint{hint}")
 
 
 def format_metrics(metrics: dict) -> str:

@@ -101,6 +101,8 @@ class Field:
 
   def _range(self) -> str:
     lo, hi = self.low, self.high
+    if self.kind == "int" and lo is not None and hi is not None and self.low_open:
+      return f" in [{_num(lo + 1)}, {_num(hi)}]"  # (0, N] reads better as [1, N] for ints
     if lo is not None and hi is not None:
       return f" in {'(' if self.low_open else '['}{_num(lo)}, {_num(hi)}{')' if self.high_open else ']'}"
     if lo is not None:
@@ -114,8 +116,13 @@ def _num(x) -> str:
   return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def pos_int(default, help_text, nullable=False):
-  return Field("int", default, help_text, low=0, low_open=True, nullable=nullable)
+def pos_int(default, help_text, nullable=False, high=None):
+  return Field("int", default, help_text, low=0, low_open=True, high=high, nullable=nullable)
+
+
+# TensorFlow holds shapes in int32 in places (a reshape's shape tensor) and steps in int64.
+MAX_BATCH = 2**31 - 1
+MAX_STEPS = 2**63 - 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +132,8 @@ def pos_int(default, help_text, nullable=False):
 INPUT_FIELDS = {
     "data_processor": Field("str", None, "name of the data processor class (informational)"),
     "data_dir": Field("path", None, "directory (or file) with the input data"),
-    "batch_size": pos_int(REQUIRED, "global batch size (all replicas, all systems)"),
+    "batch_size": pos_int(REQUIRED, "global batch size (all replicas, all systems)",
+                          high=MAX_BATCH),
     "shuffle": Field("bool", True, "shuffle the input"),
     "shuffle_seed": Field("int", None, "seed for shuffling (null: nondeterministic)", low=0),
     "shuffle_buffer": pos_int(10000, "elements in the shuffle buffer"),
@@ -164,7 +172,7 @@ OPTIMIZER_FIELDS = {
 RUNCONFIG_FIELDS = {
     "mode": Field("str", "train", "what scripts/run.py does", choices=MODES),
     "model_dir": Field("path", "model_dir", "checkpoints and summaries"),
-    "max_steps": pos_int(None, "train until this global step"),
+    "max_steps": pos_int(None, "train until this global step", high=MAX_STEPS),
     "eval_steps": Field("int", None, "eval batches (null or 0: all the eval data)", low=0),
     "save_checkpoints_steps": pos_int(1000, "checkpoint (and train_and_eval) interval"),
     "keep_checkpoint_max": Field("int", 5, "checkpoints kept (0: all)", low=0),
@@ -174,6 +182,8 @@ RUNCONFIG_FIELDS = {
     "throttle_secs": Field("int", 0, "train_and_eval: min seconds between evals", low=0),
     "cs_ip": Field("str", None, "host[:port] of the CS system (null: embedded simulator)"),
     "use_cs": Field("bool", True, "false: plain Estimator on CPU/GPU, no compile"),
+    "warm_start": Field("path", None, "checkpoint (or model_dir) whose variables of the same "
+                        "name and shape start a new run; the others are initialized"),
     "op_determinism": Field("bool", False, "deterministic TF ops: a resumed run ends with the "
                             "weights of an uninterrupted one (slower)"),
 }

@@ -23,3 +23,34 @@ def input_fn(params, mode):
 
 
 register(ModelSpec(name="pyfunc_model", model_fn=model_fn, input_fn=input_fn))
+
+
+def reshape_model_fn(features, labels, mode, params):
+  """A model whose reshape cannot take its input (4 values into rows of 3)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  del params
+  rows = tf.reshape(features, [-1, 3])
+  logits = tf.compat.v1.layers.dense(rows, 2)
+  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                       logits=logits))
+  step = tf.compat.v1.train.get_or_create_global_step()
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def dense_model_fn(features, labels, mode, params):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  del params
+  logits = tf.compat.v1.layers.dense(features, 2)
+  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                       logits=logits))
+  step = tf.compat.v1.train.get_or_create_global_step()
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+# `input_fn` above batches with its own key (train_input.batch_size, the GLOBAL batch) instead
+# of params["batch_size"] (the per-replica batch the framework passes): under 2 host replicas
+# every replica would get the global batch, doubling it.
+register(ModelSpec(name="reshape_model", model_fn=reshape_model_fn, input_fn=input_fn))
+register(ModelSpec(name="own_batch_model", model_fn=dense_model_fn, input_fn=input_fn))

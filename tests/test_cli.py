@@ -61,8 +61,8 @@ FLAG_CASES = [
      "int > 0, got -1"),
     (["--num_csx"], "error: flag --num_csx needs a value"),
     (["--no_cs=maybe"], "error: --no_cs must be true or false, got 'maybe'"),
-    (["--max_steps=0"], "error: --max_steps: runconfig.max_steps must be an int > 0 or null, got 0"),
-    (["--steps=0"], "error: --steps must be an int > 0, got 0"),
+    (["--max_steps=0"], "error: --max_steps: runconfig.max_steps must be an int in [1, 9223372036854775807] or null, got 0"),
+    (["--steps=0"], "error: --steps must be an int in [1, 9223372036854775807], got 0"),
     (["--steps=3", "--max_steps=5"], "error: --steps and --max_steps are exclusive: --steps "
      "trains that many more steps, --max_steps trains up to that global step"),
     (["--no_cs", "--compile_only"], "error: --compile_only compiles for the engine; it cannot "
@@ -116,7 +116,7 @@ SUBPROCESS_CASES = [
      "is not allowed; params files hold plain mappings, lists, strings, numbers, booleans and "
      "null"),
     (["--params", "p.yaml", "--params_override", "train_input.batch_size=abc"],
-     "error: override 'train_input.batch_size=abc': train_input.batch_size must be an int > 0, "
+     "error: override 'train_input.batch_size=abc': train_input.batch_size must be an int in [1, 2147483647], "
      "got 'abc'"),
 ]
 
@@ -192,8 +192,9 @@ class FakeEstimator:
     return type("Result", (), {"plan": None if validate_only else plan, "performance": None,
                                "compile_dir": "/c"})
 
-  def train(self, input_fn, steps=None, max_steps=None, use_cs=None):
+  def train(self, input_fn, steps=None, max_steps=None, use_cs=None, run_max_steps=None):
     self.calls.append(("train", input_fn.keywords["mode"], steps, max_steps, use_cs))
+    self.run_max_steps = run_max_steps
     self.step = max_steps if max_steps is not None else self.step + steps
     self._ckpt()
 
@@ -275,7 +276,7 @@ def test_runner_needs_eval_input(tmp_path, monkeypatch):
 def test_run_options_validate():
   with pytest.raises(ConfigError, match="--mode must be one of"):
     runner.RunOptions(mode="fit")
-  with pytest.raises(ConfigError, match="--eval_steps must be an int >= 0, got -1"):
+  with pytest.raises(ConfigError, match=r"--eval_steps must be an int in \[0, 9223372036854775807\] \(TensorFlow counts steps in int64\), got -1"):
     runner.RunOptions(eval_steps=-1)
 
 

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from progress_log import losses_by_step
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 6
 
@@ -56,9 +58,8 @@ def test_reference_model_trains_in_mode(model, mode, tmp_path):
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert re.search(runtime_line, proc.stderr), proc.stderr[-3000:]
-  losses = {int(s): float(l) for l, s in re.findall(r"loss = ([-\d.e]+), step = (\d+)",
-                                                      proc.stderr)}
+  assert re.search(runtime_line, proc.stdout), proc.stdout[-3000:]
+  losses = losses_by_step(proc.stdout)
   assert sorted(losses) == list(range(STEPS)), sorted(losses)
   assert losses[0] == pytest.approx(first_loss, rel=0.15), losses
   assert all(0 < l < 1.5 * first_loss for l in losses.values()), losses

@@ -8,12 +8,14 @@ its gradients and its optimizer, and nothing of the input pipeline.
 
 import contextlib
 import dataclasses
+import os
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from cerebras_tf.compiler import tokens
-from cerebras_tf.errors import CompileError
+from cerebras_tf.errors import CerebrasTFError, CompileError
 
 
 @dataclasses.dataclass
@@ -103,11 +105,39 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
     features = _placeholders(features_spec, batch, "features", inputs)
     labels = _placeholders(labels_spec, batch, "labels", inputs)
     tf.compat.v1.train.get_or_create_global_step()
-    spec = call_model_fn(features, labels)
+    try:
+      spec = call_model_fn(features, labels)
+    except CerebrasTFError:
+      raise  # already one line that names what to do
+    except (ValueError, TypeError, tf.errors.OpError) as e:
+      # A shape the model cannot take (e.g. an int32 reshape overflowing at a huge batch).
+      # The cause stays chained; the message names the user's line.
+      message = " ".join(str(getattr(e, "message", e)).split())
+      message = message.split(" for '{{node")[0][:300]  # TF appends the node's whole NodeDef
+      raise CompileError(f"{_user_line(e)}model_fn failed while being traced for the engine at "
+                         f"batch {batch}: {message}; check the batch size and the input "
+                         f"shapes ({_shapes(inputs)})") from e
   if spec.loss is None:
     raise CompileError("model_fn returned no loss in TRAIN mode; the engine trains on the loss")
   return CapturedGraph(graph=graph, loss=spec.loss, train_op=spec.train_op, inputs=inputs,
                        batch_size=batch, optimizers=tuple(optimizers))
+
+
+def _user_line(error: BaseException) -> str:
+  """`file:line: ` of the innermost frame of the error in the user's code, else ''."""
+  here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  ours = tuple(os.path.join(here, d) for d in ("compiler", "estimator.py", "runtime"))
+  frames = [f for f in traceback.extract_tb(error.__traceback__)
+            if "site-packages" not in f.filename and not f.filename.startswith(ours)
+            and not f.filename.startswith("<")]
+  if not frames:
+    return ""
+  path = os.path.relpath(frames[-1].filename)
+  return f"{frames[-1].filename if path.startswith('..') else path}:{frames[-1].lineno}: "
+
+
+def _shapes(inputs: Dict[str, tf.Tensor]) -> str:
+  return ", ".join(f"{n}{t.shape.as_list()}" for n, t in sorted(inputs.items()))
 
 
 @contextlib.contextmanager

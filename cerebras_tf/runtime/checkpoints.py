@@ -1,4 +1,5 @@
-"""Checkpoint health before a run resumes: corrupt checkpoints and a torn input-state pair.
+"""Checkpoint health: corrupt checkpoints, a torn input-state pair, a damaged state file,
+a checkpoint of another model, and non-finite checkpoints after a NaN.
 
 * A run killed while writing a checkpoint can leave a `.data` file shorter than its `.index`
   says, or garbage; tf.estimator would then fail deep inside restore. The latest checkpoint is
@@ -8,14 +9,26 @@
   one after the other, so a kill between the two leaves the model a save ahead of the input.
   Resuming then would repeat a stretch of batches; instead both resume from the newest step
   that has both.
+* An empty or unparsable `checkpoint` state file makes TF either raise or silently start from
+  scratch (and overwrite the checkpoints of the same steps). It is renamed
+  `checkpoint.corrupt` and rebuilt from the `.index` files on disk.
+* A checkpoint whose variables differ from the model's (another hidden size, a renamed layer)
+  is refused by name and shape before any file is written (`check_matches`).
+* After a NaN, the checkpoints that hold non-finite values are moved to `<model_dir>/nonfinite/`
+  so that the latest checkpoint is the last finite one (`drop_nonfinite`).
 """
 
+import glob
 import os
-from typing import List, Optional
+import re
+import shutil
+from typing import Dict, Iterable, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
-from cerebras_tf.errors import DataError
+from cerebras_tf.errors import ConfigError, DataError
+from cerebras_tf.runtime.ckpt_files import list_checkpoints, step_of
 
 INPUT_STATE = "checkpoint_input"  # CheckpointInputPipelineHook's state file name
 
@@ -51,12 +64,7 @@ def _paths(model_dir: str, latest_filename: Optional[str] = None) -> List[str]:
   base = latest.rsplit("-", 1)[0]
   found = {p[:-len(".index")] for p in tf.io.gfile.glob(base + "-*.index")}
   found.add(latest)
-  return sorted((p for p in found if _step(p) <= _step(latest)), key=_step)
-
-
-def _step(prefix: str) -> int:
-  tail = prefix.rsplit("-", 1)[-1]
-  return int(tail) if tail.isdigit() else -1
+  return sorted((p for p in found if step_of(p) <= step_of(latest)), key=step_of)
 
 
 def ensure_restorable(model_dir: str, log=tf.compat.v1.logging.warning) -> Optional[str]:
@@ -67,6 +75,7 @@ def ensure_restorable(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
   Raises:
     DataError: checkpoints exist but none of them reads back.
   """
+  repair_state(model_dir, log)
   paths = _paths(model_dir)
   if not paths:
     return None
@@ -83,18 +92,198 @@ def ensure_restorable(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
     paths, chosen = good, good[-1]
   inputs = _paths(model_dir, INPUT_STATE)
   if inputs:
-    input_steps = {_step(p): p for p in inputs}
-    both = [p for p in paths if _step(p) in input_steps]
+    input_steps = {step_of(p): p for p in inputs}
+    both = [p for p in paths if step_of(p) in input_steps]
     if both and both[-1] != chosen:
       log(f"cerebras_tf: the input pipeline was saved at step {max(input_steps)}, the model at "
-          f"{_step(chosen)}; resuming both from step {_step(both[-1])}")
+          f"{step_of(chosen)}; resuming both from step {step_of(both[-1])}")
       chosen = both[-1]
-    if both:
-      step = _step(chosen)
+    if both and step_of(chosen) != max(input_steps):  # rewrite only what changes
+      step = step_of(chosen)
       tf.compat.v1.train.update_checkpoint_state(
           model_dir, input_steps[step], [p for s, p in sorted(input_steps.items()) if s <= step],
           latest_filename=INPUT_STATE)
   if chosen != paths[-1] or why is not None:
     tf.compat.v1.train.update_checkpoint_state(
-        model_dir, chosen, [p for p in paths if _step(p) <= _step(chosen)])
+        model_dir, chosen, [p for p in paths if step_of(p) <= step_of(chosen)])
   return chosen
+
+
+def repair_state(model_dir: str, log=tf.compat.v1.logging.warning) -> None:
+  """An empty or unparsable `checkpoint` state file beside checkpoints: renamed
+  `checkpoint.corrupt` and rebuilt from the newest readable checkpoint on disk."""
+  state_file = os.path.join(model_dir, "checkpoint")
+  if "://" in model_dir or not os.path.isfile(state_file):
+    return
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except ValueError:  # an empty file
+    state = None
+  if state is not None and state.model_checkpoint_path:
+    return
+  found = list_checkpoints(model_dir)
+  if not found:
+    return
+  os.replace(state_file, state_file + ".corrupt")
+  good = [p for p in found if _readable(p) is None]
+  if not good:
+    raise DataError(f"{state_file} was damaged and no checkpoint in {model_dir} reads back; "
+                    "move the model_dir aside to start over")
+  tf.compat.v1.train.update_checkpoint_state(model_dir, good[-1], good)
+  log(f"cerebras_tf: {state_file} was empty or damaged; renamed it checkpoint.corrupt and "
+      f"resuming from {os.path.basename(good[-1])}")
+
+
+def latest(model_dir: str) -> Optional[str]:
+  """The latest checkpoint prefix of model_dir, None when there is none (a damaged state file
+  counts as none only when no checkpoint is on disk)."""
+  try:
+    found = tf.train.latest_checkpoint(model_dir)
+  except ValueError:
+    found = None
+  if found is None and "://" not in model_dir:
+    on_disk = list_checkpoints(model_dir)
+    return on_disk[-1] if on_disk else None
+  return found
+
+
+def _fmt_shape(shape) -> str:
+  return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def mismatches(checkpoint: str, variables: Iterable[Tuple[str, List[int]]]):
+  """(name, shape in the checkpoint or None, shape in the model) of each model variable that
+  the checkpoint lacks or holds with another shape."""
+  in_ckpt = dict(tf.train.list_variables(checkpoint))
+  out = []
+  for name, shape in variables:
+    theirs = in_ckpt.get(name)
+    if theirs is None or list(theirs) != list(shape):
+      out.append((name, theirs, list(shape)))
+  return out
+
+
+def graph_variables(graph: tf.Graph) -> List[Tuple[str, List[int]]]:
+  """(checkpoint name, shape) of the variables a Saver of `graph` would restore."""
+  out = {}
+  for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+    name = v.name.split(":")[0]
+    shape = v.shape.as_list() if v.shape.rank is not None else None
+    if shape is not None and None not in shape:
+      out[name] = shape
+  return sorted(out.items())
+
+
+def check_matches(checkpoint: str, graph: tf.Graph, model_dir: str) -> None:
+  """Refuses (ConfigError) a checkpoint that lacks a variable of the model or holds one with
+  another shape; called while the graph is built, before anything is written."""
+  diff = mismatches(checkpoint, graph_variables(graph))
+  if not diff:
+    return
+  name, theirs, ours = diff[0]
+  what = (f"variable '{name}' is {_fmt_shape(theirs)} there and {_fmt_shape(ours)} in this model"
+          if theirs is not None else f"it has no variable '{name}' {_fmt_shape(ours)} of this model")
+  more = f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""
+  raise ConfigError(
+      f"checkpoint {checkpoint} does not match this model: {what}{more}; it was written by "
+      f"another model (or by this one before a change): use a new --model_dir, keep the params "
+      f"it was trained with, or start a new model_dir with --warm_start {checkpoint} to reuse "
+      f"the variables that match")
+
+
+def _finite(prefix: str) -> bool:
+  reader = tf.train.load_checkpoint(prefix)
+  for name, dtype in reader.get_variable_to_dtype_map().items():
+    if dtype.is_floating and not np.all(np.isfinite(reader.get_tensor(name))):
+      return False
+  return True
+
+
+def drop_nonfinite(model_dir: str, diverged_at: Optional[int] = None
+                   ) -> Tuple[Optional[str], List[str]]:
+  """Moves the checkpoints of a diverged run to `<model_dir>/nonfinite/` and points the state
+  files at the newest one left. Returns (that prefix or None, the moved prefixes).
+
+  Moved: every checkpoint holding NaN or Inf, and with `diverged_at` = k (the loss of step k
+  was not finite) every checkpoint from step k - 1 on: step k's loss was computed on the
+  weights saved as step k - 1, so those weights, finite or not, are where the run diverged.
+  """
+  found = list_checkpoints(model_dir)
+  moved = []
+  while found and ((diverged_at is not None and step_of(found[-1]) >= diverged_at - 1)
+                   or not _finite(found[-1])):
+    bad = found.pop()
+    aside = os.path.join(model_dir, "nonfinite")
+    os.makedirs(aside, exist_ok=True)
+    for path in glob.glob(os.path.join(glob.escape(model_dir), f"*.ckpt-{step_of(bad)}.*")):
+      os.replace(path, os.path.join(aside, os.path.basename(path)))
+    moved.append(bad)
+  if not moved:
+    return (found[-1] if found else None), moved
+  if found:
+    tf.compat.v1.train.update_checkpoint_state(model_dir, found[-1], found)
+    inputs = {step_of(p): p for p in _paths(model_dir, INPUT_STATE)}
+    keep = [p for s, p in sorted(inputs.items()) if s <= step_of(found[-1])]
+    if keep:
+      tf.compat.v1.train.update_checkpoint_state(model_dir, keep[-1], keep,
+                                                 latest_filename=INPUT_STATE)
+  else:
+    for name in ("checkpoint", INPUT_STATE):
+      if os.path.exists(os.path.join(model_dir, name)):
+        os.replace(os.path.join(model_dir, name), os.path.join(model_dir, "nonfinite", name))
+  return (found[-1] if found else None), moved
+
+
+def remove_partial_writes(model_dir: str) -> List[str]:
+  """Deletes what an interrupted write leaves in model_dir: `*.tmp<hex>` files (graph.pbtxt,
+  the checkpoint state) and `*.ckpt-N_temp` directories (a checkpoint being written). Only
+  those names: nothing a finished save wrote is touched. Returns what was removed."""
+  removed = []
+  if "://" in model_dir or not os.path.isdir(model_dir):
+    return removed
+  for name in os.listdir(model_dir):
+    path = os.path.join(model_dir, name)
+    if re.search(r"\.tmp[0-9a-f]{32}$", name) and os.path.isfile(path):
+      os.remove(path)
+    elif re.search(r"\.ckpt-\d+_temp$", name) and os.path.isdir(path):
+      shutil.rmtree(path)
+    else:
+      continue
+    removed.append(name)
+  return sorted(removed)
+
+
+def init_matching(checkpoint: str, var_list=None) -> Dict[str, tf.Variable]:
+  """Warm-starts the graph variables that a checkpoint holds with the same name and shape
+  (tf.compat.v1.train.init_from_checkpoint: the initializers read the checkpoint).
+
+  Args:
+    checkpoint: checkpoint prefix (or a directory with a `checkpoint` state file).
+    var_list: candidate variables (default: all global variables, so optimizer slots and
+      accumulators of a training checkpoint come back too; never the global step).
+  Returns:
+    the assignment map {checkpoint name: graph variable} that was applied.
+  """
+  tf1 = tf.compat.v1
+  if tf.io.gfile.isdir(checkpoint):
+    checkpoint = latest(checkpoint) or checkpoint
+  in_ckpt = dict(tf1.train.list_variables(checkpoint))
+  variables = var_list if var_list is not None else tf1.global_variables()
+  assignment, mismatched, missing = {}, [], []
+  for var in variables:
+    name = var.op.name
+    if name == tf1.GraphKeys.GLOBAL_STEP or name.endswith("global_step"):
+      continue  # a warm start begins at step 0
+    if name not in in_ckpt:
+      missing.append(name)
+    elif list(in_ckpt[name]) != var.shape.as_list():
+      mismatched.append(name)
+    else:
+      assignment[name] = var  # the variable itself: Keras variables are not in tf1's store
+  tf1.train.init_from_checkpoint(checkpoint, assignment)
+  trainable = {v.op.name for v in tf1.trainable_variables()}
+  tf1.logging.info("cerebras_tf: warm start from %s: restored %d variables (%d of %d trainable); "
+                   "%d not in the checkpoint, %d with another shape %s",
+                   checkpoint, len(assignment), len(trainable & set(assignment)),
+                   len(trainable), len(missing), len(mismatched), mismatched[:5])
+  return assignment

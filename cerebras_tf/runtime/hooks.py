@@ -7,7 +7,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from cerebras_tf.errors import TrainingError
+from cerebras_tf.errors import NonFiniteLossError
 
 
 def _png_size(png: bytes):
@@ -76,18 +76,19 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     step = int(run_values.results["step"]) + 1  # the step just taken
     now = time.perf_counter()
     if not math.isfinite(loss):
-      raise TrainingError(self.nan_message(loss, step))
+      raise NonFiniteLossError(loss, step)
+    total = f"/{self._last_step}" if self._last_step else ""
     if self._t0 is None:
       self._t0, self._step0 = now, step
       self._since_t, self._since_step = now, step
       if self._writer is not None and self._wafer_png:
         self._writer.add_summary(wafer_image_summary(self._wafer_png), step)
+      self._log(f"step {step}{total}  loss {loss:.6g}  (rates from the next line on)")
       return
     host_eps = (step - self._since_step) * self._batch / max(now - self._since_t, 1e-9)
     overall = (step - self._step0) / max(now - self._t0, 1e-9)
     eta = (self._last_step - step) / overall if self._last_step and overall > 0 else float("nan")
-    total = f"/{self._last_step}" if self._last_step else ""
-    self._log(f"step {step}{total}  loss {loss:.4f}  host {host_eps:,.1f} examples/s  "
+    self._log(f"step {step}{total}  loss {loss:.6g}  host {host_eps:,.1f} examples/s  "
               f"engine (simulated) {self._sim_sps:,.0f} samples/s  util {self._util:.1%}  "
               f"ETA {_fmt_eta(eta)}")
     if self._writer is not None:
@@ -99,12 +100,9 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
       self._writer.add_summary(summary, step)
     self._since_t, self._since_step = now, step
 
-  def nan_message(self, loss: float, step: Optional[int] = None) -> str:
-    if step is None:  # called for tf.estimator's NanTensorHook: count runs since the first
-      step = (self._step0 + self._runs - 1) if self._step0 is not None else f"{self._runs} of this run"
-    return (f"loss is {loss} at step {step}: training stopped (checkpoints in "
-            f"{self._model_dir or 'model_dir'} are intact); lower optimizer.learning_rate, set "
-            f"optimizer.max_gradient_norm, or enable loss scaling")
+  def last_run_step(self) -> Optional[int]:
+    """The global step the last session run took (counted from the first one fetched)."""
+    return None if self._step0 is None else self._step0 + self._runs - 1
 
   def end(self, session):
     if self._writer is not None:

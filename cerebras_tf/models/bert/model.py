@@ -22,6 +22,7 @@ import tensorflow as tf
 from cerebras_tf.models.bert import heads
 from cerebras_tf.models.bert import modeling
 from cerebras_tf.models.bert import optimization
+from cerebras_tf.runtime import checkpoints
 
 tf1 = tf.compat.v1
 
@@ -34,41 +35,6 @@ def _task(model_params: Mapping[str, Any]) -> str:
   if task not in (PRETRAINING, CLASSIFICATION):
     raise ValueError("model.task must be %s or %s, got %r" % (PRETRAINING, CLASSIFICATION, task))
   return task
-
-
-def init_from_checkpoint(init_checkpoint: str, var_list=None) -> Dict[str, str]:
-  """Warm-starts graph variables that a checkpoint holds with the same name and shape.
-
-  Args:
-    init_checkpoint: checkpoint prefix (or a directory with a `checkpoint` state file).
-    var_list: candidate variables (default: all global variables, so optimizer slots and
-      accumulators of a training checkpoint come back too).
-  Returns:
-    the assignment map {checkpoint name: graph variable name} that was applied.
-  """
-  if tf.io.gfile.isdir(init_checkpoint):
-    init_checkpoint = tf.train.latest_checkpoint(init_checkpoint) or init_checkpoint
-  in_ckpt = dict(tf1.train.list_variables(init_checkpoint))
-  variables = var_list if var_list is not None else tf1.global_variables()
-  assignment, mismatched, missing = {}, [], []
-  for var in variables:
-    name = var.op.name
-    if name == tf1.GraphKeys.GLOBAL_STEP or name.endswith("global_step"):
-      continue  # a warm start begins at step 0
-    if name not in in_ckpt:
-      missing.append(name)
-    elif list(in_ckpt[name]) != var.shape.as_list():
-      mismatched.append(name)
-    else:
-      assignment[name] = name
-  tf1.train.init_from_checkpoint(init_checkpoint, assignment)
-  trainable = {v.op.name for v in tf1.trainable_variables()}
-  # tf's logger, not absl's: absl's first call adds a root handler and every line prints twice.
-  tf1.logging.info("init_checkpoint %s: restored %d variables (%d of %d trainable); "
-               "%d not in the checkpoint, %d with another shape %s",
-               init_checkpoint, len(assignment), len(trainable & set(assignment)),
-               len(trainable), len(missing), len(mismatched), mismatched[:5])
-  return assignment
 
 
 def _pretraining(features, outputs, config, training):
@@ -164,7 +130,7 @@ def model_fn(features, labels, mode, params):
   runconfig = params.get("runconfig") or {}
   init_checkpoint = model_params.get("init_checkpoint") or runconfig.get("init_checkpoint")
   if init_checkpoint:
-    init_from_checkpoint(init_checkpoint)
+    checkpoints.init_matching(init_checkpoint)
 
   # Everything computed, in float32; TRAIN/EVAL specs carry it too (the Estimator ignores
   # predictions there) so tests and debugging can fetch hidden states from one graph.

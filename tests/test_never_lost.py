@@ -1,0 +1,172 @@
+"""Never lost work (issue 12): changed models, NaN checkpoints, damaged state files, full disks.
+
+Runs go through `cerebras_tf.cli.main` (the code behind scripts/run.py) on the MLP config,
+in-process, a few steps each. The error messages themselves are asserted in
+docs/bad_inputs.md's catalogue; here the files on disk are.
+"""
+
+import glob
+import hashlib
+import os
+import subprocess
+import uuid
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cerebras_tf import cli
+
+MLP = "configs/params_mlp.yaml"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch):
+  monkeypatch.chdir(ROOT)
+  monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+def run(model_dir, *flags):
+  return cli.main(["run.py", "--params", MLP, "--model_dir", str(model_dir), *flags])
+
+
+def snapshot(model_dir):
+  """{file: (sha256, mtime_ns)} of everything but our own log and lock."""
+  out = {}
+  for path in sorted(glob.glob(os.path.join(model_dir, "**"), recursive=True)):
+    name = os.path.relpath(path, model_dir)
+    if os.path.isfile(path) and name not in ("cerebras_tf.log", ".cerebras_tf.lock"):
+      with open(path, "rb") as fh:
+        out[name] = (hashlib.sha256(fh.read()).hexdigest(), os.stat(path).st_mtime_ns)
+  return out
+
+
+def latest_step(model_dir):
+  return int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+
+
+def finite(prefix):
+  reader = tf.train.load_checkpoint(prefix)
+  return all(np.all(np.isfinite(reader.get_tensor(n)))
+             for n, d in reader.get_variable_to_dtype_map().items() if d.is_floating)
+
+
+def test_changed_model_is_refused_and_touches_no_file(tmp_path, capsys):
+  model_dir = tmp_path / "m"
+  assert run(model_dir, "--max_steps", "4", "--params_override",
+             "runconfig.save_checkpoints_steps=2") == 0
+  before = snapshot(model_dir)
+  capsys.readouterr()
+  assert run(model_dir, "--max_steps", "8", "--params_override", "model.hidden_sizes=[32]") == 2
+  err = capsys.readouterr().err
+  assert "does not match this model" in err and "is [128] there and [32] in this model" in err, err
+  # The old run's files are all there, byte for byte, never rewritten (the bug rewrote .meta).
+  assert snapshot(model_dir) == before
+  # The unchanged model still resumes.
+  assert run(model_dir, "--max_steps", "6") == 0 and latest_step(model_dir) == 6
+
+
+def test_nan_checkpoint_never_becomes_the_latest(tmp_path, capsys):
+  model_dir = tmp_path / "m"
+  assert run(model_dir, "--max_steps", "20", "--params_override",
+             "optimizer.learning_rate=1e30", "--params_override",
+             "runconfig.save_checkpoints_steps=1") == 2
+  err = capsys.readouterr().err
+  kept = tf.train.latest_checkpoint(str(model_dir))
+  assert kept is not None and finite(kept)
+  assert f"the latest checkpoint is now {os.path.basename(kept)}, the last one before" in err
+  # The loss of step 2 was NaN: it was computed on the weights saved as step 1 (finite but
+  # about 1e30: a rerun from them diverges again), so step 1 and every later one are moved.
+  moved = sorted(glob.glob(str(model_dir / "nonfinite" / "model.ckpt-*.index")))
+  assert [os.path.basename(p) for p in moved][:1] == ["model.ckpt-1.index"], moved
+  assert os.path.basename(kept) == "model.ckpt-0"
+  # Rerun with a sane rate: resumes from the finite checkpoint and trains to the end.
+  assert run(model_dir, "--max_steps", "10") == 0
+  assert latest_step(model_dir) == 10 and finite(tf.train.latest_checkpoint(str(model_dir)))
+
+
+@pytest.mark.parametrize("no_cs", [False, True], ids=["use_cs", "no_cs"])
+def test_zero_byte_checkpoint_state_is_rebuilt(tmp_path, capsys, no_cs):
+  model_dir = tmp_path / "m"
+  flags = ["--no_cs"] if no_cs else []
+  assert run(model_dir, "--max_steps", "4", "--params_override",
+             "runconfig.save_checkpoints_steps=2", *flags) == 0
+  open(model_dir / "checkpoint", "w").close()  # e.g. a crash while the state was written
+  capsys.readouterr()
+  assert run(model_dir, "--max_steps", "6", *flags) == 0
+  out = capsys.readouterr()
+  assert "renamed it checkpoint.corrupt and resuming from model.ckpt-4" in out.err, out
+  assert (model_dir / "checkpoint.corrupt").exists() and latest_step(model_dir) == 6
+  with open(model_dir / "cerebras_tf.log") as fh:
+    assert "Restoring parameters from" in fh.read()
+
+
+def test_truncated_checkpoint_is_recovered_without_the_engine(tmp_path, capsys):
+  model_dir = tmp_path / "m"
+  assert run(model_dir, "--no_cs", "--max_steps", "4", "--params_override",
+             "runconfig.save_checkpoints_steps=2") == 0
+  data = glob.glob(str(model_dir / "model.ckpt-4.data-*"))[0]
+  with open(data, "r+b") as fh:
+    fh.truncate(os.path.getsize(data) // 2)
+  capsys.readouterr()
+  assert run(model_dir, "--no_cs", "--max_steps", "6") == 0
+  assert "resuming from model.ckpt-2" in capsys.readouterr().err
+  assert latest_step(model_dir) == 6 and glob.glob(str(model_dir / "*.corrupt"))
+
+
+def test_progress_counts_to_the_runs_own_max_steps(tmp_path, capsys):
+  """train_and_eval trains in rounds (to each checkpoint); progress and ETA count to the end
+  of the run, not of the round (the demo printed step 50/2500 while running to 5,000)."""
+  assert run(tmp_path / "m", "--mode", "train_and_eval", "--max_steps", "12", "--eval_steps",
+             "2", "--params_override", "runconfig.save_checkpoints_steps=6",
+             "--params_override", "runconfig.log_step_count_steps=3") == 0
+  out = capsys.readouterr().out
+  steps = [line.split()[1] for line in out.splitlines() if line.startswith("step ")]
+  assert steps and all(s.endswith("/12") for s in steps), out
+  assert "loss = " not in out  # tf.estimator's own line is off when ours is on
+
+
+def _tmpfs(path, size):
+  path.mkdir()
+  proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                        capture_output=True, text=True, check=False)
+  if proc.returncode:
+    pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
+
+
+def test_a_really_full_disk_stops_cleanly_and_resumes(tmp_path, capsys):
+  """A real ENOSPC: a 10 MB tmpfs fills during the first checkpoints (the MLP's graph, with
+  its synthetic data as constants, is about 1.5 MB per .meta file)."""
+  disk = tmp_path / f"disk{uuid.uuid4().hex[:6]}"
+  _tmpfs(disk, "10m")
+  try:
+    model_dir = disk / "m"
+    assert run(model_dir, "--max_steps", "400", "--params_override",
+               "runconfig.save_checkpoints_steps=5", "--params_override",
+               "runconfig.keep_checkpoint_max=0") == 2
+    err = capsys.readouterr().err
+    assert "disk full while writing" in err and "rerun the same command to resume" in err, err
+    assert not [n for n in os.listdir(model_dir) if ".tmp" in n or n.endswith("_temp")]
+    step = latest_step(model_dir)
+    subprocess.run(["mount", "-o", "remount,size=80m", str(disk)], check=True)
+    assert run(model_dir, "--max_steps", str(step + 5), "--params_override",
+               "runconfig.save_checkpoints_steps=5") == 0
+    assert latest_step(model_dir) == step + 5
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_warm_start_reuses_what_matches_in_a_new_model_dir(tmp_path, capsys):
+  """What the changed-model error suggests: a new model_dir with --warm_start <old>."""
+  old = tmp_path / "old"
+  assert run(old, "--max_steps", "4") == 0
+  capsys.readouterr()
+  new = tmp_path / "new"
+  assert run(new, "--max_steps", "4", "--warm_start", str(old),
+             "--params_override", "model.hidden_sizes=[128,32]") == 0
+  # dense_0 (32x128 kernel, bias) and logits/bias [4] match by name and shape; dense_1 and
+  # logits/kernel do not.
+  out = capsys.readouterr().out
+  assert "warm start from" in out and "(3 of 6 trainable)" in out, out
+  assert latest_step(new) == 4
