@@ -4,16 +4,21 @@
 from cerebras_tf.registry import ModelSpec, register
 
 
-def model_fn(features, labels, mode, params):
+def _train_spec(mode, logits, labels):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  doubled = tf.py_function(lambda t: t * 2.0, [features], tf.float32)
-  doubled.set_shape(features.shape)
-  logits = tf.compat.v1.layers.dense(doubled, 2)
   loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
                                                                        logits=logits))
   step = tf.compat.v1.train.get_or_create_global_step()
   train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
   return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def model_fn(features, labels, mode, params):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  doubled = tf.py_function(lambda t: t * 2.0, [features], tf.float32)
+  doubled.set_shape(features.shape)
+  logits = tf.compat.v1.layers.dense(doubled, 2)
+  return _train_spec(mode, logits, labels)
 
 
 def input_fn(params, mode):
@@ -31,22 +36,14 @@ def reshape_model_fn(features, labels, mode, params):
   del params
   rows = tf.reshape(features, [-1, 3])
   logits = tf.compat.v1.layers.dense(rows, 2)
-  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
-                                                                       logits=logits))
-  step = tf.compat.v1.train.get_or_create_global_step()
-  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
-  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+  return _train_spec(mode, logits, labels)
 
 
 def dense_model_fn(features, labels, mode, params):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   del params
   logits = tf.compat.v1.layers.dense(features, 2)
-  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
-                                                                       logits=logits))
-  step = tf.compat.v1.train.get_or_create_global_step()
-  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
-  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+  return _train_spec(mode, logits, labels)
 
 
 # `input_fn` above batches with its own key (train_input.batch_size, the GLOBAL batch) instead
