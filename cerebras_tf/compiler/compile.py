@@ -124,8 +124,10 @@ def _file_hash(path: str) -> str:
 
 
 def fast_key(model_fn, params, engine_file: str, options, mode: str) -> str:
+  model = model_source_hash(model_fn)
+  token = getattr(model_fn, "cache_token", None)  # e.g. a Keras model's architecture hash
   return _hash({"v": CACHE_VERSION, "fw": framework_source_hash(),
-                "model": model_source_hash(model_fn), "params": params,
+                "model": f"{model}:{token}" if token else model, "params": params,
                 "engine": _file_hash(engine_file), "options": options, "mode": mode})
 
 
@@ -261,7 +263,8 @@ class Compiler:
                              validate_only=True)
       self.memo[key] = result
       return result
-    name = getattr(model_fn, "__module__", "model") or "model"
+    name = (getattr(model_fn, "model_name", None) or getattr(model_fn, "__module__", "model")
+            or "model")
     seq_len = sequence_length(captured)
     sources = length_sources(captured, seq_len)
     graph = lower.lower(captured, name=name, fwd=fwd, seq_len=seq_len,
