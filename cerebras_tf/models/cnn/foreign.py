@@ -3,7 +3,7 @@
 `tf.keras.applications` ResNet50, MobileNetV2 and EfficientNetB0 (weights=None: no download),
 a small U-Net (the segmentation model the vendor's TF model zoo shipped) and a small LSTM
 language model. Each builder returns a compiled Keras model; `input_fn_for` feeds it zeros of
-the right shapes (the compiler reads shapes only). Used by benchmarks/foreign_models.py (the
+the right shapes (the compiler reads shapes only). Used by benchmarks/bench_foreign_models.py (the
 README table) and tests/keras/test_foreign_models.py.
 """
 

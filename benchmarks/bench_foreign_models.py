@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compiles models people bring (cerebras_tf/models/cnn/foreign.py) for the engine.
 
-    python benchmarks/foreign_models.py [--batch 32] [--engine cs2] [--models ResNet50,U-Net]
+    python benchmarks/bench_foreign_models.py [--batch 32] [--engine cs2] [--models ResNet50,U-Net]
+    python benchmarks/bench_foreign_models.py --quick   # U-Net, LSTM LM and MobileNetV2 only
 
 For each model: parameters, GFLOPs per sample (forward + backward, from the lowered graph),
 the execution strategy chosen, whether it fits, the predicted samples/s, the bottleneck, and the
@@ -56,7 +57,10 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--engine", default="cs2")
   parser.add_argument("--models", default=",".join(foreign.SUITE))
+  parser.add_argument("--quick", action="store_true", help="the three fastest models only")
   args = parser.parse_args(argv)
+  if args.quick:
+    args.models = "U-Net,LSTM LM,MobileNetV2"
   rows = [compile_one(n.strip(), args.batch, args.engine) for n in args.models.split(",")]
   common.print_table(
       f"Foreign models on {args.engine}, global batch {args.batch} ({common.machine()})",
