@@ -404,14 +404,24 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       layer_cache[op] = layer
     return layer_cache[op]
 
-  def grad_layer(op) -> str:
-    """The layer of the forward op a gradient op was made for."""
+  def grad_layer(op, depth: int = 0) -> str:
+    """The layer of the forward op a gradient op was made for. Ops named for no forward op
+    (tf.gradients' "gradients/AddN_7", which sums the gradients of a tensor used twice, as
+    by a residual connection) go with the gradient op they feed (the backward pass of the
+    layer that made the tensor), else with the one that feeds them."""
     name = _forward_name(op.name)
     try:
       fwd_op = graph.get_operation_by_name(name)
     except KeyError:
       fwd_op = None
-    return op_layer(fwd_op) if fwd_op in fwd_set else layer_of(_scope(name))
+    if fwd_op in fwd_set:
+      return op_layer(fwd_op)
+    if depth < 3:
+      nearby = [c for t in op.outputs[:1] for c in t.consumers()] + [t.op for t in op.inputs]
+      for other in nearby:
+        if other.type != "Const" and _GRAD_PREFIX.match(other.name):
+          return grad_layer(other, depth + 1)
+    return layer_of(_scope(name))
 
   order: Dict[str, int] = {}
   heaviest: Dict[str, float] = {}
