@@ -46,6 +46,14 @@ def _only(ops, op_type):
   return found[0]
 
 
+def test_dense_on_a_sequence_is_a_tensordot_matmul():
+  # Keras's Dense on [2, 3, 4] (and tf.tensordot) reshapes to [6, 4] @ [4, 5]: 2 * 6 * 4 * 5
+  # = 240 FLOPs; the reshapes and the shape arithmetic around it are free.
+  ops, out = _ops(lambda x: L.Dense(5, use_bias=False)(x), [2, 3, 4])
+  assert out.shape.as_list() == [2, 3, 5]
+  assert sum(lower.op_flops(o) for o in ops) == _flops(ops, "MatMul") == 240
+
+
 def test_conv2d_strided_same_padding():
   # in [2, 8, 8, 3], 4 filters 3x3, stride 2, same -> out [2, 4, 4, 4] = 128 elements;
   # each is a 3*3*3 = 27-term dot product: 2 * 128 * 27 = 6912.
