@@ -16,12 +16,14 @@ import errno
 import functools
 import os
 import re
+import tempfile
 from typing import Optional
 
 import tensorflow as tf
 from tensorflow_estimator.python.estimator import model_fn as model_fn_lib
 from tensorflow_estimator.python.estimator import util as estimator_util
 
+from cerebras_tf import keras_model as keras_model_lib
 from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
@@ -230,6 +232,27 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                      config=config, params=params, warm_start_from=warm_start_from)
     self._compile_dir = compile_dir or os.path.join(self.model_dir, "cs_compile")
     self._compiler = compile_lib.Compiler(self._compile_dir)
+
+  @classmethod
+  def from_keras_model(cls, keras_model=None, keras_model_path=None, model_dir=None,
+                       compile_dir=None, config=None, params=None, custom_objects=None,
+                       metric_names_map=None, export_outputs=None, use_cs=None):
+    """A CerebrasEstimator that trains a compiled tf.keras.Model, from its current weights.
+
+    Arguments as for `tf.keras.estimator.model_to_estimator` (features keyed by
+    `model.input_names`); see cerebras_tf/keras_model.py for what differs.
+    """
+    model = keras_model_lib.load(keras_model, keras_model_path, custom_objects)
+    if config is not None and not isinstance(config, CSRunConfig):
+      config = CSRunConfig.from_run_config(config)
+    config = config or CSRunConfig()
+    if model_dir is not None or config.model_dir is None:
+      config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
+    model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
+                                                   export_outputs)
+    warm = keras_model_lib.save_warm_start(model, config, custom_objects)
+    return cls(model_fn, compile_dir=compile_dir, config=config, params=params,
+               warm_start_from=warm, use_cs=use_cs)
 
   # --- configuration ----------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from cerebras_tf.schema import EXTENSIBLE_SECTIONS, Field
 # The reference model families shipped in this package: name -> the package that registers it.
 BUILTIN = {
     "bert": "cerebras_tf.models.bert",
+    "cnn": "cerebras_tf.models.cnn",
     "gpt": "cerebras_tf.models.gpt",
     "mlp": "cerebras_tf.models.mlp",
     "transformer": "cerebras_tf.models.transformer",

@@ -3,7 +3,7 @@
 
     python scripts/prepare_data.py [--data_dir D] [--datasets vocab,bert_pretrain,...] [--force]
 
-Datasets: vocab, bert_pretrain, rotten_tomatoes, en_es (default: all). The cache defaults to
+Datasets: vocab, bert_pretrain, rotten_tomatoes, en_es, digits (default: all). The cache defaults to
 <repo>/data_cache (or $CEREBRAS_TF_DATA_DIR). A second run only verifies checksums. Sources,
 outputs and formats: cerebras_tf/models/data/acquire.py.
 """

@@ -278,7 +278,8 @@ class Compiler:
                              validate_only=True)
       self.memo[key] = result
       return result
-    name = getattr(model_fn, "__module__", "model") or "model"
+    name = (getattr(model_fn, "model_name", None) or getattr(model_fn, "__module__", "model")
+            or "model")
     seq_len = sequence_length(captured)
     sources = length_sources(captured, seq_len)
     graph = lower.lower(captured, name=name, fwd=fwd, seq_len=seq_len,

@@ -1,56 +1,190 @@
-"""The engine's kernel table: which TF op types the simulated engine can run, and how.
+"""The engine's kernel table: which TF op types the simulated engine can run, and at what cost.
 
 Pure data. `lower.py` consults it for every op on the path from the inputs to the loss; an op
-type missing here fails validation with its name, type and the user's source line. Categories
-drive FLOP counting and the planner's view of a layer:
+type missing here fails validation with its name, type and the user's source line. Each op type
+has a category (how the planner sees it), a FLOP form (how `lower.op_flops` counts it from
+static shapes) and the layers it implements; `docs/kernels.md` is generated from this table
+(`scripts/kernel_doc.py`), and a test keeps the two equal.
 
-  matmul      dense contractions (FLOPs from shapes: 2*M*K*N)
-  conv        convolutions
-  elementwise one pass over the output (activations, norms, adds, softmax pieces)
-  reduction   one pass over the input (sum, mean, max)
-  gather      memory movement with no arithmetic (embedding lookups, slicing)
+Categories:
+  matmul      dense contractions
+  conv        convolutions (and their transposes)
+  window      pooling: one pass over each output's window
+  norm        batch/layer normalization
+  elementwise one pass over the output (activations, adds, softmax pieces)
+  reduction   one pass over the input (sum, mean, max: global pooling, losses)
+  gather      memory movement with no arithmetic (embedding lookups, slicing, concat, resize)
+  loop        a While loop (Keras LSTM/GRU): its body's cost times its static trip count
   free        metadata or no-ops on the engine (reshape, identity, shape, constants)
+
+Memory: every kernel but the free ones reads its inputs and writes its outputs once
+(`lower.op_bytes`: (sum n(inputs) + sum n(outputs)) x element size); a loop moves its body's
+bytes once per iteration.
 """
+
+import dataclasses
+from typing import Dict, Tuple
 
 MATMUL = "matmul"
 CONV = "conv"
+WINDOW = "window"
+NORM = "norm"
 ELEMENTWISE = "elementwise"
 REDUCTION = "reduction"
 GATHER = "gather"
+LOOP = "loop"
 FREE = "free"
+CATEGORIES = (MATMUL, CONV, WINDOW, NORM, ELEMENTWISE, REDUCTION, GATHER, LOOP, FREE)
 
-_MATMUL = ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum",
-           "_FusedMatMul")
-_CONV = ("Conv2D", "Conv1D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
-         "Conv2DBackpropFilter")
-_ELEMENTWISE = (
-    "Add", "AddV2", "AddN", "BiasAdd", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "FloorDiv",
-    "FloorMod", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square", "SquaredDifference",
-    "Sqrt", "Rsqrt", "Pow", "Exp", "Log", "Log1p", "Reciprocal", "Tanh", "Sigmoid", "Relu",
-    "Relu6", "Elu", "Selu", "LeakyRelu", "Gelu", "Erf", "Erfc", "Softplus", "Softsign",
-    "Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
-    "SparseSoftmaxCrossEntropyWithLogits", "Cast", "Equal", "NotEqual", "Less", "LessEqual",
-    "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "SelectV2",
-    "ClipByValue", "Floor", "Ceil", "Round", "OnesLike", "ZerosLike", "Fill",
-    "FusedBatchNormV3", "FusedBatchNorm", "Cos", "Sin", "IsFinite", "StopGradient",
-    "PreventGradient", "Dropout", "RandomUniform", "RandomStandardNormal",
-    "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter", "TruncatedNormal",
-    "OneHot", "ArgMax", "ArgMin", "InTopKV2", "BroadcastTo", "Tile", "CheckNumerics")
-_REDUCTION = ("Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "L2Loss", "Cumsum")
-_GATHER = ("GatherV2", "Gather", "ResourceGather", "GatherNd", "Slice", "StridedSlice",
-           "ConcatV2", "Concat", "Pack", "Unpack", "Split", "SplitV", "Transpose",
-           "Pad", "PadV2", "MirrorPad", "ScatterNd", "TensorScatterUpdate",
-           "UnsortedSegmentSum", "Reverse", "ReverseV2", "MatrixBandPart", "Range")
-_FREE = ("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "Shape", "ShapeN",
-         "Size", "Rank", "Const", "Placeholder", "PlaceholderWithDefault", "NoOp",
-         "ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "Enter", "Exit",
-         "BroadcastGradientArgs", "Snapshot", "EnsureShape", "ZerosLike")
+# FLOP forms: name -> the formula `lower.op_flops` implements for it. n(t) is a tensor's
+# element count; dy is an op's incoming gradient; a multiply-add counts 2.
+FORMS: Dict[str, str] = {
+    "zero": "0",
+    "out": "k x n(out)",
+    "in": "n(in)",
+    "matmul": "2 x n(out) x K (K: the contracted dimension)",
+    "einsum": "2 x product of every index size (1 x for one operand)",
+    "conv": "2 x n(out) x prod(filter[:-1]) (kh x kw x cin; 3D: kd x kh x kw x cin)",
+    "conv_grad": "2 x n(dy) x prod(filter[:-1])",
+    "depthwise": "2 x n(out) x kh x kw",
+    "depthwise_grad": "2 x n(dy) x kh x kw",
+    "window": "k x n(out) x prod(ksize)",
+    "window_grad": "k x n(dy) x prod(ksize)",
+    "norm": "k x n(x)",
+    "logits": "k x n(logits)",
+    "loop": "trip count x sum(body ops' FLOPs)",
+}
+MEMORY_FORM = "(sum n(inputs) + sum n(outputs)) x element size"
+LOOP_MEMORY_FORM = "trip count x sum(body ops' bytes)"
 
-KERNELS = {}
-for _cat, _types in ((MATMUL, _MATMUL), (CONV, _CONV), (ELEMENTWISE, _ELEMENTWISE),
-                     (REDUCTION, _REDUCTION), (GATHER, _GATHER), (FREE, _FREE)):
-  for _t in _types:
-    KERNELS.setdefault(_t, _cat)
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  """How the engine runs one TF op type.
+
+  Attributes:
+    category: one of CATEGORIES.
+    form: key of FORMS: how FLOPs are counted.
+    k: the per-element factor of the forms that have one ("out", "window", "norm").
+    layers: the layers (Keras or tf) that emit the op, for docs/kernels.md.
+    why: the arithmetic behind k, when k is not 1.
+  """
+
+  category: str
+  form: str
+  k: float = 1.0
+  layers: str = ""
+  why: str = ""
+
+  def flops_formula(self) -> str:
+    f = FORMS[self.form]
+    if f.startswith("k x "):
+      f = ("" if self.k == 1 else f"{self.k:g} x ") + f[4:]
+    return f
+
+  def memory_formula(self) -> str:
+    if self.category == FREE:
+      return "0"
+    return LOOP_MEMORY_FORM if self.category == LOOP else MEMORY_FORM
+
+
+def _table() -> Dict[str, Kernel]:
+  t: Dict[str, Kernel] = {}
+
+  def add(types: Tuple[str, ...], category: str, form: str, k: float = 1.0, layers: str = "",
+          why: str = ""):
+    for ty in types:
+      t.setdefault(ty, Kernel(category, form, k, layers, why))
+
+  add(("MatMul", "_FusedMatMul"), MATMUL, "matmul", layers="Dense, RNN cells (unrolled)")
+  add(("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"), MATMUL, "matmul",
+      layers="attention scores and context; Dense on 3D input")
+  add(("Einsum",), MATMUL, "einsum", layers="EinsumDense, MultiHeadAttention")
+  add(("Conv2D",), CONV, "conv",
+      layers="Conv2D, Conv1D (as Conv2D on [B, 1, W, C]), SeparableConv2D's pointwise step")
+  add(("Conv3D",), CONV, "conv", layers="Conv3D")
+  add(("Conv2DBackpropInput",), CONV, "conv_grad",
+      layers="Conv2DTranspose (forward), Conv2D's input gradient")
+  add(("Conv3DBackpropInputV2",), CONV, "conv_grad",
+      layers="Conv3DTranspose (forward), Conv3D's input gradient")
+  add(("Conv2DBackpropFilter", "Conv3DBackpropFilterV2"), CONV, "conv_grad",
+      layers="convolution filter gradients")
+  add(("DepthwiseConv2dNative",), CONV, "depthwise",
+      layers="DepthwiseConv2D, SeparableConv2D's depthwise step")
+  add(("DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"), CONV,
+      "depthwise_grad", layers="depthwise convolution gradients")
+  add(("MaxPool", "MaxPool3D"), WINDOW, "window",
+      layers="MaxPool1D/2D/3D (1D as 2D on [B, 1, W, C])", why="one compare per element")
+  add(("AvgPool", "AvgPool3D"), WINDOW, "window",
+      layers="AveragePooling1D/2D/3D", why="one add per element (the divide is folded)")
+  add(("MaxPoolGrad", "MaxPool3DGrad", "MaxPoolGradV2"), WINDOW, "window_grad", 2.0,
+      layers="max pooling gradient", why="find the max, then route dy to it")
+  add(("AvgPoolGrad", "AvgPool3DGrad"), WINDOW, "window_grad",
+      layers="average pooling gradient", why="spread dy / window over the window")
+  add(("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"), NORM, "norm", 8.0,
+      layers="BatchNormalization (fused), LayerNormalization (TF 2.15 Keras emits it)",
+      why="training: mean 1, variance 3, normalize 2, scale and shift 2; inference "
+          "(is_training false) folds to x * a + b: 2")
+  add(("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"), NORM, "norm", 9.0,
+      layers="batch/layer normalization gradient",
+      why="dbeta 1, dgamma 2, x-hat 2, dx 4 per element")
+  add(("Softmax", "LogSoftmax"), ELEMENTWISE, "out", 5.0, layers="Softmax, attention",
+      why="max, subtract, exp, sum, divide (or log)")
+  add(("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits"), ELEMENTWISE,
+      "logits", 6.0, layers="(Sparse)CategoricalCrossentropy(from_logits=True)",
+      why="softmax 5, the log-likelihood and its gradient 1 per logit")
+  add(("ResizeBilinear",), GATHER, "out", 8.0, layers="UpSampling2D(interpolation='bilinear')",
+      why="four multiply-adds per output")
+  add(("ResizeBilinearGrad",), GATHER, "out", 8.0, layers="bilinear upsampling gradient",
+      why="four multiply-adds per input element")
+  add(("ResizeNearestNeighbor", "ResizeNearestNeighborGrad"), GATHER, "zero",
+      layers="UpSampling2D (nearest), its gradient (a window sum, counted free)")
+  add(("Add", "AddV2", "AddN", "BiasAdd", "Sub", "Mul", "RealDiv", "Div", "DivNoNan"),
+      ELEMENTWISE, "out", layers="residual adds (Add), bias, scaling, Multiply, Rescaling")
+  add(("FloorDiv", "FloorMod", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square",
+       "SquaredDifference", "Sqrt", "Rsqrt", "Pow", "Exp", "Log", "Log1p", "Reciprocal",
+       "Cos", "Sin", "Floor", "Ceil", "Round", "ClipByValue"), ELEMENTWISE, "out",
+      layers="elementwise math, unfused normalization, losses")
+  add(("Tanh", "Sigmoid", "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Gelu", "Erf", "Erfc",
+       "Softplus", "Softsign", "Swish"), ELEMENTWISE, "out",
+      layers="activations (swish/silu is Sigmoid x Mul)")
+  add(("TanhGrad", "SigmoidGrad", "ReluGrad", "Relu6Grad", "EluGrad", "SeluGrad",
+       "LeakyReluGrad", "SoftplusGrad", "SqrtGrad", "RsqrtGrad"), ELEMENTWISE,
+      "out", layers="activation gradients")
+  add(("BiasAddGrad",), REDUCTION, "in", layers="bias gradient (a sum of dy over the batch)")
+  add(("Cast", "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
+       "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "SelectV2", "OnesLike", "Fill",
+       "IsFinite", "StopGradient", "PreventGradient", "Dropout", "RandomUniform",
+       "RandomStandardNormal", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
+       "StatelessRandomGetKeyCounterAlg", "TruncatedNormal", "OneHot", "ArgMax", "ArgMin",
+       "InTopKV2", "BroadcastTo", "Tile", "CheckNumerics", "ZerosLike"), ELEMENTWISE, "out",
+      layers="casts, masks, Dropout, comparisons")
+  add(("Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "L2Loss", "Cumsum"), REDUCTION, "in",
+      layers="GlobalAveragePooling (Mean), GlobalMaxPooling (Max), losses, unfused "
+             "BatchNormalization/LayerNormalization moments")
+  add(("GatherV2", "Gather", "ResourceGather", "GatherNd"), GATHER, "zero", layers="Embedding")
+  add(("ResourceScatterAdd", "UnsortedSegmentSum", "ScatterNd", "TensorScatterUpdate"), GATHER,
+      "zero", layers="embedding gradients")
+  add(("ConcatV2", "Concat"), GATHER, "zero", layers="Concatenate (U-Net skips)")
+  add(("Slice", "StridedSlice", "StridedSliceGrad", "Pack", "Unpack", "Split", "SplitV",
+       "Transpose", "Pad", "PadV2", "MirrorPad", "Reverse", "ReverseV2", "MatrixBandPart",
+       "Range", "SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth", "DepthToSpace"), GATHER,
+      "zero", layers="slicing, ZeroPadding, Permute; dilated convs (space-to-batch)")
+  add(("TensorListFromTensor", "TensorListReserve", "TensorListStack", "EmptyTensorList",
+       "TensorListGetItem", "TensorListSetItem", "TensorListPushBack", "TensorListPopBack",
+       "TensorListLength", "TensorListElementShape"), GATHER, "zero",
+      layers="the sequence buffers of a While-form LSTM/GRU")
+  add(("While", "StatelessWhile"), LOOP, "loop",
+      layers="LSTM, GRU, SimpleRNN (Keras's default: a While loop over the time steps)")
+  add(("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "Shape", "ShapeN", "Size",
+       "Rank", "Const", "Placeholder", "PlaceholderWithDefault", "NoOp", "ReadVariableOp",
+       "VarHandleOp", "VariableV2", "Variable", "Enter", "Exit", "BroadcastGradientArgs",
+       "Snapshot", "EnsureShape"), FREE, "zero",
+      layers="Flatten, Reshape, Input, variables")
+  return t
+
+
+KERNELS: Dict[str, Kernel] = _table()
 
 # Op types that are never run on the engine and why (shown in the error).
 UNSUPPORTED_REASONS = {
@@ -63,12 +197,21 @@ UNSUPPORTED_REASONS = {
     "BooleanMask": "has a data-dependent output shape",
     "Print": "prints on the host",
     "PrintV2": "prints on the host",
+    "CudnnRNN": "is a cuDNN-only kernel; build the LSTM/GRU without cuDNN (TF 2.15 on CPU emits "
+                "a While loop, which the engine runs)",
+    "CudnnRNNV3": "is a cuDNN-only kernel; build the LSTM/GRU without cuDNN",
 }
+
+
+def kernel(op_type: str):
+  """The Kernel for `op_type`, or None when the engine has none."""
+  return KERNELS.get(op_type)
 
 
 def category(op_type: str):
   """The kernel category of `op_type`, or None when the engine has no kernel for it."""
-  return KERNELS.get(op_type)
+  k = KERNELS.get(op_type)
+  return k.category if k else None
 
 
 def unsupported_reason(op_type: str) -> str:

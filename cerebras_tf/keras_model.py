@@ -1,0 +1,147 @@
+"""Keras models on the engine: a compiled `tf.keras.Model` as a model_fn, with its weights.
+
+    model = tf.keras.Sequential([...]);  model.compile(optimizer, loss, metrics=[...])
+    est = CerebrasEstimator.from_keras_model(model, config=CSRunConfig(...))
+    est.train(input_fn, max_steps=100, use_cs=True)   # evaluate / predict / export_saved_model
+
+This follows `tf.keras.estimator.model_to_estimator` (tensorflow_estimator's keras_lib, whose
+model_fn and first checkpoint are reused here): the model is cloned into the Estimator's graph
+in every mode, features are a dict keyed by `model.input_names` (or one tensor for a single
+input), labels a tensor (or a dict keyed by `model.output_names`), the loss and metrics are the
+ones given to `model.compile`, and training starts from the model's current weights. What
+differs: a subclassed model is warm-started too (model_to_estimator starts it from fresh
+initial values), checkpoints are name-based (tf.compat.v1 Saver, as every Estimator writes),
+and the compile report names the model (`model.name`) and its layers.
+"""
+
+import hashlib
+import json
+import os
+from typing import Callable, Optional
+
+import tensorflow as tf
+from tensorflow_estimator.python.estimator import keras_lib
+
+from cerebras_tf.errors import ConfigError
+
+ModeKeys = tf.estimator.ModeKeys
+KERAS_DIR = "keras"  # <model_dir>/keras/keras_model.ckpt, as model_to_estimator names it
+
+
+def load(keras_model=None, keras_model_path: Optional[str] = None, custom_objects=None):
+  """The compiled Keras model given, or loaded from `keras_model_path` (exactly one)."""
+  if (keras_model is None) == (keras_model_path is None):
+    raise ConfigError("give exactly one of keras_model (a compiled tf.keras.Model) and "
+                      "keras_model_path (a model saved with model.save)")
+  if keras_model_path is not None:
+    if not os.path.exists(keras_model_path):
+      raise ConfigError(f"keras_model_path {keras_model_path}: no such file or directory")
+    keras_model = tf.keras.models.load_model(keras_model_path, custom_objects=custom_objects)
+  if not isinstance(keras_model, tf.keras.Model):
+    raise ConfigError(f"keras_model must be a tf.keras.Model, got {type(keras_model).__name__}")
+  if not getattr(keras_model, "optimizer", None):
+    raise ConfigError(f"Keras model '{keras_model.name}' is not compiled: call "
+                      f"model.compile(optimizer, loss, metrics) before putting it on the engine")
+  if isinstance(keras_model.optimizer, tf.keras.optimizers.experimental.Optimizer):
+    # tf.estimator runs the legacy optimizers only (keras_lib converts the same way).
+    keras_model.optimizer = tf.keras.__internal__.optimizers.convert_to_legacy_optimizer(
+        keras_model.optimizer)
+  return keras_model
+
+
+def architecture_token(keras_model) -> str:
+  """A hash of what the compiler sees of the model: its layers, their types and weight shapes,
+  the loss and the optimizer (the compile cache must not confuse two Keras models)."""
+  layers = [(m.name, type(m).__name__, [list(w.shape) for w in m.weights])
+            for m in keras_model.submodules if isinstance(m, tf.keras.layers.Layer)]
+  try:
+    arch = keras_model.to_json()
+  except (NotImplementedError, TypeError, ValueError):
+    arch = type(keras_model).__qualname__  # subclassed: its layers above say the rest
+  blob = json.dumps([keras_model.name, arch, layers, repr(keras_model.loss),
+                     keras_model.optimizer.get_config()], sort_keys=True, default=repr)
+  return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def model_fn_from_keras(keras_model, custom_objects=None, metric_names_map=None,
+                        export_outputs=None) -> Callable:
+  """A tf.estimator model_fn(features, labels, mode) that runs a compiled Keras model.
+
+  keras_lib's model_fn: the model is cloned into the Estimator's graph; TRAIN returns the
+  compiled loss and the optimizer's update, EVAL the loss and the compiled metrics, PREDICT
+  the outputs by `model.output_names` with a serving signature. The function carries
+  `keras_model`, `model_name` (reports name the model) and `cache_token` (the compile cache
+  key includes the architecture).
+  """
+  fn = keras_lib._create_keras_model_fn(  # pylint: disable=protected-access
+      keras_model, custom_objects=custom_objects, save_object_ckpt=False,
+      metric_names_map=metric_names_map, export_outputs=export_outputs)
+
+  subclassed = not keras_model._is_graph_network  # pylint: disable=protected-access
+
+  def model_fn(features, labels, mode):
+    if subclassed and isinstance(features, dict) and len(features) == 1:
+      # A subclassed model has no input names: its call() gets the one feature itself.
+      features = next(iter(features.values()))
+    return fn(features, labels, mode)
+
+  model_fn.keras_model = keras_model
+  model_fn.model_name = f"keras:{keras_model.name}"
+  model_fn.cache_token = architecture_token(keras_model)
+  return model_fn
+
+
+def _weights_set(keras_model) -> bool:
+  return keras_model.built and bool(keras_model.weights)
+
+
+def _input_spec(keras_model):
+  """The input TensorSpec(s) of a subclassed model that has weights: from its first call, or
+  from the shape given to `model.build`."""
+  spec = keras_model.save_spec(dynamic_batch=True)
+  if spec is not None:
+    args = spec[0]
+    return args[0] if len(args) == 1 else args
+  shape = getattr(keras_model, "_build_input_shape", None)
+  if shape is None:
+    raise ConfigError(f"Keras model '{keras_model.name}' is subclassed and has weights but no "
+                      f"input shape: call model.build(input_shape) or model(x) once first")
+  return tf.TensorSpec(tf.TensorShape(shape), keras_model.dtype or tf.float32)
+
+
+def save_warm_start(keras_model, config, custom_objects=None) -> Optional[str]:
+  """Writes the model's current weights as `<model_dir>/keras/keras_model.ckpt`; its path.
+
+  The checkpoint has the variable names the Estimator's graph gives the clone, so
+  `warm_start_from` starts training from these weights. An existing one is kept (a rerun of
+  the same model_dir resumes from its own checkpoints anyway). None when the model has no
+  weights yet (a subclassed model never called): the Estimator initializes it.
+  """
+  if not _weights_set(keras_model):
+    return None
+  if keras_model._is_graph_network:  # pylint: disable=protected-access
+    return keras_lib._save_first_checkpoint(  # pylint: disable=protected-access
+        keras_model, custom_objects, config, save_object_ckpt=False)
+  # A subclassed model: keras_lib leaves it at fresh initial values. Build the clone the way
+  # the model_fn will, give it the current weights, save by name.
+  keras_dir = os.path.join(config.model_dir, KERAS_DIR)
+  latest = tf.train.latest_checkpoint(keras_dir)
+  if latest:
+    return latest
+  weights, optimizer = keras_model.get_weights(), keras_model.optimizer
+  tf.io.gfile.makedirs(keras_dir)
+  with tf.Graph().as_default():
+    tf.compat.v1.random.set_random_seed(config.tf_random_seed)
+    tf.compat.v1.train.create_global_step()
+    features = tf.nest.map_structure(
+        lambda s: tf.compat.v1.placeholder(s.dtype, s.shape), _input_spec(keras_model))
+    clone = keras_lib._clone_and_build_model(  # pylint: disable=protected-access
+        ModeKeys.TRAIN, keras_model, custom_objects, features=features)
+    with tf.compat.v1.Session(config=config.session_config) as sess:
+      tf.compat.v2.keras.__internal__.backend.initialize_variables(sess)
+      clone.set_weights(weights)
+      path = tf.compat.v1.train.Saver().save(sess, os.path.join(keras_dir, "keras_model.ckpt"))
+  tf.compat.v2.keras.__internal__.models.in_place_subclassed_model_state_restoration(
+      keras_model)
+  keras_model.optimizer = optimizer  # the restoration leaves it unset; the model_fn needs it
+  return path

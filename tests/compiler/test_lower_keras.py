@@ -1,0 +1,43 @@
+"""Lowering a Keras model: layers are the Keras layers, backward FLOPs land where they belong."""
+
+import tensorflow as tf
+
+from cerebras_tf import keras_model
+from cerebras_tf.compiler import capture, lower
+
+L = tf.keras.layers
+B = 4
+
+
+def _lowered(model):
+  fn = keras_model.model_fn_from_keras(model)
+
+  def input_fn():
+    x = tf.zeros([B] + model.inputs[0].shape.as_list()[1:])
+    return tf.data.Dataset.from_tensors(({model.input_names[0]: x}, tf.zeros([B], tf.int32)))
+  cap = capture.capture(input_fn, lambda f, l: fn(f, l, tf.estimator.ModeKeys.TRAIN), B)
+  return lower.lower(cap, "m")
+
+
+def test_residual_gradient_sums_stay_with_their_layers():
+  """h feeds both a Dense and the residual Add, so tf.gradients sums its two gradients in an
+  op named "gradients/AddN" for no forward op. It belongs to the layers before the head, not
+  to the last layer: the head's backward work is its own, per sample:
+    dW = h^T dy: 2 x 16 x 4 = 128, dx = dy W^T: 2 x 4 x 16 = 128, dbias: 4 -> 260."""
+  x = L.Input((8,), name="x")
+  h = L.Dense(16, name="h")(x)
+  a = L.Dense(16, name="a")(h)
+  r = L.Add(name="res")([a, h])
+  out = L.Dense(4, name="head")(r)
+  model = tf.keras.Model(x, out)
+  model.compile(tf.keras.optimizers.legacy.SGD(0.1),
+                tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  g = _lowered(model)
+  names = [l.name for l in g.layers]
+  print({l.name: l.bwd_flops for l in g.layers})
+  assert names == ["h", "a", "res", "head", "loss"], names
+  head = g.layer("head")
+  assert head.bwd_flops == 260, head.bwd_flops
+  # Every backward FLOP is somewhere: the matmul gradients of h (2 x 8 x 16 for dW only:
+  # no gradient flows into the input) and a (2 x 2 x 16 x 16) are in the total.
+  assert g.layer("h").bwd_flops >= 2 * 8 * 16 and g.layer("a").bwd_flops >= 2 * 2 * 16 * 16

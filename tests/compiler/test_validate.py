@@ -1,0 +1,62 @@
+"""validate_only names every op the engine cannot run, each with its file:line, on one line."""
+
+import pytest
+import tensorflow as tf
+
+from cerebras_tf.compiler import capture, lower
+from cerebras_tf.errors import UnsupportedOpError
+
+
+def _line(mark):
+  with open(__file__) as fh:
+    for i, line in enumerate(fh, 1):
+      if f"MARK-{mark}" in line and "_line(" not in line:
+        return i
+  raise AssertionError(mark)
+
+
+def _model_fn(features, labels):
+  x = features["x"]
+  x = x + tf.numpy_function(lambda v: v, [x], tf.float32, stateful=False)  # MARK-pyfunc
+  x = tf.reshape(x, [4, 3])
+  x = x + tf.cast(tf.strings.length(tf.strings.as_string(x)), tf.float32)  # MARK-strings
+  x = x + tf.cast(tf.strings.length(tf.strings.as_string(x * 2.0)), tf.float32)  # MARK-strings2
+  logits = tf.keras.layers.Dense(2)(x)
+  loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, True))
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+  return tf.estimator.EstimatorSpec("train", loss=loss, train_op=train_op)
+
+
+def _captured(model_fn):
+  def input_fn():
+    return tf.data.Dataset.from_tensors(({"x": tf.zeros([4, 3])}, tf.zeros([4], tf.int32)))
+  return capture.capture(input_fn, model_fn, 4)
+
+
+def test_every_unsupported_op_is_named_with_its_line():
+  with pytest.raises(UnsupportedOpError) as err:
+    lower.validate(_captured(_model_fn))
+  msg = str(err.value)
+  assert "\n" not in msg
+  # Three sites: the numpy_function (PyFunc) and two AsString lines; the same type on two
+  # lines is two entries, each with its line.
+  for mark in ("pyfunc", "strings", "strings2"):
+    assert f"test_validate.py:{_line(mark)}" in msg, (mark, msg)
+  assert "of type PyFuncStateless" in msg and "of type AsString" in msg
+  assert "more unsupported" not in msg
+  # The add after the numpy_function has no static shape: named too, at the same line.
+  types = [t for _, t, _, _ in err.value.ops]
+  assert types == ["PyFuncStateless", "AddV2", "AsString", "StringLength", "AsString",
+                   "StringLength"]
+  assert all(where for _, _, where, _ in err.value.ops)
+
+
+def test_a_single_unsupported_op_keeps_the_one_op_message():
+  def model_fn(features, labels):
+    x = tf.numpy_function(lambda v: v, [features["x"]], tf.float32, stateful=False)
+    x = tf.reshape(x, [4, 3])
+    loss = tf.reduce_mean(tf.keras.layers.Dense(1)(x)) + 0 * tf.reduce_sum(tf.cast(labels, tf.float32))
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=tf.no_op())
+  with pytest.raises(UnsupportedOpError, match=r"unsupported op '.*' of type PyFuncStateless: it runs "
+                                               r"Python on the host; move it into the input_fn"):
+    lower.validate(_captured(model_fn))

@@ -1,0 +1,179 @@
+"""A compiled tf.keras.Model on the engine: CerebrasEstimator.from_keras_model.
+
+The loss per step equals model.fit's on the same data and weights; Sequential, functional and
+subclassed models train, evaluate (with their Keras metrics), predict and export with
+use_cs=True; the compile report names the Keras model and its layers.
+"""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.errors import ConfigError
+
+L = tf.keras.layers
+BATCH, STEPS, DIM, CLASSES = 16, 4, 6, 3
+
+
+def _data(n=BATCH * STEPS, seed=0):
+  rng = np.random.RandomState(seed)
+  x = rng.randn(n, DIM).astype(np.float32)
+  y = (np.argmax(x[:, :CLASSES], axis=1)).astype(np.int32)
+  return x, y
+
+
+def _compile(model, lr=0.1):
+  model.compile(optimizer=tf.keras.optimizers.legacy.SGD(lr),
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"])
+  return model
+
+
+def _init(i):
+  return tf.keras.initializers.GlorotUniform(seed=i)
+
+
+def sequential():
+  return _compile(tf.keras.Sequential(
+      [L.Input((DIM,), name="x"), L.Dense(8, activation="relu", kernel_initializer=_init(1)),
+       L.Dense(CLASSES, kernel_initializer=_init(2))], name="seq_clf"))
+
+
+def functional():
+  x = L.Input((DIM,), name="x")
+  h = L.Dense(8, activation="relu", kernel_initializer=_init(1), name="hidden")(x)
+  skip = L.Dense(8, kernel_initializer=_init(3), name="skip")(x)
+  h = L.Add(name="residual")([h, skip])
+  out = L.Dense(CLASSES, kernel_initializer=_init(2), name="logits")(h)
+  return _compile(tf.keras.Model(x, out, name="func_clf"))
+
+
+class Subclassed(tf.keras.Model):
+  def __init__(self):
+    super().__init__(name="sub_clf")
+    self.hidden = L.Dense(8, activation="relu", kernel_initializer=_init(1))
+    self.logits = L.Dense(CLASSES, kernel_initializer=_init(2))
+
+  def call(self, inputs):  # pylint: disable=arguments-differ
+    return self.logits(self.hidden(inputs))
+
+
+def subclassed():
+  model = _compile(Subclassed())
+  model.build((None, DIM))
+  return model
+
+
+def _config(tmp_path, **kw):
+  return CSRunConfig(model_dir=str(tmp_path / "model"), tf_random_seed=0, save_summary_steps=1,
+                     cs_config=CSConfig(execution_strategy="pipelined"), **kw)
+
+
+def _input_fn(model, x, y, repeat=False):
+  name = model.input_names[0] if model.input_names else "x"
+
+  def input_fn(params):
+    del params
+    ds = tf.data.Dataset.from_tensor_slices(({name: x}, y))
+    return (ds.repeat() if repeat else ds).batch(BATCH, drop_remainder=True)
+  return input_fn
+
+
+def _summary_losses(model_dir):
+  losses = {}
+  for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for v in event.summary.value:
+        if v.tag in ("loss", "loss_1"):  # "loss_1" when the Keras graph took the name
+          losses[event.step] = v.simple_value
+  return [losses[s] for s in sorted(losses)]
+
+
+class _BatchLosses(tf.keras.callbacks.Callback):
+  """model.fit's per-batch losses: Keras logs the running mean, so undo the averaging."""
+
+  def __init__(self):
+    super().__init__()
+    self.means = []
+
+  def on_train_batch_end(self, batch, logs=None):
+    self.means.append(logs["loss"])
+
+  def losses(self):
+    return [(i + 1) * m - i * p for i, (m, p) in enumerate(zip(self.means, [0.0] + self.means))]
+
+
+@pytest.mark.parametrize("build", [sequential, functional, subclassed])
+def test_per_step_loss_equals_model_fit(tmp_path, build):
+  """Same start weights (warm start from the Keras model), same batches in the same order,
+  SGD, no dropout: the Estimator's per-step training losses are model.fit's."""
+  x, y = _data()
+  fitted, ours = build(), build()
+  ours.set_weights(fitted.get_weights())
+  cb = _BatchLosses()
+  fitted.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+  est = CerebrasEstimator.from_keras_model(ours, config=_config(tmp_path))
+  est.train(_input_fn(ours, x, y), max_steps=STEPS, use_cs=True)
+  got = _summary_losses(est.model_dir)
+  assert len(got) == STEPS
+  np.testing.assert_allclose(got, cb.losses(), rtol=1e-5, atol=1e-6)
+
+
+def test_evaluate_predict_export_and_report(tmp_path):
+  x, y = _data()
+  model = functional()
+  # Keras refuses to evaluate a model once an Estimator graph cloned it: measure it first.
+  values = model.evaluate(x, y, batch_size=BATCH, verbose=0)
+  keras_eval = dict(zip(model.metrics_names, values))
+  est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path))
+  est.train(_input_fn(model, x, y, repeat=True), max_steps=20, use_cs=True)
+  metrics = est.evaluate(_input_fn(model, x, y), use_cs=True)
+  # The metric compiled into the Keras model is in the Estimator's metrics, named as Keras does.
+  assert 0.0 <= metrics["accuracy"] <= 1.0 and "loss" in metrics
+  assert keras_eval["accuracy"] <= metrics["accuracy"] + 1e-6  # 20 SGD steps improved it
+  preds = list(est.predict(_input_fn(model, x, y), use_cs=True))
+  assert len(preds) == len(x) and preds[0]["logits"].shape == (CLASSES,)
+  # The report names the Keras model and its layers.
+  with open(os.path.join(est.compile_dir, "plan.json")) as fh:
+    plan = json.load(fh)
+  report = open(os.path.join(est.compile_dir, "report.txt")).read()
+  assert "keras:func_clf" in report
+  for layer in ("hidden", "skip", "logits"):
+    assert layer in report, layer
+  assert plan["fits"]
+  export_dir = est.export_saved_model(
+      str(tmp_path / "export"),
+      tf.estimator.export.build_raw_serving_input_receiver_fn(
+          {"x": tf.zeros([1, DIM])}, default_batch_size=None))
+  loaded = tf.saved_model.load(export_dir.decode())
+  out = loaded.signatures["serving_default"](x=tf.constant(x[:2]))
+  assert out["logits"].shape == (2, CLASSES)
+
+
+def test_warm_start_uses_the_keras_weights(tmp_path):
+  """Zero steps of training: evaluation gives the Keras model's own loss on the same data."""
+  x, y = _data()
+  model = sequential()
+  model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)  # weights far from the initializer
+  expected = model.evaluate(x, y, batch_size=BATCH, verbose=0)[0]
+  est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path))
+  got = est.evaluate(_input_fn(model, x, y), use_cs=False, steps=STEPS)
+  # Evaluate without a checkpoint of its own reads none; train 0 steps writes step 0 first.
+  assert got["loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_keras_model_path_and_bad_input(tmp_path):
+  model = sequential()
+  path = str(tmp_path / "m.keras")
+  model.save(path)
+  est = CerebrasEstimator.from_keras_model(keras_model_path=path, config=_config(tmp_path))
+  assert est.compile(_input_fn(model, *_data()), validate_only=True).validate_only
+  with pytest.raises(ConfigError, match="not compiled"):
+    CerebrasEstimator.from_keras_model(tf.keras.Sequential([L.Dense(2)]))
+  with pytest.raises(ConfigError, match="exactly one"):
+    CerebrasEstimator.from_keras_model(model, keras_model_path=path)
