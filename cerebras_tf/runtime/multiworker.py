@@ -1,0 +1,182 @@
+"""Data parallel over the hosts of a TF_CONFIG cluster: MultiWorkerMirroredStrategy under
+tf.estimator, the way TensorFlow's own distribute coordinator runs it, plus cluster faults.
+
+Why tf.estimator stalls on its own (TF 2.15): `Estimator.train` supports MWMS only inside
+`train_and_evaluate`'s distribute coordinator. Without its *worker context*, every non-chief
+task builds a `WorkerSessionCreator` and waits for the chief to initialize variables that, in
+MWMS, each worker owns (they are mirrored, not shared), while the chief blocks in the first
+collective: nobody ever steps. With the worker context every task initializes (or restores)
+its own copy, initial values are broadcast from the chief, only the chief writes `model_dir`
+(the others save to `model_dir/tmp_worker_N`), and `Estimator.train` works unchanged.
+
+Faults TensorFlow leaves to the user, handled here:
+  * formation: a task that does not join within `FORMATION_TIMEOUT_S` is named
+    (`worker:1 (host:port)`), one line, instead of a wait of an hour;
+  * a peer that dies mid-run leaves the others blocked in a collective forever; a watch
+    thread probes the peers and ends this task with one line naming the lost one (the
+    checkpoints are written atomically by the chief, so the last one is intact);
+  * MWMS's coordination service installs a SIGTERM handler (the preemption notifier) that
+    swallows SIGTERM; the default action is restored, so SIGTERM stops a task.
+"""
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Iterator, List, Optional
+
+import tensorflow as tf
+from tensorflow.python.distribute import distribute_coordinator as dc
+from tensorflow.python.distribute import multi_worker_util
+from tensorflow.python.eager import context as eager_context
+from tensorflow.tsl.protobuf import coordination_config_pb2
+
+from cerebras_tf.errors import ConfigError
+from cerebras_tf.runtime import tf_config
+
+TRAINING_JOBS = ("chief", "worker")
+# How long a task waits for every other task to join the cluster.
+FORMATION_TIMEOUT_S = float(os.environ.get("CEREBRAS_TF_FORMATION_TIMEOUT_S", 120))
+# A peer is gone when its port refuses connections this long while this task trains.
+PEER_LOST_S = float(os.environ.get("CEREBRAS_TF_PEER_LOST_S", 5))
+EXIT_PEER_LOST = 3
+
+
+def training_tasks(cluster: tf_config.TFConfig) -> List[str]:
+  """`job:index (host:port)` of every task that trains, chief first."""
+  return [f"{job}:{i} ({address})" for job in TRAINING_JOBS
+          for i, address in enumerate(cluster.cluster.get(job, []))]
+
+
+def _reachable(address: str, timeout: float = 1.0) -> bool:
+  host, port = address.rsplit(":", 1)
+  try:
+    with socket.create_connection((host, int(port)), timeout=timeout):
+      return True
+  except OSError:
+    return False
+
+
+def _missing(cluster: tf_config.TFConfig) -> List[str]:
+  """Training tasks (other than this one) whose server does not answer."""
+  me = cluster.task
+  return [t for t in training_tasks(cluster)
+          if t != me and not _reachable(t.split("(", 1)[1].rstrip(")"))]
+
+
+def strategy(cluster: tf_config.TFConfig,
+             formation_timeout_s: float = FORMATION_TIMEOUT_S) -> tf.distribute.Strategy:
+  """MultiWorkerMirroredStrategy for this task; returns once every training task joined.
+
+  Raises:
+    ConfigError: a task did not join within `formation_timeout_s` (names it) or this task's
+      address cannot be served.
+  """
+  spec = multi_worker_util.normalize_cluster_spec(
+      {job: cluster.cluster[job] for job in TRAINING_JOBS if job in cluster.cluster})
+  ctx = eager_context.context()
+  if ctx.coordination_service is None:
+    # MWMS would configure the same service with a one-hour registration timeout.
+    ctx.configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        cluster_register_timeout_in_ms=int(formation_timeout_s * 1000),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name=job,
+                                                                 num_tasks=spec.num_tasks(job))
+                          for job in TRAINING_JOBS if job in spec.jobs])
+  result = {}
+
+  def build():
+    try:
+      result["strategy"] = tf.distribute.MultiWorkerMirroredStrategy(
+          cluster_resolver=tf.distribute.cluster_resolver.SimpleClusterResolver(
+              spec, task_type=cluster.task_type, task_id=cluster.task_index, rpc_layer="grpc"))
+    except Exception as e:  # pylint: disable=broad-except  # reported below with the names
+      result["error"] = e
+
+  # Formation blocks inside TensorFlow's C++ (no timeout of its own before registration
+  # times out); build in a thread so the wait can name who is missing.
+  thread = threading.Thread(target=build, daemon=True, name="cerebras_tf-formation")
+  thread.start()
+  thread.join(formation_timeout_s)
+  if thread.is_alive() or "error" in result:
+    missing = _missing(cluster)
+    error = result.get("error")
+    why = (" ".join(str(getattr(error, "message", error)).split())[:200]
+           if error is not None else "")
+    who = ", ".join(missing) if missing else "a task"
+    raise ConfigError(
+        f"cluster formation: {who} did not join within {formation_timeout_s:.0f}s "
+        f"(this task is {cluster.task}); start the same command on every host of TF_CONFIG "
+        f"and check that the ports are open" + (f" [{why}]" if why and not missing else ""))
+  # The coordination service's preemption notifier catches SIGTERM and keeps the process
+  # alive; a user (or the launcher) that sends SIGTERM means stop.
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  return result["strategy"]
+
+
+class PeerWatch:
+  """Ends this task, with one line, when another training task stops answering mid-run.
+
+  A collective op waits for a dead peer forever (MonitoredSession retries on Unavailable),
+  so there is no error to catch: the watch probes each peer's port once a second.
+  """
+
+  def __init__(self, cluster: tf_config.TFConfig, model_dir: str,
+               lost_after_s: float = PEER_LOST_S,
+               exit_fn: Callable[[int], None] = os._exit):  # pylint: disable=protected-access
+    self._peers = [t for t in training_tasks(cluster) if t != cluster.task]
+    self._me = cluster.task
+    self._model_dir = model_dir
+    self._lost_after_s = lost_after_s
+    self._exit = exit_fn
+    self._stop = threading.Event()
+    self._thread: Optional[threading.Thread] = None
+
+  def start(self) -> "PeerWatch":
+    self._thread = threading.Thread(target=self._run, daemon=True, name="cerebras_tf-peers")
+    self._thread.start()
+    return self
+
+  def stop(self) -> None:
+    self._stop.set()
+    if self._thread is not None:
+      self._thread.join(5)
+
+  def _run(self) -> None:
+    down_since = {}
+    while not self._stop.wait(1.0):
+      now = time.monotonic()
+      for peer in self._peers:
+        if _reachable(peer.split("(", 1)[1].rstrip(")")):
+          down_since.pop(peer, None)
+          continue
+        down_since.setdefault(peer, now)
+        if now - down_since[peer] >= self._lost_after_s and not self._stop.is_set():
+          latest = tf.train.latest_checkpoint(self._model_dir)
+          print(f"error: {peer} left the cluster (not reachable for {self._lost_after_s:.0f}s); "
+                f"{self._me} stops too. Checkpoints in {self._model_dir} are intact (latest: "
+                f"{os.path.basename(latest) if latest else 'none'}); rerun the same commands "
+                f"on every host to resume", file=sys.stderr, flush=True)
+          self._exit(EXIT_PEER_LOST)
+          return
+
+
+@contextlib.contextmanager
+def worker_context(dist: tf.distribute.Strategy, cluster: tf_config.TFConfig, model_dir: str,
+                   session_config) -> Iterator[None]:
+  """Runs `Estimator.train` as one task of the cluster (what train_and_evaluate's coordinator
+  does), with the peers watched."""
+  spec = multi_worker_util.normalize_cluster_spec(
+      {job: cluster.cluster[job] for job in TRAINING_JOBS if job in cluster.cluster})
+  ctx = dc._WorkerContext(dist, spec, cluster.task_type, cluster.task_index,  # pylint: disable=protected-access
+                          session_config=session_config, rpc_layer="grpc")
+  watch = PeerWatch(cluster, model_dir).start()
+  try:
+    with ctx:
+      yield
+  finally:
+    watch.stop()
