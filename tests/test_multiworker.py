@@ -290,7 +290,7 @@ def test_print_tf_config_gives_every_host_its_task():
 def test_each_worker_takes_every_nth_batch():
   ds = tf.data.Dataset.range(12).batch(2)
   ctx = lambda k: tf.distribute.InputContext(3, k, 1)  # noqa: E731
-  got = [[b.tolist() for b in strategies.shard_for_input_pipeline(ds, ctx(k)).take(2)]
+  got = [[b.numpy().tolist() for b in strategies.shard_for_input_pipeline(ds, ctx(k)).take(2)]
          for k in range(3)]
   # step 1 of 3 workers sees batches 0, 1, 2: samples 0..5, the first global batch of 6.
   assert got == [[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]]
