@@ -213,9 +213,12 @@ def test_task_that_never_joins_is_named(tmp_path):
     _, err = proc.communicate(timeout=120)
   finally:
     _kill_groups([proc])
-  assert proc.returncode == 2, err[-3000:]
+  # TensorFlow forms the cluster holding the GIL: the watchdog process names the missing task
+  # and ends this one.
+  assert proc.returncode == -signal.SIGKILL, err[-3000:]
   assert re.search(rf"^error: cluster formation: worker:0 \({spec['worker'][0]}\) did not join "
                    r"within 5s \(this task is chief:0", err, re.M), err[-3000:]
+  assert not _group_members(proc.pid)  # the watchdog is gone too
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ its own copy, initial values are broadcast from the chief, only the chief writes
 
 Faults TensorFlow leaves to the user, handled here:
   * formation: a task that does not join within `FORMATION_TIMEOUT_S` is named
-    (`worker:1 (host:port)`), one line, instead of a wait of an hour;
+    (`worker:1 (host:port)`), one line, instead of a wait of an hour (runtime/peers.py);
   * a peer that dies mid-run leaves the others blocked in a collective forever; a watch
     thread probes the peers and ends this task with one line naming the lost one (the
     checkpoints are written atomically by the chief, so the last one is intact);
@@ -22,11 +22,11 @@ Faults TensorFlow leaves to the user, handled here:
 import contextlib
 import os
 import signal
-import socket
+import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_coordinator as dc
@@ -35,9 +35,8 @@ from tensorflow.python.eager import context as eager_context
 from tensorflow.tsl.protobuf import coordination_config_pb2
 
 from cerebras_tf.errors import ConfigError
-from cerebras_tf.runtime import tf_config
+from cerebras_tf.runtime import peers, tf_config
 
-TRAINING_JOBS = ("chief", "worker")
 # How long a task waits for every other task to join the cluster.
 FORMATION_TIMEOUT_S = float(os.environ.get("CEREBRAS_TF_FORMATION_TIMEOUT_S", 120))
 # A peer is gone when its port refuses connections this long while this task trains.
@@ -45,77 +44,48 @@ PEER_LOST_S = float(os.environ.get("CEREBRAS_TF_PEER_LOST_S", 5))
 EXIT_PEER_LOST = 3
 
 
-def training_tasks(cluster: tf_config.TFConfig) -> List[str]:
-  """`job:index (host:port)` of every task that trains, chief first."""
-  return [f"{job}:{i} ({address})" for job in TRAINING_JOBS
-          for i, address in enumerate(cluster.cluster.get(job, []))]
-
-
-def _reachable(address: str, timeout: float = 1.0) -> bool:
-  host, port = address.rsplit(":", 1)
-  try:
-    with socket.create_connection((host, int(port)), timeout=timeout):
-      return True
-  except OSError:
-    return False
-
-
-def _missing(cluster: tf_config.TFConfig) -> List[str]:
-  """Training tasks (other than this one) whose server does not answer."""
-  me = cluster.task
-  return [t for t in training_tasks(cluster)
-          if t != me and not _reachable(t.split("(", 1)[1].rstrip(")"))]
+def _training_spec(cluster: tf_config.TFConfig):
+  return multi_worker_util.normalize_cluster_spec(
+      {job: cluster.cluster[job] for job in peers.TRAINING_JOBS if job in cluster.cluster})
 
 
 def strategy(cluster: tf_config.TFConfig,
              formation_timeout_s: float = FORMATION_TIMEOUT_S) -> tf.distribute.Strategy:
   """MultiWorkerMirroredStrategy for this task; returns once every training task joined.
 
-  Raises:
-    ConfigError: a task did not join within `formation_timeout_s` (names it) or this task's
-      address cannot be served.
+  A task that does not join within `formation_timeout_s` is named on stderr by a watchdog
+  process, which then ends this one (TensorFlow forms the cluster holding the GIL, and its
+  own registration timeout did not fire in a 40 s probe).
   """
-  spec = multi_worker_util.normalize_cluster_spec(
-      {job: cluster.cluster[job] for job in TRAINING_JOBS if job in cluster.cluster})
+  spec = _training_spec(cluster)
   ctx = eager_context.context()
   if ctx.coordination_service is None:
-    # MWMS would configure the same service with a one-hour registration timeout.
+    # What MWMS would configure itself, with a registration timeout to match ours.
     ctx.configure_coordination_service(
         service_type="standalone",
         service_leader=multi_worker_util.coordination_leader(spec),
         cluster_register_timeout_in_ms=int(formation_timeout_s * 1000),
         coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name=job,
                                                                  num_tasks=spec.num_tasks(job))
-                          for job in TRAINING_JOBS if job in spec.jobs])
-  result = {}
-
-  def build():
-    try:
-      result["strategy"] = tf.distribute.MultiWorkerMirroredStrategy(
-          cluster_resolver=tf.distribute.cluster_resolver.SimpleClusterResolver(
-              spec, task_type=cluster.task_type, task_id=cluster.task_index, rpc_layer="grpc"))
-    except Exception as e:  # pylint: disable=broad-except  # reported below with the names
-      result["error"] = e
-
-  # Formation blocks inside TensorFlow's C++ (no timeout of its own before registration
-  # times out); build in a thread so the wait can name who is missing.
-  thread = threading.Thread(target=build, daemon=True, name="cerebras_tf-formation")
-  thread.start()
-  thread.join(formation_timeout_s)
-  if thread.is_alive() or "error" in result:
-    missing = _missing(cluster)
-    error = result.get("error")
-    why = (" ".join(str(getattr(error, "message", error)).split())[:200]
-           if error is not None else "")
-    who = ", ".join(missing) if missing else "a task"
-    raise ConfigError(
-        f"cluster formation: {who} did not join within {formation_timeout_s:.0f}s "
-        f"(this task is {cluster.task}); start the same command on every host of TF_CONFIG "
-        f"and check that the ports are open" + (f" [{why}]" if why and not missing else ""))
+                          for job in peers.TRAINING_JOBS if job in spec.jobs])
+  watchdog = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, "-m", "cerebras_tf.runtime.peers", "--formation_watch", str(os.getpid()),
+       str(formation_timeout_s)], stdin=subprocess.PIPE,
+      cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  try:
+    dist = tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=tf.distribute.cluster_resolver.SimpleClusterResolver(
+            spec, task_type=cluster.task_type, task_id=cluster.task_index, rpc_layer="grpc"))
+  except tf.errors.OpError as e:
+    raise ConfigError(f"{peers.formation_message(cluster, formation_timeout_s)} "
+                      f"[{' '.join(e.message.split())[:200]}]") from None
+  finally:
+    watchdog.stdin.close()
+    watchdog.wait()
   # The coordination service's preemption notifier catches SIGTERM and keeps the process
   # alive; a user (or the launcher) that sends SIGTERM means stop.
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  return result["strategy"]
+  return dist
 
 
 class PeerWatch:
@@ -128,7 +98,7 @@ class PeerWatch:
   def __init__(self, cluster: tf_config.TFConfig, model_dir: str,
                lost_after_s: float = PEER_LOST_S,
                exit_fn: Callable[[int], None] = os._exit):  # pylint: disable=protected-access
-    self._peers = [t for t in training_tasks(cluster) if t != cluster.task]
+    self._peers = [t for t in peers.training_tasks(cluster) if t != cluster.task]
     self._me = cluster.task
     self._model_dir = model_dir
     self._lost_after_s = lost_after_s
@@ -151,7 +121,7 @@ class PeerWatch:
     while not self._stop.wait(1.0):
       now = time.monotonic()
       for peer in self._peers:
-        if _reachable(peer.split("(", 1)[1].rstrip(")")):
+        if peers.reachable(peers.address_of(peer)):
           down_since.pop(peer, None)
           continue
         down_since.setdefault(peer, now)
@@ -170,8 +140,7 @@ def worker_context(dist: tf.distribute.Strategy, cluster: tf_config.TFConfig, mo
                    session_config) -> Iterator[None]:
   """Runs `Estimator.train` as one task of the cluster (what train_and_evaluate's coordinator
   does), with the peers watched."""
-  spec = multi_worker_util.normalize_cluster_spec(
-      {job: cluster.cluster[job] for job in TRAINING_JOBS if job in cluster.cluster})
+  spec = _training_spec(cluster)
   ctx = dc._WorkerContext(dist, spec, cluster.task_type, cluster.task_index,  # pylint: disable=protected-access
                           session_config=session_config, rpc_layer="grpc")
   watch = PeerWatch(cluster, model_dir).start()

@@ -24,7 +24,7 @@ import tensorflow as tf
 from cerebras_tf.core import batching, plans
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import cluster as cluster_lib
-from cerebras_tf.runtime import multiworker
+from cerebras_tf.runtime import multiworker, peers
 from cerebras_tf.runtime import tf_config
 
 
@@ -153,7 +153,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
     cluster = tf_config.current()
     dist = multiworker.strategy(cluster)
     new = config.replace(train_distribute=dist, session_config=session_config(local))
-    where = (f"{cluster.task} of {', '.join(multiworker.training_tasks(cluster))}; "
+    where = (f"{cluster.task} of {', '.join(peers.training_tasks(cluster))}; "
              + ", ".join(dist.extended.worker_devices))
     description = (f"{strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
                    f"samples over {b.num_workers} worker(s); {where}")
