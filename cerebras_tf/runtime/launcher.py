@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import cluster as cluster_lib
+from cerebras_tf.runtime import tf_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_PORT = 2222  # TF's customary task port
@@ -45,13 +46,7 @@ def cluster_spec(hosts: Sequence[str], ps_hosts: Sequence[str] = (),
     spec["worker"] = [address(h) for h in hosts[1:]]
   if ps_hosts:
     spec["ps"] = [address(h) for h in ps_hosts]
-  seen = {}
-  for job, addresses in spec.items():
-    for i, a in enumerate(addresses):
-      if a in seen:
-        raise ConfigError(f"{job}:{i} and {seen[a]} have the same address {a}; give two tasks "
-                          "on one host different ports (host:port)")
-      seen[a] = f"{job}:{i}"
+  tf_config.parse(tf_config_for(spec, "chief", 0))  # the checks every task will make
   return spec
 
 
