@@ -3,9 +3,11 @@ MultiWorkerMirroredStrategy), the same MLP, global batch and seed.
 
     python benchmarks/bench_multiworker.py [--steps 300] [--batch 48] [--workers 1,2,3]
 
-Per worker count: host examples/s (the chief's steady-state step time, steps after the first
-20, global batch / mean step seconds), overhead per step against one worker, and the per-step
-loss agreement with the 1-worker run (max relative difference over all steps). Beside it, the
+Per worker count, two runs: one of --steps steps logged every 100 (host examples/s = global
+batch x the chief's last `global_step/sec`, steps 200..300; overhead per step against one
+worker), one of --agree_steps steps logged every step (per-step loss agreement with the
+1-worker run: max relative difference). 1 worker = a TF_CONFIG with only a chief, which trains
+as one process does (2 MirroredStrategy replicas on 2 cores). Beside it, the
 simulated engine's scaling for the same model and global batch over 1..3 CS-2 systems (weight
 streaming, `run.py --compile_only`). On 2 shared cores more workers cannot be faster; the
 columns that matter are the loss agreement and the all-reduce overhead per step.
@@ -22,32 +24,42 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  pylint: disable=wrong-import-position
 
-WARMUP = 20
+LOG_EVERY = 100
 
 
-def _flags(model_dir, steps, batch):
+def _flags(model_dir, steps, batch, log_every):
   return ["--params", "configs/params_mlp.yaml", "--model_dir", model_dir,
           "--max_steps", str(steps), "--params_override", f"train_input.batch_size={batch}",
-          "--params_override", "runconfig.log_step_count_steps=1",
+          "--params_override", f"runconfig.log_step_count_steps={log_every}",
           "--params_override", f"runconfig.save_checkpoints_steps={steps}",
           "--params_override", "runconfig.op_determinism=true",
           "--execution_strategy", "multi_replica"]
 
 
-def run_workers(n, steps, batch, out_dir):
-  """(losses [steps], seconds per step [steps]) of the chief of an n-worker cluster."""
+def _launch(n, flags):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=common.ROOT)
-  model_dir = os.path.join(out_dir, f"w{n}")
-  proc = subprocess.run([sys.executable, "scripts/launch.py", "--workers", str(n), "--",
-                         *_flags(model_dir, steps, batch)], cwd=common.ROOT, env=env,
-                        capture_output=True, text=True, timeout=1800)
+  proc = subprocess.run([sys.executable, "scripts/launch.py", "--workers", str(n), "--", *flags],
+                        cwd=common.ROOT, env=env, capture_output=True, text=True, timeout=1800)
   if proc.returncode != 0:
     raise SystemExit(f"{n} workers failed:\n{proc.stdout[-3000:]}")
-  found = {int(s): (float(l), float(t or 0)) for l, s, t in re.findall(
-      r"\[chief:0\] .*loss = ([-\d.e]+), step = (\d+)(?: \(([\d.]+) sec\))?", proc.stdout)}
+  return proc.stdout
+
+
+def losses(n, steps, batch, out_dir):
+  """The chief's loss at every step of an n-worker cluster."""
+  out = _launch(n, _flags(os.path.join(out_dir, f"agree{n}"), steps, batch, 1))
+  found = {int(s): float(l) for l, s in
+           re.findall(r"\[chief:0\] .*loss = ([-\d.e]+), step = (\d+)", out)}
   assert sorted(found) == list(range(steps)), sorted(found)[-5:]
-  return (np.array([found[s][0] for s in range(steps)]),
-          np.array([found[s][1] for s in range(steps)]))
+  return np.array([found[s] for s in range(steps)])
+
+
+def steps_per_sec(n, steps, batch, out_dir):
+  """The chief's last global_step/sec (tf.estimator's StepCounterHook) of an n-worker run."""
+  out = _launch(n, _flags(os.path.join(out_dir, f"speed{n}"), steps, batch, LOG_EVERY))
+  rates = re.findall(r"\[chief:0\] .*global_step/sec: ([\d.]+)", out)
+  assert rates, out[-2000:]
+  return float(rates[-1])
 
 
 def simulated(n, batch):
@@ -66,28 +78,28 @@ def simulated(n, batch):
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--steps", type=int, default=300)
+  ap.add_argument("--agree_steps", type=int, default=30)
   ap.add_argument("--batch", type=int, default=48)
   ap.add_argument("--workers", default="1,2,3")
   ap.add_argument("--out", default=os.path.join(common.ROOT, "..", "runs", "bench_multiworker"))
   a = ap.parse_args(argv)
   counts = [int(x) for x in a.workers.split(",")]
   os.makedirs(a.out, exist_ok=True)
-  results = {n: run_workers(n, a.steps, a.batch, a.out) for n in counts}
+  agree = {n: losses(n, a.agree_steps, a.batch, a.out) for n in counts}
+  speed = {n: steps_per_sec(n, a.steps, a.batch, a.out) for n in counts}
   sims = {n: simulated(n, a.batch) for n in counts}
-  base_losses, base_secs = results[counts[0]]
-  base_step = float(np.mean(base_secs[WARMUP:]))
+  base = counts[0]
   rows = []
   for n in counts:
-    losses, secs = results[n]
-    step = float(np.mean(secs[WARMUP:]))
-    agree = float(np.max(np.abs(losses - base_losses) / np.abs(base_losses)))
-    rows.append([n, f"{a.batch // n}", f"{a.batch / step:,.0f}", f"{step * 1e3:.1f}",
-                 f"{(step - base_step) * 1e3:+.1f}", f"{agree:.1e}",
-                 f"{sims[n]:,.0f}", f"{sims[n] / sims[counts[0]]:.2f}x"])
-  print(f"machine: {common.machine()}; MLP (configs/params_mlp.yaml), global batch {a.batch}, "
-        f"{a.steps} steps, mean over steps {WARMUP}..{a.steps - 1}")
+    diff = float(np.max(np.abs(agree[n] - agree[base]) / np.abs(agree[base])))
+    overhead = (1 / speed[n] - 1 / speed[base]) * 1e3
+    rows.append([n, f"{a.batch // n}", f"{a.batch * speed[n]:,.0f}",
+                 f"{1e3 / speed[n]:.1f}", f"{overhead:+.1f}", f"{diff:.1e}",
+                 f"{sims[n]:,.0f}", f"{sims[n] / sims[base]:.2f}x"])
   common.print_table(
-      "Multi-worker data parallel on 127.0.0.1 vs the simulated engine",
+      f"Multi-worker data parallel on 127.0.0.1 vs the simulated engine (MLP 32-128-128-4, "
+      f"global batch {a.batch}; speed: steps {a.steps - LOG_EVERY}..{a.steps}; loss agreement: "
+      f"{a.agree_steps} steps; {common.machine()})",
       ["workers", "per-worker batch", "host examples/s", "ms/step", "overhead ms/step vs 1",
        "max rel. loss diff vs 1 worker", "engine samples/s (sim., n CS-2, WS)",
        "engine speedup (sim.)"], rows)
