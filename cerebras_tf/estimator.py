@@ -290,7 +290,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._config, self._train_distribution = cfg, cfg.train_distribute
     self._session_config, self._device_fn = cfg.session_config, cfg.device_fn
     try:
-      yield runtime
+      with runtime.scope():
+        yield runtime
     finally:
       self._config, self._train_distribution, self._session_config, self._device_fn = saved
 
@@ -302,6 +303,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
       out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config,
                                       input_context=input_context)
+      if "input_context" not in estimator_util.fn_args(input_fn):
+        out = strategies.shard_for_input_pipeline(out, input_context)
       _check_batch(out, per_replica_batch, self.cs_config)
       return out
     return wrapped

@@ -70,13 +70,16 @@ class LocalCluster:
   """
 
   def __init__(self, num_ps: int, log_dir: str, ready_timeout_s: float = READY_TIMEOUT_S,
-               ps_addresses: Optional[List[str]] = None):
+               ps_addresses: Optional[List[str]] = None, client_job: str = CLIENT_JOB,
+               client_address: Optional[str] = None):
     self.num_ps = num_ps
     self.log_dir = log_dir
     self.ready_timeout_s = ready_timeout_s
     self.external = ps_addresses is not None
+    self.client_job = client_job
+    # With TF_CONFIG the client is its own task (the ps tasks know it by that address).
     self.cluster: Dict[str, List[str]] = {
-        CLIENT_JOB: [f"127.0.0.1:{free_port()}"],
+        client_job: [client_address or f"127.0.0.1:{free_port()}"],
         "ps": list(ps_addresses) if ps_addresses else
               [f"127.0.0.1:{free_port()}" for _ in range(num_ps)]}
     self.procs: List[subprocess.Popen] = []
@@ -195,7 +198,8 @@ class Client:
     self.cluster = cluster.cluster
     self.local = cluster
     self.replicas = replicas
-    self._server = tf.distribute.Server(tf.train.ClusterSpec(self.cluster), job_name=CLIENT_JOB,
+    self.job = cluster.client_job
+    self._server = tf.distribute.Server(tf.train.ClusterSpec(self.cluster), job_name=self.job,
                                         task_index=0, start=True)
 
   @property
@@ -203,7 +207,7 @@ class Client:
     return self._server.target
 
   def device(self, k: int) -> str:
-    return f"/job:{CLIENT_JOB}/replica:0/task:0/device:CPU:{k}"
+    return f"/job:{self.job}/replica:0/task:0/device:CPU:{k}"
 
   def device_fn(self):
     """Variables (and so the optimizer's updates) round-robin on the ps tasks; compute here."""
@@ -214,9 +218,12 @@ class Client:
   def strategy(self, replicas: int):
     """Synchronous data parallelism over `replicas` devices; variables on ps task 0."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return tf.compat.v1.distribute.experimental.CentralStorageStrategy(
+    dist = tf.compat.v1.distribute.experimental.CentralStorageStrategy(
         compute_devices=[self.device(k) for k in range(replicas)],
         parameter_device="/job:ps/task:0/device:CPU:0")
+    # Its input pipeline defaults to /job:localhost; with TF_CONFIG this client is another job.
+    dist.extended._worker_device = self.device(0)  # pylint: disable=protected-access
+    return dist
 
 
 _CLIENT: Optional[Client] = None
@@ -236,7 +243,17 @@ def client_for(num_ps: int, log_dir: str, replicas: int) -> Client:
                         "or one whose weight servers died; start a new process to change it")
     return _CLIENT
   import atexit  # pylint: disable=import-outside-toplevel
-  local = LocalCluster(num_ps, log_dir, ps_addresses=ps_addresses_from_tf_config()).__enter__()
+  cfg = tf_config.current()
+  if cfg is None:
+    local = LocalCluster(num_ps, log_dir)
+  else:
+    if cfg.num_workers > 1:
+      raise ConfigError("weight_streaming over TF_CONFIG trains on one host: name one 'chief' "
+                        "(this client) and the weight servers in 'ps', no 'worker' tasks")
+    local = LocalCluster(num_ps, log_dir, ps_addresses=ps_addresses_from_tf_config(),
+                         client_job=cfg.task_type,
+                         client_address=cfg.cluster[cfg.task_type][cfg.task_index])
+  local.__enter__()
   atexit.register(local.close)
   try:
     _CLIENT = Client(local, replicas)

@@ -1,6 +1,7 @@
 """A generic TensorFlow task server (one ps task = one MemoryX weight server).
 
     python -m cerebras_tf.runtime.server --cluster JSON --job ps --index 0 [--parent PID]
+    TF_CONFIG=... python -m cerebras_tf.runtime.server        (a ps task of a real cluster)
 
 It holds variables and runs the optimizer ops the client places on it; it needs none of the
 user's code. It exits when its parent dies (so a killed run leaves no orphans) or on SIGTERM.
@@ -14,6 +15,9 @@ import sys
 import threading
 import time
 
+from cerebras_tf.errors import ConfigError
+from cerebras_tf.runtime import tf_config
+
 
 def _watch_parent(parent: int) -> None:
   while True:
@@ -24,11 +28,21 @@ def _watch_parent(parent: int) -> None:
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser()
-  ap.add_argument("--cluster", required=True)
-  ap.add_argument("--job", required=True)
-  ap.add_argument("--index", type=int, required=True)
+  ap.add_argument("--cluster", help="cluster JSON (default: TF_CONFIG's)")
+  ap.add_argument("--job", help="job name (default: TF_CONFIG's task.type)")
+  ap.add_argument("--index", type=int, help="task index (default: TF_CONFIG's task.index)")
   ap.add_argument("--parent", type=int, default=0)
   args = ap.parse_args(argv)
+  if args.cluster is None:
+    try:
+      cfg = tf_config.current()
+    except ConfigError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    if cfg is None:
+      print("error: give --cluster/--job/--index or set TF_CONFIG", file=sys.stderr)
+      return 2
+    args.cluster, args.job, args.index = json.dumps(cfg.cluster), cfg.task_type, cfg.task_index
   if args.parent:
     threading.Thread(target=_watch_parent, args=(args.parent,), daemon=True).start()
   signal.signal(signal.SIGTERM, lambda *_: os._exit(0))

@@ -14,14 +14,17 @@ before the runtime starts; the default all-reduce can hang across logical CPUs, 
 goes to one device; a session_config hides the logical devices unless it sets device_count.
 """
 
+import contextlib
 import dataclasses
 import os
+from typing import Callable, ContextManager
 
 import tensorflow as tf
 
 from cerebras_tf.core import batching, plans
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import cluster as cluster_lib
+from cerebras_tf.runtime import multiworker, peers
 from cerebras_tf.runtime import tf_config
 
 
@@ -118,6 +121,8 @@ class Runtime:
   replicas: int              # data-parallel replicas of this worker
   per_replica_batch: int     # what each input_fn call must return
   description: str
+  # Entered around Estimator.train: the cluster's worker context (multi-worker), else nothing.
+  scope: Callable[[], ContextManager] = contextlib.nullcontext
 
 
 def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
@@ -144,9 +149,20 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
                          session_creation_timeout_secs=cluster_lib.SESSION_TIMEOUT_S,
                          **placement)
     where = f"{len(client.cluster['ps'])} weight server(s) {', '.join(client.cluster['ps'])}"
-  elif multi_worker or local > 1:
-    dist = (tf.distribute.MultiWorkerMirroredStrategy() if multi_worker
-            else mirrored_strategy(local))
+  elif multi_worker:
+    cluster = tf_config.current()
+    dist = multiworker.strategy(cluster)
+    new = config.replace(train_distribute=dist, session_config=session_config(local))
+    where = (f"{cluster.task} of {', '.join(peers.training_tasks(cluster))}; "
+             + ", ".join(dist.extended.worker_devices))
+    description = (f"{strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
+                   f"samples over {b.num_workers} worker(s); {where}")
+    tf.compat.v1.logging.info("cerebras_tf: %s", description)
+    return Runtime(new, local, b.per_host_replica, description,
+                   scope=lambda: multiworker.worker_context(dist, cluster, model_dir,
+                                                            new.session_config))
+  elif local > 1:
+    dist = mirrored_strategy(local)
     new = config.replace(train_distribute=dist, session_config=session_config(local))
     where = ", ".join(dist.extended.worker_devices)
   else:
@@ -155,3 +171,17 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
                  f"samples over {b.num_workers} worker(s); {where}")
   tf.compat.v1.logging.info("cerebras_tf: %s", description)
   return Runtime(new, local, b.per_host_replica, description)
+
+
+def shard_for_input_pipeline(dataset, input_context):
+  """This worker's share of an input_fn's per-replica batches, for an input_fn that does not
+  take `input_context` itself.
+
+  Each worker runs the input_fn; taking every n-th batch (worker k: batches k, k+n, ...) makes
+  one step of n workers see the same samples as one step of one process with the same global
+  batch and seed.
+  """
+  if (input_context is None or input_context.num_input_pipelines <= 1
+      or not isinstance(dataset, tf.data.Dataset)):
+    return dataset
+  return dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)

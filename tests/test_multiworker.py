@@ -1,0 +1,300 @@
+"""Multi-worker training over TF_CONFIG, as separate processes on 127.0.0.1.
+
+* 2 and 3 workers (scripts/launch.py, MultiWorkerMirroredStrategy) and weight streaming with
+  its MemoryX weight servers as ps tasks of the cluster train to the per-step losses of one
+  process with the same global batch and seed;
+* a worker stopped mid-run (SIGTERM, which TF's preemption notifier would swallow) exits, the
+  chief stops within a bound with one line naming it, and the same commands resume from the
+  last checkpoint;
+* a task that never joins is named; SIGTERM on the launcher leaves no process behind.
+
+Every process runs in its own process group and is killed in a `finally`; every wait is bounded.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tensorflow as tf
+
+from cerebras_tf.errors import ConfigError
+from cerebras_tf.runtime import launcher, strategies, tf_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 8
+BATCH = 48  # splits over 1, 2 and 3 workers
+# float32 sums in another order (a collective all-reduce instead of one device's sum) differ
+# in the last bits; Adam amplifies that a little. A wrong split (each worker on the same
+# samples, or a sum instead of a mean) moves step 1 by > 1%.
+RTOL = 1e-4
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+
+
+def _run_flags(model_dir, *extra, steps=STEPS):
+  return ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
+          "--max_steps", str(steps), "--params_override", f"train_input.batch_size={BATCH}",
+          "--params_override", "runconfig.log_step_count_steps=1",
+          "--params_override", "runconfig.op_determinism=true", *extra]
+
+
+def _losses(text, prefix=""):
+  found = {int(s): float(l) for l, s in
+           re.findall(re.escape(prefix) + r".*loss = ([-\d.e]+), step = (\d+)", text)}
+  assert sorted(found) == list(range(STEPS)), (sorted(found), text[-3000:])
+  return np.array([found[s] for s in range(STEPS)])
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat") as fh:
+      return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+def _group_members(pgid):
+  out = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[2]) == pgid and fields[0] != "Z":
+      out.append(int(pid))
+  return out
+
+
+def _kill_groups(procs):
+  for p in procs:
+    try:
+      os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+      pass
+    p.wait()
+
+
+def _launch(tmp_path, name, *args, timeout=300):
+  """scripts/launch.py ARGS, bounded; returns (exit code, output)."""
+  proc = subprocess.Popen([sys.executable, "scripts/launch.py", *args], cwd=ROOT, env=ENV,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+  try:
+    out, _ = proc.communicate(timeout=timeout)
+  finally:
+    _kill_groups([proc])
+  (tmp_path / f"{name}.log").write_text(out)
+  return proc.returncode, out
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+  model_dir = tmp_path_factory.mktemp("one")
+  proc = subprocess.run([sys.executable, "scripts/run.py",
+                         *_run_flags(model_dir, "--execution_strategy", "pipelined")],
+                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return _losses(proc.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [2, 3])
+def test_workers_train_to_the_losses_of_one_process(tmp_path, one_process, workers):
+  code, out = _launch(tmp_path, f"w{workers}", "--workers", str(workers), "--",
+                      *_run_flags(tmp_path / "m", "--execution_strategy", "multi_replica"))
+  assert code == 0, out[-4000:]
+  assert re.search(rf"\[chief:0\] .*multi_replica runtime: {workers} replica\(s\) of "
+                   rf"{BATCH // workers} samples over {workers} worker\(s\)", out), out[-3000:]
+  chief = _losses(out, "[chief:0]")
+  np.testing.assert_allclose(chief, one_process, rtol=RTOL)
+  for k in range(workers - 1):  # every worker steps with the same (all-reduced) loss
+    np.testing.assert_allclose(_losses(out, f"[worker:{k}]"), chief, rtol=1e-6)
+  # Only the chief writes model_dir; the others save into a scratch directory.
+  assert os.path.exists(tmp_path / "m" / f"model.ckpt-{STEPS}.index")
+  assert not os.path.exists(tmp_path / "m" / "tmp_chief_0")
+
+
+@pytest.mark.slow
+def test_weight_servers_on_other_hosts_train_to_the_losses_of_one_process(tmp_path,
+                                                                           one_process):
+  code, out = _launch(tmp_path, "ws", "--workers", "1", "--ps", "2", "--",
+                      *_run_flags(tmp_path / "m", "--execution_strategy", "weight_streaming",
+                                  "--num_wgt_servers", "2"))
+  assert code == 0, out[-4000:]
+  ps = re.findall(r"\[ps:(\d)\] cerebras_tf task ps:\d serving at grpc://(127\.0\.0\.1:\d+)", out)
+  assert sorted(i for i, _ in ps) == ["0", "1"], out[-3000:]
+  # The client used the cluster's weight servers, not local ones of its own.
+  assert re.search(r"2 weight server\(s\) " + ", ".join(a for _, a in sorted(ps)), out)
+  assert not os.path.exists(tmp_path / "m" / "cluster_logs")
+  np.testing.assert_allclose(_losses(out, "[chief:0]"), one_process, rtol=RTOL)
+
+
+def _task_procs(tmp_path, spec, flags, tag):
+  procs = {}
+  for job, i in launcher.tasks(spec):
+    name = f"{job}:{i}"
+    env = dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i))
+    procs[name] = subprocess.Popen(
+        [sys.executable, "scripts/run.py", *flags], cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, text=True,
+        stderr=open(tmp_path / f"{tag}_{job}{i}.err", "w"))  # pylint: disable=consider-using-with
+  return procs
+
+
+def _latest_step(model_dir):
+  state = model_dir / "checkpoint"
+  if not state.exists():
+    return -1
+  m = re.search(r'model\.ckpt-(\d+)"', state.read_text().split("\n")[0])
+  return int(m.group(1)) if m else -1
+
+
+@pytest.mark.slow
+def test_worker_stopped_mid_run_stops_the_chief_and_the_rerun_resumes(tmp_path):
+  model_dir = tmp_path / "m"
+  spec = launcher.local_spec(2)
+  flags = ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
+           "--execution_strategy", "multi_replica", "--max_steps", "100000",
+           "--params_override", "runconfig.save_checkpoints_steps=50",
+           "--params_override", "runconfig.log_step_count_steps=1000"]
+  procs = _task_procs(tmp_path, spec, flags, "first")
+  try:
+    deadline = time.monotonic() + 240
+    while _latest_step(model_dir) <= 0 and time.monotonic() < deadline \
+        and all(p.poll() is None for p in procs.values()):
+      time.sleep(0.1)
+    assert _latest_step(model_dir) > 0, (tmp_path / "first_chief0.err").read_text()[-3000:]
+    # SIGTERM: the coordination service's preemption notifier must not swallow it.
+    procs["worker:0"].send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert procs["worker:0"].wait(timeout=20) == -signal.SIGTERM
+    code = procs["chief:0"].wait(timeout=60)
+    stopped_after = time.monotonic() - t0
+  finally:
+    _kill_groups(procs.values())
+  err = (tmp_path / "first_chief0.err").read_text()
+  lines = [l for l in err.splitlines() if "left the cluster" in l]
+  assert code == 3 and len(lines) == 1, err[-3000:]
+  assert f"worker:0 ({spec['worker'][0]}) left the cluster" in lines[0]
+  assert stopped_after < 30  # peer lost after 5 s of refused connections, probed each second
+  step = _latest_step(model_dir)
+  assert step > 0 and f"model.ckpt-{step}" in lines[0]
+  # The same commands again, to a few steps further: both resume from that checkpoint.
+  flags[flags.index("100000")] = str(step + 20)
+  procs = _task_procs(tmp_path, spec, flags, "rerun")
+  try:
+    codes = {n: p.wait(timeout=240) for n, p in procs.items()}
+  finally:
+    _kill_groups(procs.values())
+  for name in ("chief0", "worker0"):
+    text = (tmp_path / f"rerun_{name}.err").read_text()
+    assert re.search(rf"Restoring parameters from .*model\.ckpt-{step}\b", text), text[-3000:]
+  assert codes == {"chief:0": 0, "worker:0": 0}
+  assert _latest_step(model_dir) == step + 20
+
+
+@pytest.mark.slow
+def test_task_that_never_joins_is_named(tmp_path):
+  spec = launcher.local_spec(2)
+  env = dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, "chief", 0),
+             CEREBRAS_TF_FORMATION_TIMEOUT_S="5")
+  proc = subprocess.Popen([sys.executable, "scripts/run.py",
+                           *_run_flags(tmp_path / "m", "--execution_strategy", "multi_replica")],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True)
+  try:
+    _, err = proc.communicate(timeout=120)
+  finally:
+    _kill_groups([proc])
+  # TensorFlow forms the cluster holding the GIL: the watchdog process names the missing task
+  # and ends this one.
+  assert proc.returncode == -signal.SIGKILL, err[-3000:]
+  assert re.search(rf"^error: cluster formation: worker:0 \({spec['worker'][0]}\) did not join "
+                   r"within 5s \(this task is chief:0", err, re.M), err[-3000:]
+  assert not _group_members(proc.pid)  # the watchdog is gone too
+
+
+@pytest.mark.slow
+def test_sigterm_on_the_launcher_stops_every_task(tmp_path):
+  proc = subprocess.Popen([sys.executable, "scripts/launch.py", "--workers", "2", "--",
+                           *_run_flags(tmp_path / "m", "--execution_strategy", "multi_replica",
+                                       steps=100000)],
+                          cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, start_new_session=True)
+  out, pids = "", []
+  try:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+      line = proc.stdout.readline()
+      out += line
+      pids += [int(p) for p in re.findall(r"pid (\d+)", line) if line.startswith("launch:")]
+      if "[worker:0]" in line and "loss = " in line:
+        break
+    assert len(pids) == 2 and proc.poll() is None, out[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    out += rest
+  finally:
+    _kill_groups([proc])
+  assert proc.returncode == 143, out[-3000:]
+  assert "launch: SIGTERM received; stopping every task" in out
+  assert not [p for p in pids if _alive(p)]
+  assert not [m for p in pids for m in _group_members(p)]
+
+
+@pytest.mark.parametrize("cluster,task,fragment", [
+    ({"worker": ["a:1", "b:1"]}, {"type": "worker", "index": 0}, "and no chief"),
+    ({"chief": ["a:1"], "worker": ["b:1"]}, {"type": "worker", "index": 1},
+     "task.index 1 must be an int from 0 to 0"),
+    ({"chief": ["a:1"], "worker": ["a:1"]}, {"type": "worker", "index": 0},
+     "worker:0 and chief:0 have the same address a:1")])
+def test_bad_cluster_is_one_line(cluster, task, fragment):
+  with pytest.raises(ConfigError, match=re.escape(fragment)) as err:
+    tf_config.parse(json.dumps({"cluster": cluster, "task": task}))
+  assert "\n" not in str(err.value)
+
+
+def test_bad_cluster_exits_2_before_tensorflow_starts():
+  env = dict(ENV, TF_CONFIG=json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                                        "task": {"type": "worker", "index": 0}}))
+  proc = subprocess.run([sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
+                         "--model_dir", "/tmp/unused-cerebras-tf", "--max_steps", "1"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert [l for l in proc.stderr.splitlines() if "error" in l.lower()] == [
+      "error: TF_CONFIG names 2 worker(s) and no chief: tf.estimator needs one 'chief' task "
+      "(it writes checkpoints); make the first worker the chief, e.g. scripts/launch.py "
+      "--print_tf_config"]
+
+
+def test_print_tf_config_gives_every_host_its_task():
+  out = subprocess.run([sys.executable, "scripts/launch.py", "--print_tf_config", "h0", "h1:3000",
+                        "--ps_hosts", "h2"], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=60).stdout
+  configs = [json.loads(line.split("=", 1)[1].strip("'")) for line in out.splitlines()
+             if line.startswith("export TF_CONFIG=")]
+  cluster = {"chief": ["h0:2222"], "worker": ["h1:3000"], "ps": ["h2:2222"]}
+  assert [c["cluster"] for c in configs] == [cluster] * 3
+  assert [c["task"] for c in configs] == [{"type": "chief", "index": 0},
+                                          {"type": "worker", "index": 0},
+                                          {"type": "ps", "index": 0}]
+  for c in configs:  # what each host would be given parses as that task
+    parsed = tf_config.parse(json.dumps(c))
+    assert parsed.num_workers == 2 and parsed.ps == ["h2:2222"]
+
+
+def test_each_worker_takes_every_nth_batch():
+  ds = tf.data.Dataset.range(12).batch(2)
+  ctx = lambda k: tf.distribute.InputContext(3, k, 1)  # noqa: E731
+  got = [[b.numpy().tolist() for b in strategies.shard_for_input_pipeline(ds, ctx(k)).take(2)]
+         for k in range(3)]
+  # step 1 of 3 workers sees batches 0, 1, 2: samples 0..5, the first global batch of 6.
+  assert got == [[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]]
+  assert strategies.shard_for_input_pipeline(ds, None) is ds
