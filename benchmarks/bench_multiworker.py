@@ -48,8 +48,8 @@ def _launch(n, flags):
 def losses(n, steps, batch, out_dir):
   """The chief's loss at every step of an n-worker cluster."""
   out = _launch(n, _flags(os.path.join(out_dir, f"agree{n}"), steps, batch, 1))
-  found = {int(s): float(l) for l, s in
-           re.findall(r"\[chief:0\] .*loss = ([-\d.e]+), step = (\d+)", out)}
+  found = {int(s) - 1: float(l) for s, l in
+           re.findall(r"\[chief:0\] .*?step (\d+)(?:/\d+)?  loss (\S+)", out)}
   assert sorted(found) == list(range(steps)), sorted(found)[-5:]
   return np.array([found[s] for s in range(steps)])
 

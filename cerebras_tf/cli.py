@@ -25,6 +25,7 @@ from cerebras_tf.errors import CerebrasTFError, ConfigError
 from cerebras_tf import params as params_lib
 from cerebras_tf import runner
 from cerebras_tf import schema
+from cerebras_tf.runtime import tf_config
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
           "Flags override the YAML; --params_override SECTION.KEY=VALUE sets any params key.")
@@ -203,6 +204,15 @@ LOG_FILE = "cerebras_tf.log"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def log_file_name() -> str:
+  """cerebras_tf.log, or cerebras_tf.<task>.log for a cluster task other than the chief (the
+  tasks share the model_dir)."""
+  task = tf_config.current()
+  if task is None or task.task_type in (None, "chief"):
+    return LOG_FILE
+  return f"cerebras_tf.{task.task_type}{task.task_index}.log"
+
+
 class _LogFile(logging.FileHandler):
   """A log file in the model_dir, opened once the run has created that directory."""
 
@@ -231,7 +241,7 @@ def routed_logs(model_dir: str):
            list(logging.root.handlers), list(warn_logger.handlers), warn_logger.propagate)
   handlers = []
   if "://" not in model_dir:
-    to_file = _LogFile(os.path.join(model_dir, LOG_FILE))
+    to_file = _LogFile(os.path.join(model_dir, log_file_name()))
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     handlers.append(to_file)
   out = logging.StreamHandler(sys.stdout)
