@@ -178,10 +178,14 @@ class _CerebrasMethods:
     if self._last_compile is not None:
       self._raise_unless_fits(self._last_compile)
 
-  def _checkpoint_for(self, what: str, checkpoint_path) -> str:
+  def _checkpoint_for(self, what: str, checkpoint_path) -> Optional[str]:
+    """The checkpoint eval/predict will restore; None for a warm start (tf.estimator applies
+    `warm_start_from` there too, e.g. a Keras model's own weights). No source: refused."""
     if checkpoint_path:
       return checkpoint_path
     found = checkpoints.latest(self.model_dir)
+    if found is None and (self._warm_start_settings or self._init_checkpoint):
+      return None
     if found is None:
       raise ConfigError(f"{what}: no checkpoint in model_dir {self.model_dir}: nothing trained "
                         f"to {what}; train first, or check --model_dir (or pass "
@@ -320,7 +324,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
         # Before the session restores (and before a refused run writes anything).
         checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),
                                   self.model_dir)
-      elif self._init_checkpoint and mode == ModeKeys.TRAIN:
+      elif self._init_checkpoint:  # no checkpoint to restore: start from the matching ones
         checkpoints.init_matching(self._init_checkpoint)
       return spec
     return model_fn
