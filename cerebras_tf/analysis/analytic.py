@@ -276,6 +276,28 @@ def gpt3_xl(seq: int = 2048, batch: int = 512, **kw) -> ir.LayerGraph:
                                    name=kw.pop("name", "gpt3_xl"), **kw)
 
 
+def mlp_graph(sizes, batch: int, dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
+              optimizer: str = "adam", name: str = "mlp") -> ir.LayerGraph:
+  """A fully connected classifier: dense layers sizes[0] -> sizes[1] -> ... -> sizes[-1].
+
+  Per dense a -> b (ReLU after every layer but the last): 2*a*b FLOPs forward (+ b for the
+  ReLU); a*b + b params; keeps its b outputs. Host input: sizes[0] fp32 features and an int32
+  label per sample. Loss: softmax cross-entropy over sizes[-1] classes.
+  """
+  slots = _OPT_SLOTS[optimizer]
+  mk = lambda *a, **k: _layer(*a, weight_dtype_bytes=weight_dtype_bytes, slots=slots,
+                               dtype_bytes=dtype_bytes, **k)
+  layers: List[ir.Layer] = []
+  for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+    last = i == len(sizes) - 2
+    layers.append(mk(f"{name}/dense_{i}", "matmul", 2 * a * b, 0 if last else b, a * b + b, b,
+                     io_bytes=(a * 4 + _INT32) if i == 0 else 0.0))
+  layers.append(mk("loss", "loss", 0, (_SOFTMAX + 2) * sizes[-1], 0, sizes[-1],
+                   token_scaling="none"))
+  return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
+                       dtype_bytes=dtype_bytes, optimizer=optimizer, seq_len=0)
+
+
 def graph_from_params(params: dict, batch: Optional[int] = None) -> ir.LayerGraph:
   """An analytic graph from a params dict's `model` section (no TensorFlow).
 

@@ -1,0 +1,336 @@
+"""The honest error table: every figure of validation/published.yaml predicted by the simulator.
+
+Pure Python (no TensorFlow). For each published figure this builds the analytic LayerGraph of
+the measured model's shape (`graph_for`), plans it with the figure's execution mode, systems and
+batch, simulates it, and compares:
+
+  * throughput (samples/s, or eval samples/s): predicted vs published, error = pred / pub - 1;
+  * scaling / system ratios: the same ratio of two predictions;
+  * fit verdicts: the planner's fit decisions vs the published verdict (agree / disagree).
+
+Per set (calibration | validation, the registry's split, fixed before any fitting) it reports
+the median, mean and max |error| of the throughputs and the verdict agreement. `summary` also
+reports the "wafer-bound" subset: every throughput except those the registry's notes flagged
+as host-, input- or contention-bound before any constant was fitted (`HOST_BOUND`).
+
+Assumptions the registry leaves open (a batch it does not print, a shape it does not give) are
+in `ASSUMED` with their reasons, and printed beside the figure.
+"""
+
+import dataclasses
+import math
+import os
+import re
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+from cerebras_tf.analysis import analytic
+from cerebras_tf.compiler.plan import get_planner
+from cerebras_tf.core import batching, ir, plans
+from cerebras_tf.engine import perf, spec
+
+REGISTRY = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                         "validation", "published.yaml"))
+
+# Throughputs the registry's own notes (written with the registry, before any fitting) call
+# host-bound, input-bound or doubtful: listed in the table, left out of the "wafer-bound" stats.
+HOST_BOUND = {
+    "alcf-fcmnist-tf-early2022-cs2-pipelined": "tiny MLP: host/input-bound (registry notes)",
+    "alcf-fcmnist-tf-r110-cs2-pipelined": "tiny MLP: host/input-bound (registry notes)",
+    "alcf-fcmnist-tf-r171-cs2-pipelined": "tiny MLP: host/input-bound (registry notes)",
+    "alcf-fcmnist-pt-r171-cs2-pipelined": "tiny MLP: GlobalRate includes start-up (registry notes)",
+    "alcf-fcmnist-tf-r180-cs2-pipelined": "tiny MLP: host/input-bound (registry notes)",
+    "alcf-fcmnist-pt-r180-cs2-pipelined": "tiny MLP: GlobalRate includes start-up (registry notes)",
+    "alcf-fcmnist-pt-r203-cs2-ws": "tiny MLP: pure overhead measurement (registry notes)",
+    "aisci-bert-large-pt-r203-20240314-cs2-ws": "DOUBTFUL: 3.6x slower than the same run on the "
+                                                "ALCF page, contention (registry notes)",
+    "alcf-vit-base-pt-r240-cs2-ws": "ViT: input-pipeline bound, 5 steps (registry notes)",
+    "alcf-vit-base-pt-r25-cs3-ws": "ViT: input-pipeline bound (registry notes)",
+}
+
+# What the registry leaves open, and the value used here (with why).
+ASSUMED = {
+    "alcf-bert-large-eval-r25-cs3-ws": dict(
+        batch=1024, why="eval batch not printed; the sample's training batch (1024) assumed"),
+    "alcf-cerebras-gpt-111m-eval-r25-cs3-ws": dict(
+        batch=120, why="eval batch not printed; the run's training batch (48000 / 400) assumed"),
+    "handson-llama3-8b-msl2k-pt-r25-cs3-ws": dict(
+        batch=960, why="batch not printed; ~960 from step interval x rate (registry notes)"),
+    "seed003-bert-large-fits-on-wafer": dict(seq=128, batch=1024,
+                                             why="the ALCF sample's MSL 128, batch 1024"),
+    "seed004-gptj-6b-weight-streaming-single-cs2": dict(
+        batch=65, why="batch not given; modelzoo R1.7.1 default per system (65)"),
+    "genslm-25b-seq10240-single-cs2": dict(
+        batch=1, layers=55, hidden=6144, heads=64, ffn=24576, vocab=70,
+        why="shape not given: a GPT-NeoX-20B-style decoder (6144 wide, 64 heads) with 55 "
+            "layers = 25B params, codon vocabulary ~70; smallest batch (1)"),
+    "press-20b-nlp-single-cs2": dict(
+        batch=1, seq=2048, layers=44, hidden=6144, heads=64, ffn=24576, vocab=50432,
+        why="shape not given: GPT-NeoX-20B (44 x 6144, 64 heads, MSL 2048); batch 1"),
+    "alcf-llama3-8b-cs3-runs-ws": dict(batch=960, why="as the Llama-3-8B throughput figure"),
+}
+
+_PIPELINED, _WS = plans.PIPELINED, plans.WEIGHT_STREAMING
+
+
+def load(path: str = REGISTRY) -> Tuple[dict, ...]:
+  """The figures of the registry (a tuple of dicts, in file order)."""
+  with open(path) as fh:
+    return tuple(yaml.safe_load(fh)["figures"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Graphs of the published models.
+# ---------------------------------------------------------------------------------------------
+
+def _shape(fig: dict) -> dict:
+  m = dict(fig["model"])
+  for k, v in ASSUMED.get(fig["id"], {}).items():
+    if k not in ("batch", "why") and m.get(k) is None:
+      m[k] = v
+  if m.get("seq_len") is None and "seq" in ASSUMED.get(fig["id"], {}):
+    m["seq_len"] = ASSUMED[fig["id"]]["seq"]
+  return m
+
+
+def graph_for(model: dict, batch: int) -> ir.LayerGraph:
+  """The analytic graph of a registry `model` entry (family, layers, hidden, heads, ffn...).
+
+  Raises:
+    KeyError: a family this builder does not know (UNet: no shape published).
+  """
+  fam = model["family"]
+  L, h, n, f = model.get("layers"), model.get("hidden"), model.get("heads"), model.get("ffn")
+  s, v = model.get("seq_len"), model.get("vocab")
+  name = re.sub(r"[^a-z0-9]+", "_", str(model.get("name", fam)).lower()).strip("_")[:40]
+  if fam == "mlp":
+    nums = [int(x) for x in re.findall(r"\d+", model["name"].split(":", 1)[-1])]
+    if "784-" in model["name"]:
+      sizes = nums[:4]
+    else:  # PyTorch FC-MNIST: depth d, width w: 784 -> w, (d - 1) x w -> w, w -> 10
+      sizes = [784] + [h] * L + [10]
+    return analytic.mlp_graph(sizes, batch, name=name)
+  if fam == "bert":
+    return analytic.transformer_encoder_graph(L, h, n, f, s, v, batch, name=name)
+  if fam in ("esm2", "vit", "dit"):
+    # Encoders without BERT's heads: approximated by the BERT-style encoder graph.
+    return analytic.transformer_encoder_graph(L, h, n, f, s, v or 1000, batch,
+                                              max_position=max(512, s), name=name)
+  if fam in ("gpt", "gptj", "llama"):
+    gated = model.get("ffn_type") == "swiglu"
+    return analytic.transformer_decoder_graph(
+        L, h, n, int(f * 1.5) if gated else f, s, v, batch,
+        tied_embeddings=fam == "gpt", learned_positions=model.get("position") not in (
+            "rotary", "alibi"), name=name)
+  if fam in ("t5", "transformer"):
+    return analytic.transformer_seq2seq_graph(
+        model.get("encoder_layers") or L // 2, h, n, f, s, v, batch,
+        tgt_seq=model.get("tgt_seq_len"), name=name)
+  raise KeyError(f"no analytic graph for family {fam!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictions.
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Row:
+  """One figure: what was published, what the simulator says, and how far apart."""
+
+  id: str
+  kind: str
+  set: str
+  system: str
+  mode: str
+  family: str
+  published: object
+  predicted: object = None
+  error: Optional[float] = None        # pred / pub - 1 (numbers)
+  agree: Optional[bool] = None         # fit verdicts
+  detail: str = ""
+  host_bound: str = ""
+
+
+_ENGINES: Dict[str, object] = {}
+
+
+def engine(name: str, overrides: Optional[dict] = None):
+  """A cached EngineSpec, with calibration overrides (for fitting) applied."""
+  if name not in _ENGINES:
+    _ENGINES[name] = spec.load_engine(name)
+  e = _ENGINES[name]
+  return dataclasses.replace(e, **overrides) if overrides else e
+
+
+def _options(**kw) -> plans.PlanOptions:
+  known = {f.name for f in dataclasses.fields(plans.PlanOptions)}
+  return plans.PlanOptions(**{k: v for k, v in kw.items() if k in known})
+
+
+def run(graph, eng, strategy, batch, num_csx=1, **kw):
+  """(plan, performance or None) for one configuration."""
+  opts = _options(batch_size=batch, execution_strategy=strategy, num_csx=num_csx, **kw)
+  plan = get_planner(strategy).plan(graph, eng, opts)
+  return plan, (perf.simulate(plan, graph, eng, opts) if plan.fits else None)
+
+
+def _batch(fig) -> int:
+  return fig["batch_size"] or ASSUMED.get(fig["id"], {}).get("batch")
+
+
+def _release_options(fig) -> dict:
+  """R1.x weight streaming did not micro-batch by default (gradient accumulation was opt-in,
+  modelzoo RELEASE-NOTES 1.7.0/1.8.0; the R1.7.1 GPT-J config: 'batch size 512 doesn't fit');
+  R2.x picks micro-batches automatically ('Gradient accumulation picked micro batch size')."""
+  rel = str(fig.get("release") or "")
+  return {"micro_batching": not rel.startswith("R1.")}
+
+
+def predict_throughput(fig, overrides=None) -> Tuple[float, str]:
+  """(predicted samples/s, detail) for a throughput figure (0 when it does not fit)."""
+  model = _shape(fig)
+  batch = _batch(fig)
+  g = graph_for(model, batch)
+  eval_ = fig["unit"] == "samples_per_sec_eval"
+  kw = dict(_release_options(fig), phase="eval" if eval_ else "train")
+  plan, pf = run(g, engine(fig["system"], (overrides or {}).get(fig["system"])), fig["mode"],
+                 batch, fig["num_systems"], **kw)
+  if pf is None:
+    return 0.0, f"does not fit: {plan.reason}"
+  return pf.samples_per_sec, pf.bottleneck
+
+
+def _ratio_parts(fig, by_id) -> Tuple[dict, dict]:
+  ids = [i for i in re.findall(r"[a-z0-9][a-z0-9.-]+", fig["source"]) if i in by_id]
+  return by_id[ids[0]], by_id[ids[1]]
+
+
+def predict_ratio(fig, by_id, overrides=None) -> Tuple[float, str]:
+  """A scaling or CS-3/CS-2 ratio as the same ratio of two predictions."""
+  if fig["id"] == "seed004-bert-base-multireplica-1p7x":
+    g = analytic.bert_base(seq=128, batch=256)
+    e = engine("cs2", (overrides or {}).get("cs2"))
+    _, one = run(g, e, _PIPELINED, 256)
+    plan, many = run(g, e, plans.MULTI_REPLICA, 256)
+    return (many.samples_per_sec / one.samples_per_sec,
+            f"R={plan.num_replicas}; MSL 128, batch 256 assumed (cs2.yaml)")
+  a, b = _ratio_parts(fig, by_id)
+  pa, pb = predict_throughput(a, overrides)[0], predict_throughput(b, overrides)[0]
+  if fig["kind"] == "system_ratio":
+    pa, pb = pa / a["num_systems"], pb / b["num_systems"]
+  return (pa / pb if pb > 0 else math.inf), f"{a['id']} / {b['id']}"
+
+
+def _fits(graph, eng, strategy, batch, num_csx=1, **kw) -> Tuple[bool, str]:
+  try:
+    plan, _ = run(graph, eng, strategy, batch, num_csx, **kw)
+  except batching.BatchError as e:
+    return False, str(e)
+  return plan.fits, plan.reason
+
+
+def predict_fit(fig, overrides=None) -> Tuple[Optional[bool], str]:
+  """(does the simulator agree with the published verdict, detail); None = cannot predict."""
+  fid, unit, mode = fig["id"], fig["unit"], fig["mode"]
+  eng = engine(fig["system"], (overrides or {}).get(fig["system"]))
+  if unit == "max_params_pipelined":
+    # "Pipelined for models up to 1 billion parameters": GPT-3 XL (1.3B) at MSL 128 fits
+    # pipelined; GPT-3 2.7B (32 x 2560) at MSL 128 does not.
+    xl = analytic.gpt3_xl(seq=128, batch=256)
+    big = analytic.transformer_decoder_graph(32, 2560, 32, 10240, 128, 50257, 256,
+                                             tied_embeddings=True, name="gpt3_2p7b")
+    a, why_a = _fits(xl, eng, _PIPELINED, 256)
+    b, why_b = _fits(big, eng, _PIPELINED, 256)
+    return a and not b, f"1.3B@128: {why_a[:60]} | 2.7B@128: {why_b[:60]}"
+  if unit == "fits_with_room_for_replicas":
+    out, notes = True, []
+    for g in (analytic.bert_base(seq=128, batch=256), analytic.transformer_base(seq=256),
+              analytic.transformer_big(seq=256)):
+      plan, _ = run(g, eng, plans.MULTI_REPLICA, 256)
+      ok = plan.fits and plan.num_replicas > 1
+      out &= ok
+      notes.append(f"{g.name} R={plan.num_replicas if plan.fits else 0}")
+    return out, "; ".join(notes)
+  model = _shape(fig)
+  if model.get("layers") is None or model["family"] == "unet":
+    return None, "no shape published: not predicted"
+  batch = _batch(fig) or 256
+  kw = _release_options(fig)
+  g = graph_for(model, batch)
+  n = fig["num_systems"]
+  if unit == "does_not_fit":  # R1.7.1 GPT-J: 512 per system does not fit, the config's 65 does
+    no, why_no = _fits(g, eng, mode, batch, n, **kw)
+    yes, why_yes = _fits(graph_for(model, 65), eng, mode, 65, n, **kw)
+    return (not no) and yes, f"batch {batch}: {why_no[:70]} | 65: {why_yes[:50]}"
+  if unit in ("mode_used", "mode_supported") and fig["value"] in (
+      "needs_weight_streaming", "weight_streaming_only"):
+    pipe, why_p = _fits(g, eng, _PIPELINED, batch, 1)
+    ws, why_w = _fits(g, eng, _WS, batch, n, **kw)
+    return (not pipe) and ws, f"pipelined: {why_p[:60]} | ws: {why_w[:50]}"
+  ok, why = _fits(g, eng, mode, batch, n if mode == _WS else 1, **kw)
+  return ok == (fig["value"] == "fits"), why[:110]
+
+
+def evaluate(figs=None, overrides=None) -> List[Row]:
+  """One Row per figure of the registry (see the module docstring)."""
+  figs = load() if figs is None else figs
+  by_id = {f["id"]: f for f in figs}
+  rows = []
+  for f in figs:
+    r = Row(f["id"], f["kind"], f["set"], f["system"], f["mode"], f["model"]["family"],
+            f["value"], host_bound=HOST_BOUND.get(f["id"], ""))
+    if f["kind"] == "throughput":
+      r.predicted, r.detail = predict_throughput(f, overrides)
+      r.error = r.predicted / f["value"] - 1.0
+    elif f["kind"] in ("scaling_ratio", "system_ratio"):
+      r.predicted, r.detail = predict_ratio(f, by_id, overrides)
+      r.error = r.predicted / f["value"] - 1.0
+    else:
+      r.agree, r.detail = predict_fit(f, overrides)
+      r.predicted = {True: "agrees", False: "DISAGREES", None: "-"}[r.agree]
+    why = ASSUMED.get(f["id"], {}).get("why")
+    if why:
+      r.detail = f"{r.detail} [assumed: {why}]"
+    rows.append(r)
+  return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics.
+# ---------------------------------------------------------------------------------------------
+
+def log_error(r: Row) -> float:
+  """|ln(predicted / published)|; inf when the prediction is 0 (does not fit)."""
+  if r.error is None:
+    return math.nan
+  return abs(math.log(1.0 + r.error)) if r.error > -1.0 else math.inf
+
+
+def stats(rows: List[Row]) -> Dict[str, float]:
+  """n, median / mean / max |error| (as pred/pub - 1), median / max |ln error|, max factor."""
+  errs = [r for r in rows if r.error is not None]
+  if not errs:
+    return {"n": 0}
+  absrel = sorted(abs(r.error) for r in errs)
+  logs = sorted(log_error(r) for r in errs)
+  mid = lambda xs: (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2.0
+  return {"n": len(errs), "median_abs": mid(absrel), "mean_abs": sum(absrel) / len(absrel),
+          "max_abs": absrel[-1], "median_log": mid(logs), "max_log": logs[-1],
+          "max_factor": math.exp(logs[-1])}
+
+
+def summary(rows: List[Row]) -> Dict[str, Dict[str, Dict[str, float]]]:
+  """Per set: throughput stats (all, wafer-bound), ratio stats and fit agreement."""
+  out = {}
+  for s in ("calibration", "validation"):
+    mine = [r for r in rows if r.set == s]
+    thr = [r for r in mine if r.kind == "throughput"]
+    fits = [r for r in mine if r.kind == "fit" and r.agree is not None]
+    out[s] = {
+        "throughput": stats(thr),
+        "throughput_wafer": stats([r for r in thr if not r.host_bound]),
+        "ratio": stats([r for r in mine if r.kind in ("scaling_ratio", "system_ratio")]),
+        "fit": {"n": len(fits), "agree": sum(1 for r in fits if r.agree)},
+    }
+  return out
