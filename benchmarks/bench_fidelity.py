@@ -2,6 +2,7 @@
 
     python benchmarks/bench_fidelity.py            # the tables (markdown)
     python benchmarks/bench_fidelity.py --csv F    # also one CSV row per figure
+    python benchmarks/bench_fidelity.py --write-bands   # refresh engine/specs/fidelity_bands.yaml
 
 The split (calibration vs validation) is the registry's, fixed before any constant was fitted;
 constants are fitted on the calibration set only (cerebras_tf/analysis/fidelity.py, engine
@@ -60,6 +61,8 @@ def load_rows(path):
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--csv", default="", help="write one row per figure to this CSV file")
+  ap.add_argument("--write-bands", action="store_true",
+                  help="write the validation error bands report.txt quotes")
   a = ap.parse_args(argv)
   rows = fidelity.evaluate()
   body = []
@@ -108,6 +111,20 @@ def main(argv=None) -> int:
     print_table("Before issue 16 (commit 09edcf7, validation/baseline_09edcf7.csv) vs now: "
                 "median / mean |error| / worst factor",
                 ["set", "figures", "before", "now"], comp)
+  bands = fidelity.bands(rows)
+  print_table("Error bands report.txt quotes (validation set, wafer-bound; a prediction p "
+              "brackets the measurement in [p / (1 + highest), p / (1 + lowest)])",
+              ["class", "n", "median |error|", "lowest", "highest"],
+              [[b["class"], b["n"], f"{b['median_abs']:.1%}", f"{b['lowest']:+.1%}",
+                f"{b['highest']:+.1%}"] for b in bands])
+  if a.write_bands:
+    import yaml  # pylint: disable=import-outside-toplevel
+    from cerebras_tf.engine import report  # pylint: disable=import-outside-toplevel
+    with open(report.BANDS_PATH, "w") as fh:
+      fh.write("# Validation-set throughput errors by class of model, for report.txt's band.\n"
+               "# Written by `python benchmarks/bench_fidelity.py --write-bands`; checked by\n"
+               "# tests/engine/test_fidelity.py. error = predicted / published - 1.\n")
+      yaml.safe_dump({"classes": bands}, fh, sort_keys=False)
   v = s["validation"]["throughput"]
   print(f"\nacceptance (issue 16): validation throughput mean |error| {v['mean_abs']:.1%} "
         f"(goal <= 20%), worst {v['max_factor']:.2f}x off (goal <= 2x); wafer-bound: "

@@ -7,9 +7,11 @@
 The graph is NOT traced from the model code: it is built by cerebras_tf/analysis/analytic.py
 from the params' `model` section (hidden_size, num_hidden_layers, num_heads, filter_size;
 max_sequence_length (or max_source_length), vocab_size and batch_size from `model` or else
-`train_input`; for GPT, share_embedding_weights and position_embedding_type): `model.name:
-gpt...` gives a decoder-only LM, `bert...` an encoder with MLM/NSP heads, `transformer...` an
-encoder-decoder. So it runs in a second and needs no TensorFlow. The global batch stays fixed and is split across systems
+`train_input`; and the shape keys analytic.graph_from_params reads: num_kv_heads, head_dim,
+ffn_type / nonlinearity, norm_type, position_embedding_type, rotary_dim,
+share_embedding_weights, parallel_attention, use_bias): `model.name: gpt...` / `llama...`
+gives a decoder-only LM, `bert...` an encoder with MLM/NSP heads (`esm...` MLM only),
+`transformer...` / `t5...` an encoder-decoder. So it runs in a second and needs no TensorFlow. The global batch stays fixed and is split across systems
 (see cerebras_tf/analysis/scaling.py). Writes scaling.txt, scaling.json, scaling.png and a
 TensorBoard event file (tensorboard/) to --out (default: the current directory) and prints the
 table. Errors: one line, exit 2.
@@ -44,17 +46,6 @@ def graph_for(params, batch=None, name=None):
     if key not in model and found is not None:
       model[key] = found
   graph = analytic.graph_from_params(dict(params, model=model), batch=batch)  # checks the keys
-  if str(model.get("name", "")).lower().startswith("gpt"):
-    # graph_from_params builds an untied head with learned positions; the YAML says which.
-    graph = analytic.transformer_decoder_graph(
-        model["num_hidden_layers"], model["hidden_size"],
-        model.get("num_heads", model.get("num_attention_heads")),
-        model.get("filter_size", model.get("intermediate_size")),
-        model["max_sequence_length"], model["vocab_size"],
-        graph.captured_batch_size,
-        tied_embeddings=bool(model.get("share_embedding_weights", True)),
-        learned_positions=model.get("position_embedding_type", "learned") == "learned",
-        name=graph.name)
   return dataclasses.replace(graph, name=name) if name else graph
 
 

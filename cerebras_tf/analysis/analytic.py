@@ -1,56 +1,454 @@
-"""Analytic LayerGraphs for transformer shapes, from hand formulas (no TensorFlow).
+"""Analytic LayerGraphs for model shapes, from hand formulas (no TensorFlow).
 
-Used by tests, benchmarks and calibration: they give the planners a BERT- or GPT-shaped graph
-without tracing a model. The layer granularity follows what `lower.py` produces for the
-reference BERT (one layer per variable scope), so a 24-layer BERT-Large has about 150 layers.
+Used by tests, benchmarks, the fidelity table and calibration: they give the planners a graph
+of a published model's shape without tracing it. The graphs follow what `compiler/lower.py`
+produces for the reference models, so an analytic graph and a traced one price alike:
 
-Conventions (all per ONE sample; s = sequence length, h = hidden, f = ffn size):
-  * a dense layer [s, a] x [a, b] costs 2*s*a*b FLOPs forward (a multiply-add counts 2);
+  * one layer per variable scope (query, key, value, attention output, each norm, each FFN
+    matrix...), named as the reference models name their scopes;
+  * the attention core (scores, softmax, context: no weights) is its own layer, folded into
+    the layer before it (the value projection) when it has less than 1% of the forward FLOPs,
+    with its token-pair FLOPs kept as `pair_share` - lower.py's `_fold_small` rule;
+  * `activation_bytes` is lower.py's rule: the tensors a layer hands to other layers, per
+    sample (the block's residual sum included; a layer's own intermediates - softmax
+    probabilities, GELU pieces - are not kept; the loss hands on a scalar). Attention probabilities (heads x s x s) are
+    the core's `work_bytes`: needed while it runs, not kept.
+
+Conventions (per ONE sample; s = sequence length, h = hidden, f = ffn size, n = heads,
+kv = K/V heads, d = head size, a = n * d the attention width):
+  * a dense [s, x] x [x, y] costs 2*s*x*y FLOPs forward (a multiply-add counts 2);
   * backward costs 2x forward for matmuls (input gradient + weight gradient) and 1x forward
     for elementwise work (norms, softmax, activations);
-  * elementwise costs: layer norm 8 FLOPs/element, softmax 5, GELU 8, residual add 1;
+  * elementwise: layer norm 8 FLOPs/element, RMSNorm 5, softmax 5, GELU 8, SiLU 5, residual
+    add 1, rotary 3 per rotated element, relative-position bias add 1 per score;
   * weights, gradients and each optimizer slot are `weight_dtype_bytes` per parameter
     (fp32 master weights by default, like `lower.py`); Adam has 2 slots, momentum 1, sgd 0;
-  * activations kept for backward are the layer's output tensors in `dtype_bytes` (fp16);
-  * host input (io_bytes) is int32 token ids, segment ids and mask for s positions, plus the
-    masked-LM positions, ids and weights for `max_predictions` positions.
+  * activations in `dtype_bytes` (fp16/bf16: 2);
+  * host input (io_bytes) is int32 per token id / segment / mask, fp16 per pixel.
+
+The shape (`Shape`) covers what published runs use: grouped K/V heads (GQA: kv_heads < heads),
+an attention width other than hidden (head_dim), gated FFNs (SwiGLU / GeGLU: three matrices),
+RMSNorm, rotary / learned / fixed / relative (T5 bias) / no positions, biases on or off,
+GPT-J's parallel attention, tied or untied LM heads; encoders with BERT's MLM + NSP heads, MLM
+only (ESM-2: no NSP, no segment embeddings), a classifier (ViT), or DiT's adaLN blocks.
 """
 
-from typing import List, Optional
+import dataclasses
+from typing import Dict, List, Optional, Sequence
 
 from cerebras_tf.core import ir
 from cerebras_tf.errors import ParamsError
 
-_LN = 8.0      # FLOPs per element of a layer norm (mean, var, normalize, scale, shift)
+_LN = 8.0       # FLOPs per element of a layer norm (mean, var, normalize, scale, shift)
+_RMS = 5.0      # RMSNorm: square, mean, rsqrt, normalize, scale
 _SOFTMAX = 5.0  # FLOPs per element of a softmax
-_GELU = 8.0    # FLOPs per element of a tanh-approximated GELU
+_GELU = 8.0     # tanh-approximated GELU
+_SILU = 5.0     # x * sigmoid(x)
+_ROTARY = 3.0   # per rotated element: x*cos + rot(x)*sin
 _INT32 = 4
+_FOLD = 0.01    # lower.py's _FOLD_FLOPS_SHARE
 
 _OPT_SLOTS = {"adam": 2, "adamw": 2, "lamb": 2, "momentum": 1, "sgd": 0}
+FFN_TYPES = ("gelu", "relu", "swiglu", "geglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rotary", "fixed", "relative", "alibi", "none")
 
 
-def _layer(name, kind, mm_flops, ew_flops, params, acts, weight_dtype_bytes, slots,
-           dtype_bytes, io_bytes=0.0, token_scaling=None):
-  """One Layer from matmul FLOPs, elementwise FLOPs, params and activation elements.
+@dataclasses.dataclass(frozen=True)
+class Shape:
+  """A transformer stack's shape.
 
-  token_scaling defaults from the name: attention scores are "quadratic" in the real tokens,
-  the pooler / NSP / masked-LM heads and their loss work on a fixed number of positions
-  ("none"), everything else is position-wise ("linear").
+  Attributes:
+    layers, hidden, heads, ffn, seq, vocab: the usual.
+    kv_heads: K/V heads (grouped-query attention); None = heads.
+    head_dim: size of each head; None = hidden / heads. heads * head_dim is the attention
+      width, which may differ from hidden (T5-11B: 128 heads x 128 = 16384 on hidden 1024).
+    ffn_type: "gelu" | "relu" (two matrices) or "swiglu" | "geglu" (gated: three).
+    norm: "layernorm" | "rmsnorm".
+    position: "learned" (a table of max_position x hidden), "rotary" (rotary_dim per head),
+      "fixed" (sinusoidal), "relative" (T5: buckets x heads bias added to every score),
+      "alibi", "none".
+    rotary_dim: rotated features per head (None: the whole head).
+    relative_buckets: T5's relative-attention buckets.
+    max_position: rows of a learned position table (None: seq).
+    bias: dense layers have biases (LLaMA and T5 do not).
+    parallel_attention: GPT-J: attention and FFN both read one norm of x, one residual sum.
+    tied_embeddings: the output projection reuses the word embeddings.
+    pre_norm: norm before each sub-layer (GPT, LLaMA, ViT) or after the residual (BERT).
+    final_norm: a norm after the last block (pre-norm stacks).
   """
-  if token_scaling is None:
-    token_scaling = ("quadratic" if "/scores" in name or name.endswith("scores") else
-                     "none" if name.startswith("cls/") or name.endswith("/pooler") else "linear")
-  return ir.Layer(
-      name=name, kind=kind,
-      fwd_flops=float(mm_flops + ew_flops),
-      bwd_flops=float(2.0 * mm_flops + ew_flops),
-      num_params=int(params),
-      weight_bytes=int(params * weight_dtype_bytes),
-      grad_bytes=int(params * weight_dtype_bytes),
-      optimizer_bytes=int(params * weight_dtype_bytes * slots),
-      activation_bytes=float(acts * dtype_bytes),
-      io_bytes=float(io_bytes), token_scaling=token_scaling)
 
+  layers: int
+  hidden: int
+  heads: int
+  ffn: int
+  seq: int
+  vocab: int = 0
+  kv_heads: Optional[int] = None
+  head_dim: Optional[int] = None
+  ffn_type: str = "gelu"
+  norm: str = "layernorm"
+  position: str = "learned"
+  rotary_dim: Optional[int] = None
+  relative_buckets: int = 32
+  max_position: Optional[int] = None
+  bias: bool = True
+  parallel_attention: bool = False
+  tied_embeddings: bool = False
+  pre_norm: bool = True
+  final_norm: bool = True
+
+  def __post_init__(self):
+    for k in ("layers", "hidden", "heads", "ffn", "seq"):
+      v = getattr(self, k)
+      if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ParamsError(f"shape: {k} must be a positive integer, got {v!r}")
+    if self.ffn_type not in FFN_TYPES:
+      raise ParamsError(f"shape: ffn_type {self.ffn_type!r} is not one of {', '.join(FFN_TYPES)}")
+    if self.norm not in NORMS:
+      raise ParamsError(f"shape: norm {self.norm!r} is not one of {', '.join(NORMS)}")
+    if self.position not in POSITIONS:
+      raise ParamsError(f"shape: position {self.position!r} is not one of "
+                        f"{', '.join(POSITIONS)}")
+    if self.heads % self.n_kv:
+      raise ParamsError(f"shape: heads {self.heads} is not a multiple of kv_heads {self.n_kv}")
+    if self.head_dim is None and self.hidden % self.heads:
+      raise ParamsError(f"shape: hidden {self.hidden} is not a multiple of heads {self.heads}; "
+                        f"give head_dim")
+
+  @property
+  def n_kv(self) -> int:
+    return self.kv_heads or self.heads
+
+  @property
+  def d(self) -> int:
+    return self.head_dim or self.hidden // self.heads
+
+  @property
+  def width(self) -> int:
+    """Attention width: heads x head size."""
+    return self.heads * self.d
+
+  @property
+  def gated(self) -> bool:
+    return self.ffn_type in ("swiglu", "geglu")
+
+
+class _Builder:
+  """Collects layers as lower.py would see them, then folds and finalizes them."""
+
+  def __init__(self, dtype_bytes, weight_dtype_bytes, optimizer):
+    self.dt, self.wdt = dtype_bytes, weight_dtype_bytes
+    self.slots = _OPT_SLOTS[optimizer]
+    self.rows: List[Dict] = []
+
+  def add(self, name, mm=0.0, ew=0.0, params=0, acts=0.0, io=0.0, pair=0.0, work=0.0,
+          scaling=None):
+    """mm: matmul FLOPs (weights x activations and token-pair), ew: elementwise FLOPs; pair:
+    the token-pair share of mm (activation x activation); acts/work: elements per sample."""
+    self.rows.append(dict(name=name, mm=float(mm), ew=float(ew), params=int(params),
+                          acts=float(acts), io=float(io), pair=float(pair), work=float(work),
+                          scaling=scaling))
+
+  def graph(self, name, batch, optimizer, seq) -> ir.LayerGraph:
+    rows = self.rows
+    total = sum(r["mm"] + r["ew"] for r in rows) or 1.0
+    out: List[Dict] = []
+    for r in rows:  # lower.py: weightless layers under 1% of the forward FLOPs fold backward
+      if out and not r["params"] and r["mm"] + r["ew"] < _FOLD * total and not r["io"]:
+        keep = out[-1]
+        for k in ("mm", "ew", "acts", "io", "pair", "work"):
+          keep[k] += r[k]
+        continue
+      out.append(dict(r))
+    layers = []
+    for r in out:
+      fwd = r["mm"] + r["ew"]
+      kind = "matmul" if fwd and r["mm"] >= 0.5 * fwd else "elementwise" if fwd else "other"
+      if r["name"] == "loss" or r["name"].endswith("/loss"):
+        kind = "loss"
+      scaling = r["scaling"]
+      if scaling is None:
+        scaling = ("quadratic" if fwd and r["pair"] > 0.5 * fwd else
+                   "none" if r["name"].startswith("cls/") or r["name"].endswith("/pooler")
+                   else "linear")
+      p = r["params"]
+      layers.append(ir.Layer(
+          name=r["name"], kind=kind, fwd_flops=fwd, bwd_flops=2.0 * r["mm"] + r["ew"],
+          num_params=p, weight_bytes=p * self.wdt, grad_bytes=p * self.wdt,
+          optimizer_bytes=p * self.wdt * self.slots, activation_bytes=r["acts"] * self.dt,
+          io_bytes=r["io"], token_scaling=scaling,
+          pair_share=min(1.0, r["pair"] / fwd) if fwd and scaling != "quadratic" else 0.0,
+          work_bytes=r["work"] * self.dt))
+    return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
+                         dtype_bytes=self.dt, optimizer=optimizer, seq_len=seq)
+
+
+def _norm(b, name, sh, q, extra_acts=0.0):
+  """A norm over q positions of width h."""
+  per = _RMS if sh.norm == "rmsnorm" else _LN
+  b.add(name, ew=per * q * sh.hidden, params=(1 if sh.norm == "rmsnorm" else 2) * sh.hidden,
+        acts=q * sh.hidden + extra_acts)
+
+
+def _attention(b, pre, sh, q, kv_len=None, cross=False, self_scope="attention",
+               core_name=None, out_name="output", residual=True, bias_table=False):
+  """q/k/v projections, the core (scores, softmax, context) and the output projection.
+
+  q query positions attend to kv_len key positions (self-attention: kv_len = q).
+  """
+  h, n, kv, d = sh.hidden, sh.heads, sh.n_kv, sh.d
+  a, akv = n * d, kv * d
+  t = kv_len or q
+  bias = sh.bias
+  b.add(f"{pre}/{self_scope}/query", mm=2 * q * h * a, params=h * a + (a if bias else 0),
+        acts=q * a)
+  b.add(f"{pre}/{self_scope}/key", mm=2 * t * h * akv, params=h * akv + (akv if bias else 0),
+        acts=t * akv)
+  b.add(f"{pre}/{self_scope}/value", mm=2 * t * h * akv, params=h * akv + (akv if bias else 0),
+        acts=t * akv)
+  pair = 4.0 * q * t * a                 # Q.K^T and P.V (each query head reads its K/V group)
+  ew = _SOFTMAX * n * q * t
+  if sh.position == "rotary" and not cross:
+    r = sh.rotary_dim or d
+    ew += _ROTARY * (q * n + t * kv) * r
+  if sh.position in ("relative", "alibi"):
+    ew += n * q * t                      # the bias added to every score
+  b.add(core_name or f"{pre}/{self_scope}", mm=pair, ew=ew,
+        params=(sh.relative_buckets * n if bias_table else 0), acts=q * a, pair=pair,
+        work=n * q * t, scaling=None)
+  b.add(f"{pre}/{self_scope}/{out_name}" if out_name else f"{pre}/{self_scope}_output",
+        mm=2 * q * a * h, ew=q * h if residual else 0, params=a * h + (h if bias else 0),
+        acts=q * h * (2 if residual else 1))
+
+
+def _ffn(b, pre, sh, q, up="mlp/fc_in", down="mlp/fc_out", residual=True):
+  h, f = sh.hidden, sh.ffn
+  bias = sh.bias
+  if sh.gated:  # up and gate projections, act(gate) * up
+    act = _SILU if sh.ffn_type == "swiglu" else _GELU
+    b.add(f"{pre}/{up}", mm=2 * 2 * q * h * f, ew=(act + 1) * q * f,
+          params=2 * h * f + (2 * f if bias else 0), acts=q * f)
+  else:
+    act = _GELU if sh.ffn_type == "gelu" else 1.0
+    b.add(f"{pre}/{up}", mm=2 * q * h * f, ew=act * q * f, params=h * f + (f if bias else 0),
+          acts=q * f)
+  b.add(f"{pre}/{down}", mm=2 * q * f * h, ew=q * h if residual else 0,
+        params=f * h + (h if bias else 0), acts=q * h * (2 if residual else 1))
+
+
+def _block(b, pre, sh, q, bias_table=False):
+  """One pre-norm (GPT/LLaMA/ViT/ESM) or post-norm (BERT) encoder or decoder-only block."""
+  h = sh.hidden
+  if sh.pre_norm:
+    _norm(b, f"{pre}/ln_1", sh, q)
+    _attention(b, pre, sh, q, bias_table=bias_table, residual=not sh.parallel_attention)
+    if not sh.parallel_attention:
+      _norm(b, f"{pre}/ln_2", sh, q)
+    _ffn(b, pre, sh, q)
+    if sh.parallel_attention:  # x + attn(ln(x)) + mlp(ln(x)): one three-way sum
+      b.rows[-1]["ew"] += q * h
+  else:  # BERT: attention/self/..., attention/output/{dense,LayerNorm}, intermediate, output
+    _attention(b, pre, sh, q, self_scope="attention/self", core_name=f"{pre}/attention/self",
+               out_name=None, bias_table=bias_table)
+    b.rows[-1]["name"] = f"{pre}/attention/output/dense"
+    _norm(b, f"{pre}/attention/output/LayerNorm", sh, q)
+    _ffn(b, pre, sh, q, up="intermediate/dense", down="output/dense")
+    _norm(b, f"{pre}/output/LayerNorm", sh, q)
+
+
+def _embeddings(b, name, sh, q, segments=False, positions_table=True, io=0.0):
+  h = sh.hidden
+  params = sh.vocab * h
+  ew = q * h
+  if sh.position == "learned" and positions_table:
+    params += (sh.max_position or sh.seq) * h
+    ew += q * h
+  if segments:
+    params += 2 * h
+    ew += q * h
+  acts = q * h
+  if not sh.pre_norm:  # BERT: LayerNorm on the embeddings
+    params += 2 * h
+    ew += _LN * q * h
+  b.add(f"{name}/embeddings", ew=ew, params=params, acts=acts, io=io)
+
+
+def encoder_graph(sh: Shape, batch: int, head: str = "mlm_nsp", name: str = "bert",
+                  max_predictions: Optional[int] = None, segments: Optional[bool] = None,
+                  num_classes: int = 1000, dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
+                  optimizer: str = "adam") -> ir.LayerGraph:
+  """An encoder stack with a head: "mlm_nsp" (BERT pre-training), "mlm" (ESM-2: no NSP, no
+  segment embeddings), "classifier" (a class token: ViT) or "none".
+
+  MLM on `max_predictions` positions P (default round(0.15 s), BERT's 20 of 128): transform
+  dense h->h + GELU + norm, output projection (tied: vocab bias only), softmax cross-entropy.
+  NSP: pooler dense h->h on the first token + a 2-way classifier.
+  """
+  s, h, v = sh.seq, sh.hidden, sh.vocab
+  b = _Builder(dtype_bytes, weight_dtype_bytes, optimizer)
+  seg = head == "mlm_nsp" if segments is None else segments
+  p = max_predictions if max_predictions is not None else max(1, round(s * 20 / 128))
+  mlm = head in ("mlm_nsp", "mlm")
+  io = (2 + (1 if seg else 0)) * s * _INT32 + (3 * p * _INT32 if mlm else 0) + _INT32
+  _embeddings(b, name, sh, s, segments=seg, io=io)
+  for i in range(sh.layers):
+    _block(b, f"{name}/encoder/layer_{i}", sh, s, bias_table=sh.position == "relative" and i == 0)
+  if sh.pre_norm and sh.final_norm:
+    _norm(b, f"{name}/encoder/ln_f", sh, s)
+  if head == "mlm_nsp":
+    b.add(f"{name}/pooler", mm=2 * h * h, ew=2 * h, params=h * h + h, acts=h)
+  if mlm:
+    b.add("cls/predictions/transform", mm=2 * p * h * h, ew=(_GELU + _LN) * p * h,
+          params=h * h + 3 * h, acts=2 * p * h)
+    b.add("cls/predictions/output", mm=2 * p * h * v, params=v + (0 if sh.tied_embeddings
+                                                                 else h * v), acts=p * v)
+  if head == "mlm_nsp":
+    b.add("cls/seq_relationship", mm=2 * h * 2, params=2 * h + 2, acts=2)
+  if head == "classifier":
+    b.add(f"{name}/classifier", mm=2 * h * num_classes, params=h * num_classes + num_classes,
+          acts=num_classes, scaling="none")
+  if head != "none":
+    n_out = (p * v if mlm else 0) + (2 if head == "mlm_nsp" else 0) + (
+        num_classes if head == "classifier" else 0)
+    b.add("loss", ew=(_SOFTMAX + 2) * n_out, scaling="none")
+  return b.graph(name, batch, optimizer, s)
+
+
+def decoder_graph(sh: Shape, batch: int, name: str = "gpt", dtype_bytes: int = 2,
+                  weight_dtype_bytes: int = 4, optimizer: str = "adam") -> ir.LayerGraph:
+  """A decoder-only LM (pre-norm blocks), loss on every position. Causal attention is costed
+  dense (the engine does not skip the masked half). Head: final norm, LM projection h->vocab
+  on all s positions (tied: no weights of its own), softmax cross-entropy."""
+  s, h, v = sh.seq, sh.hidden, sh.vocab
+  b = _Builder(dtype_bytes, weight_dtype_bytes, optimizer)
+  _embeddings(b, name, sh, s, io=2 * s * _INT32)
+  for i in range(sh.layers):
+    _block(b, f"{name}/decoder/layer_{i}", sh, s)
+  _norm(b, f"{name}/ln_f", sh, s)
+  b.add(f"{name}/lm_head", mm=2 * s * h * v,
+        params=0 if sh.tied_embeddings else h * v + (v if sh.bias else 0), acts=s * v)
+  b.add("loss", ew=(_SOFTMAX + 2) * s * v)
+  return b.graph(name, batch, optimizer, s)
+
+
+def seq2seq_graph(sh: Shape, batch: int, tgt_seq: Optional[int] = None,
+                  decoder_layers: Optional[int] = None, name: str = "transformer",
+                  dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
+                  optimizer: str = "adam") -> ir.LayerGraph:
+  """An encoder-decoder (Vaswani post-norm with `pre_norm=False`, or T5: pre-norm RMSNorm,
+  relative position bias, no biases). Encoder over s = sh.seq source positions; decoder over
+  t target positions: masked self-attention (costed dense), cross-attention (queries from t,
+  keys/values from the s encoder positions), FFN. One shared vocabulary; the output projection
+  is tied unless `tied_embeddings` is False."""
+  s, h, v = sh.seq, sh.hidden, sh.vocab
+  t = tgt_seq or s
+  b = _Builder(dtype_bytes, weight_dtype_bytes, optimizer)
+  b.add(f"{name}/embeddings", ew=2 * (s + t) * h, params=v * h, acts=(s + t) * h,
+        io=2 * (s + t) * _INT32)
+  rel = sh.position == "relative"
+  for i in range(sh.layers):
+    pre = f"{name}/encoder/layer_{i}"
+    if sh.pre_norm:
+      _norm(b, f"{pre}/self_attention/norm", sh, s)
+    _attention(b, pre, sh, s, self_scope="self_attention", bias_table=rel and i == 0)
+    if not sh.pre_norm:
+      _norm(b, f"{pre}/self_attention/LayerNorm", sh, s)
+    if sh.pre_norm:
+      _norm(b, f"{pre}/ffn/norm", sh, s)
+    _ffn(b, pre, sh, s, up="ffn/dense_1", down="ffn/dense_2")
+    if not sh.pre_norm:
+      _norm(b, f"{pre}/ffn/LayerNorm", sh, s)
+  if sh.pre_norm and sh.final_norm:
+    _norm(b, f"{name}/encoder/final_norm", sh, s)
+  for i in range(decoder_layers or sh.layers):
+    pre = f"{name}/decoder/layer_{i}"
+    for scope, q, kv, cross in (("self_attention", t, t, False),
+                                ("cross_attention", t, s, True)):
+      if sh.pre_norm:
+        _norm(b, f"{pre}/{scope}/norm", sh, q)
+      _attention(b, pre, sh, q, kv_len=kv, cross=cross, self_scope=scope,
+                 bias_table=rel and i == 0 and not cross)
+      if not sh.pre_norm:
+        _norm(b, f"{pre}/{scope}/LayerNorm", sh, q)
+    if sh.pre_norm:
+      _norm(b, f"{pre}/ffn/norm", sh, t)
+    _ffn(b, pre, sh, t, up="ffn/dense_1", down="ffn/dense_2")
+    if not sh.pre_norm:
+      _norm(b, f"{pre}/ffn/LayerNorm", sh, t)
+  if sh.pre_norm and sh.final_norm:
+    _norm(b, f"{name}/decoder/final_norm", sh, t)
+  b.add(f"{name}/decoder/output_projection", mm=2 * t * h * v,
+        params=0 if sh.tied_embeddings else h * v, acts=t * v)
+  b.add("loss", ew=(_SOFTMAX + 2) * t * v)
+  return b.graph(name, batch, optimizer, s)
+
+
+def vit_graph(sh: Shape, batch: int, image: int = 224, patch: int = 16, channels: int = 3,
+              num_classes: int = 1000, name: str = "vit", **kw) -> ir.LayerGraph:
+  """Vision Transformer: a patch embedding (a dense p*p*c -> h per patch, = a stride-p conv),
+  a class token and learned positions, a pre-norm encoder, a classifier on the class token.
+  The sequence is (image / patch)^2 + 1. Host input: the image in fp16 and an int32 label."""
+  tokens = (image // patch) ** 2
+  sh = dataclasses.replace(sh, seq=tokens + 1, vocab=0, position="learned")
+  g = encoder_graph(sh, batch, head="classifier", name=name, num_classes=num_classes,
+                    segments=False, **kw)
+  pp = patch * patch * channels
+  emb = g.layers[0]
+  wdt = emb.weight_bytes // max(1, emb.num_params) if emb.num_params else 4
+  slots = emb.optimizer_bytes // max(1, emb.weight_bytes) if emb.weight_bytes else 2
+  extra = pp * sh.hidden + sh.hidden * 2            # patch projection + bias + class token
+  fwd = 2.0 * tokens * pp * sh.hidden
+  emb = dataclasses.replace(
+      emb, kind="matmul", fwd_flops=emb.fwd_flops + fwd, bwd_flops=emb.bwd_flops + 2 * fwd,
+      num_params=emb.num_params + extra, weight_bytes=emb.weight_bytes + extra * wdt,
+      grad_bytes=emb.grad_bytes + extra * wdt,
+      optimizer_bytes=emb.optimizer_bytes + extra * wdt * slots,
+      io_bytes=image * image * channels * 2.0 + _INT32)
+  return dataclasses.replace(g, layers=(emb,) + g.layers[1:])
+
+
+def dit_graph(sh: Shape, batch: int, latent: int = 32, latent_channels: int = 4,
+              patch: int = 2, num_classes: int = 1000, name: str = "dit",
+              dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
+              optimizer: str = "adam") -> ir.LayerGraph:
+  """Diffusion Transformer (Peebles & Xie 2022) with adaLN-Zero blocks.
+
+  Tokens: (latent / patch)^2 patches of p*p*C values, projected to h. Conditioning: timestep
+  MLP (frequency embedding 256 -> h -> h) + a class embedding table, summed into c [h]. Each
+  block: adaLN modulation Linear(h -> 6h) of c (per sample, not per token: 6h^2 weights that
+  do almost no work), then norm/attention/norm/MLP as a pre-norm block without norm weights.
+  Final layer: adaLN (h -> 2h), linear h -> p*p*2C (mean and sigma), MSE loss on the noise.
+  """
+  tokens = (latent // patch) ** 2
+  sh = dataclasses.replace(sh, seq=tokens, vocab=0, position="fixed")
+  h = sh.hidden
+  b = _Builder(dtype_bytes, weight_dtype_bytes, optimizer)
+  pp = patch * patch * latent_channels
+  b.add(f"{name}/x_embedder", mm=2 * tokens * pp * h, ew=tokens * h, params=pp * h + h,
+        acts=tokens * h, io=(latent * latent * latent_channels * 2.0 + 2 * _INT32))
+  b.add(f"{name}/t_embedder", mm=2 * (256 * h + h * h), ew=_SILU * h,
+        params=256 * h + h * h + 2 * h + (num_classes + 1) * h, acts=h)
+  for i in range(sh.layers):
+    pre = f"{name}/blocks_{i}"
+    b.add(f"{pre}/adaLN_modulation", mm=2 * h * 6 * h, ew=_SILU * h + 6 * tokens * h,
+          params=6 * h * h + 6 * h, acts=6 * h)
+    _norm(b, f"{pre}/norm1", sh, tokens)
+    b.rows[-1]["params"] = 0
+    _attention(b, pre, sh, tokens, self_scope="attn")
+    _norm(b, f"{pre}/norm2", sh, tokens)
+    b.rows[-1]["params"] = 0
+    _ffn(b, pre, sh, tokens, up="mlp/fc1", down="mlp/fc2")
+  out = pp * 2
+  b.add(f"{name}/final_layer", mm=2 * (h * 2 * h + tokens * h * out), ew=_LN * tokens * h,
+        params=2 * h * h + 2 * h + h * out + out, acts=tokens * out)
+  b.add("loss", ew=3 * tokens * pp, scaling="none")
+  return b.graph(name, batch, optimizer, tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# The earlier entry points (kept: tests, benchmarks and scripts call them).
+# ---------------------------------------------------------------------------------------------
 
 def transformer_encoder_graph(num_layers: int, hidden: int, heads: int, ffn: int, seq: int,
                               vocab: int, batch: int, dtype_bytes: int = 2,
@@ -58,113 +456,64 @@ def transformer_encoder_graph(num_layers: int, hidden: int, heads: int, ffn: int
                               max_predictions: Optional[int] = None,
                               max_position: int = 512, type_vocab: int = 2,
                               name: str = "bert") -> ir.LayerGraph:
-  """A BERT-style encoder with MLM + NSP heads, as the reference BERT lowers.
-
-  Per encoder block (s, h, f, heads = n):
-    attention/self/qkv       3 dense h->h: 6*s*h*h FLOPs; 3*h*h + 3*h params; acts 3*s*h
-    attention/self/scores    Q.K^T 2*s*s*h, softmax 5*n*s*s, P.V 2*s*s*h; acts 2*n*s*s + s*h
-    attention/output/dense   dense h->h: 2*s*h*h; h*h + h params; acts s*h
-    attention/output/LayerNorm residual + LN: 9*s*h; 2*h params; acts s*h
-    intermediate             dense h->f + GELU: 2*s*h*f + 8*s*f; h*f + f params; acts 2*s*f
-    output                   dense f->h + residual + LN: 2*s*f*h + 9*s*h; f*h + 3*h; acts 2*s*h
-  Embeddings: (vocab + max_position + type_vocab)*h + 2*h params; 3 adds + LN per element.
-  MLM head on `max_predictions` positions P (default 20 per 128 tokens, as BERT pre-training):
-    transform dense h->h + GELU + LN; output projection tied to the word embeddings
-    (2*P*h*vocab FLOPs, vocab bias params), softmax cross-entropy over the vocabulary.
-  NSP head: pooler dense h->h on the first token + 2-way classifier.
-
-  Args:
-    num_layers, hidden, heads, ffn, seq, vocab: the transformer shape.
-    batch: captured batch size (per-sample values do not depend on it).
-    dtype_bytes: activation bytes per element (2 = fp16).
-    weight_dtype_bytes: bytes per weight / gradient / optimizer slot element (4 = fp32).
-    optimizer: "adam" (2 slots), "momentum" (1) or "sgd" (0).
-    max_predictions: masked positions per sample; default round(seq * 20 / 128).
-    max_position, type_vocab: embedding table sizes.
-    name: model name and scope prefix.
-  """
-  s, h, f, n = seq, hidden, ffn, heads
-  slots = _OPT_SLOTS[optimizer]
-  p = max_predictions if max_predictions is not None else max(1, round(seq * 20 / 128))
-  mk = lambda *a, **k: _layer(*a, weight_dtype_bytes=weight_dtype_bytes, slots=slots,
-                               dtype_bytes=dtype_bytes, **k)
-  io = 3 * s * _INT32 + 3 * p * _INT32 + _INT32  # ids, segments, mask; MLM pos/ids/w; NSP
-  layers: List[ir.Layer] = [
-      mk(f"{name}/embeddings", "matmul", 0, (3 + _LN) * s * h,
-         (vocab + max_position + type_vocab) * h + 2 * h, 2 * s * h, io_bytes=io)]
-  for i in range(num_layers):
-    pre = f"{name}/encoder/layer_{i}"
-    layers += [
-        mk(f"{pre}/attention/self/qkv", "matmul", 6 * s * h * h, 0, 3 * h * h + 3 * h, 3 * s * h),
-        mk(f"{pre}/attention/self/scores", "matmul", 4 * s * s * h, _SOFTMAX * n * s * s, 0,
-           2 * n * s * s + s * h),
-        mk(f"{pre}/attention/output/dense", "matmul", 2 * s * h * h, 0, h * h + h, s * h),
-        mk(f"{pre}/attention/output/LayerNorm", "elementwise", 0, (1 + _LN) * s * h, 2 * h,
-           s * h),
-        mk(f"{pre}/intermediate", "matmul", 2 * s * h * f, _GELU * s * f, h * f + f, 2 * s * f),
-        mk(f"{pre}/output", "matmul", 2 * s * f * h, (1 + _LN) * s * h, f * h + 3 * h, 2 * s * h),
-    ]
-  layers += [
-      mk(f"{name}/pooler", "matmul", 2 * h * h, 2 * h, h * h + h, h),
-      mk(f"cls/predictions/transform", "matmul", 2 * p * h * h, (_GELU + _LN) * p * h,
-         h * h + 3 * h, 2 * p * h),
-      mk(f"cls/predictions/output", "matmul", 2 * p * h * vocab, 0, vocab, p * vocab),
-      mk(f"cls/seq_relationship", "matmul", 2 * h * 2, 0, 2 * h + 2, 2),
-      mk(f"loss", "loss", 0, (_SOFTMAX + 2) * (p * vocab + 2), 0, p * vocab,
-         token_scaling="none"),
-  ]
-  return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
-                       dtype_bytes=dtype_bytes, optimizer=optimizer, seq_len=seq)
+  """A BERT-style post-norm encoder with MLM + NSP heads, as the reference BERT lowers
+  (`encoder_graph` with learned positions, segment embeddings, GELU, LayerNorm, tied MLM)."""
+  del type_vocab
+  sh = Shape(num_layers, hidden, heads, ffn, seq, vocab, max_position=max(max_position, seq),
+             pre_norm=False, tied_embeddings=True)
+  return encoder_graph(sh, batch, head="mlm_nsp", name=name, max_predictions=max_predictions,
+                       dtype_bytes=dtype_bytes, weight_dtype_bytes=weight_dtype_bytes,
+                       optimizer=optimizer)
 
 
 def transformer_decoder_graph(num_layers: int, hidden: int, heads: int, ffn: int, seq: int,
                               vocab: int, batch: int, dtype_bytes: int = 2,
                               weight_dtype_bytes: int = 4, optimizer: str = "adam",
                               tied_embeddings: bool = False, learned_positions: bool = True,
-                              name: str = "gpt") -> ir.LayerGraph:
-  """A GPT-style decoder-only LM (pre-LN blocks), loss on every position.
+                              name: str = "gpt", **shape_kw) -> ir.LayerGraph:
+  """A GPT-style decoder-only LM (`decoder_graph`); `shape_kw` takes any other `Shape` field
+  (kv_heads, head_dim, ffn_type, norm, parallel_attention, bias...)."""
+  sh = Shape(num_layers, hidden, heads, ffn, seq, vocab,
+             position=shape_kw.pop("position", "learned" if learned_positions else "rotary"),
+             tied_embeddings=tied_embeddings, **shape_kw)
+  return decoder_graph(sh, batch, name=name, dtype_bytes=dtype_bytes,
+                       weight_dtype_bytes=weight_dtype_bytes, optimizer=optimizer)
 
-  Per block (s, h, f, heads = n); causal attention is costed as dense (the engine does not skip
-  the masked half):
-    ln_1             LN: 8*s*h; 2*h params; acts s*h
-    attn/qkv         3 dense h->h: 6*s*h*h; 3*h*h + 3*h params; acts 3*s*h
-    attn/scores      Q.K^T + P.V 4*s*s*h, softmax 5*n*s*s; acts 2*n*s*s + s*h
-    attn/out         dense h->h + residual: 2*s*h*h + s*h; h*h + h; acts s*h
-    ln_2             LN: 8*s*h; 2*h; acts s*h
-    mlp/fc_in        dense h->f + GELU: 2*s*h*f + 8*s*f; h*f + f; acts 2*s*f
-    mlp/fc_out       dense f->h + residual: 2*s*f*h + s*h; f*h + h; acts s*h
-  Embedding: vocab*h (+ seq*h learned positions). Head: final LN, LM projection h->vocab on all
-  s positions (untied: vocab*h + vocab params, as GPT-J), softmax cross-entropy.
 
-  Args: as `transformer_encoder_graph`; `tied_embeddings` reuses the embedding for the head.
+def transformer_seq2seq_graph(num_layers: int, hidden: int, heads: int, ffn: int, seq: int,
+                              vocab: int, batch: int, tgt_seq: Optional[int] = None,
+                              dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
+                              optimizer: str = "adam", name: str = "transformer",
+                              **shape_kw) -> ir.LayerGraph:
+  """The encoder-decoder Transformer (Vaswani et al. 2017): post-norm, sinusoidal positions,
+  shared tied embeddings (`seq2seq_graph`); Transformer Base (6, 512, 8, 2048, vocab ~37k)
+  has ~63M params, Big (6, 1024, 16, 4096) ~213M, matching the paper's 65M / 213M."""
+  kw = dict(position="fixed", pre_norm=False, tied_embeddings=True, final_norm=False)
+  kw.update(shape_kw)
+  dec = kw.pop("decoder_layers", None)
+  sh = Shape(num_layers, hidden, heads, ffn, seq, vocab, **kw)
+  return seq2seq_graph(sh, batch, tgt_seq=tgt_seq, decoder_layers=dec, name=name,
+                       dtype_bytes=dtype_bytes, weight_dtype_bytes=weight_dtype_bytes,
+                       optimizer=optimizer)
+
+
+def mlp_graph(sizes: Sequence[int], batch: int, dtype_bytes: int = 2,
+              weight_dtype_bytes: int = 4, optimizer: str = "adam",
+              name: str = "mlp") -> ir.LayerGraph:
+  """A fully connected classifier: dense layers sizes[0] -> sizes[1] -> ... -> sizes[-1].
+
+  Per dense a -> b (ReLU after every layer but the last): 2*a*b FLOPs forward (+ b for the
+  ReLU); a*b + b params; keeps its b outputs. Host input: sizes[0] fp32 features and an int32
+  label per sample. Loss: softmax cross-entropy over sizes[-1] classes.
   """
-  s, h, f, n = seq, hidden, ffn, heads
-  slots = _OPT_SLOTS[optimizer]
-  mk = lambda *a, **k: _layer(*a, weight_dtype_bytes=weight_dtype_bytes, slots=slots,
-                               dtype_bytes=dtype_bytes, **k)
-  emb_params = vocab * h + (s * h if learned_positions else 0)
-  layers: List[ir.Layer] = [
-      mk(f"{name}/embeddings", "matmul", 0, s * h, emb_params, s * h, io_bytes=2 * s * _INT32)]
-  for i in range(num_layers):
-    pre = f"{name}/h_{i}"
-    layers += [
-        mk(f"{pre}/ln_1", "elementwise", 0, _LN * s * h, 2 * h, s * h),
-        mk(f"{pre}/attn/qkv", "matmul", 6 * s * h * h, 0, 3 * h * h + 3 * h, 3 * s * h),
-        mk(f"{pre}/attn/scores", "matmul", 4 * s * s * h, _SOFTMAX * n * s * s, 0,
-           2 * n * s * s + s * h),
-        mk(f"{pre}/attn/out", "matmul", 2 * s * h * h, s * h, h * h + h, s * h),
-        mk(f"{pre}/ln_2", "elementwise", 0, _LN * s * h, 2 * h, s * h),
-        mk(f"{pre}/mlp/fc_in", "matmul", 2 * s * h * f, _GELU * s * f, h * f + f, 2 * s * f),
-        mk(f"{pre}/mlp/fc_out", "matmul", 2 * s * f * h, s * h, f * h + h, s * h),
-    ]
-  head_params = vocab + (0 if tied_embeddings else vocab * h)
-  layers += [
-      mk(f"{name}/ln_f", "elementwise", 0, _LN * s * h, 2 * h, s * h),
-      mk(f"{name}/lm_head", "matmul", 2 * s * h * vocab, 0, head_params, s * vocab),
-      mk("loss", "loss", 0, (_SOFTMAX + 2) * s * vocab, 0, s * vocab),
-  ]
-  return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
-                       dtype_bytes=dtype_bytes, optimizer=optimizer, seq_len=seq)
+  b = _Builder(dtype_bytes, weight_dtype_bytes, optimizer)
+  for i, (x, y) in enumerate(zip(sizes, sizes[1:])):
+    last = i == len(sizes) - 2
+    b.add(f"{name}/dense_{i}", mm=2 * x * y, ew=0 if last else y, params=x * y + y, acts=y,
+          io=(x * 4 + _INT32) if i == 0 else 0.0)
+  b.add("loss", ew=(_SOFTMAX + 2) * sizes[-1], scaling="none")
+  g = b.graph(name, batch, optimizer, 0)
+  return g
 
 
 # Named shapes used by tests, benchmarks and the calibration points.
@@ -181,79 +530,28 @@ def bert_base(seq: int = 128, batch: int = 256, **kw) -> ir.LayerGraph:
                                    name=kw.pop("name", "bert_base"), **kw)
 
 
-def gpt_j_6b(seq: int = 2048, batch: int = 120, **kw) -> ir.LayerGraph:
-  """GPT-J 6B (EleutherAI): 28 x 4096, 16 heads, ffn 16384, vocab 50400, rotary (no learned
-  positions), untied head; ~6.05B params."""
-  return transformer_decoder_graph(28, 4096, 16, 16384, seq, 50400, batch,
-                                   learned_positions=False, name=kw.pop("name", "gpt_j_6b"),
+def gpt_j_6b(seq: int = 2048, batch: int = 120, vocab: int = 50257, **kw) -> ir.LayerGraph:
+  """GPT-J 6B (EleutherAI; modelzoo params_gptj_6B.yaml): 28 x 4096, 16 heads, ffn 16384,
+  vocab 50257, rotary on 64 dims per head, attention and FFN in parallel off one LayerNorm,
+  no attention biases, untied head; ~6.05B params."""
+  return transformer_decoder_graph(28, 4096, 16, 16384, seq, vocab, batch,
+                                   learned_positions=False, rotary_dim=64,
+                                   parallel_attention=True, name=kw.pop("name", "gpt_j_6b"),
                                    **kw)
+
+
+def llama_7b(seq: int = 2048, batch: int = 99, **kw) -> ir.LayerGraph:
+  """LLaMA-7B / Llama-2-7B: 32 x 4096, 32 heads, SwiGLU 11008, RMSNorm, rotary, no biases,
+  vocab 32000, untied head; ~6.74B params."""
+  return transformer_decoder_graph(32, 4096, 32, 11008, seq, 32000, batch, ffn_type="swiglu",
+                                   norm="rmsnorm", bias=False, learned_positions=False,
+                                   name=kw.pop("name", "llama_7b"), **kw)
 
 
 def gpt3_175b(seq: int = 2048, batch: int = 1536, **kw) -> ir.LayerGraph:
   """GPT-3 175B (Brown et al. 2020): 96 x 12288, 96 heads, ffn 49152, vocab 50257, tied."""
   return transformer_decoder_graph(96, 12288, 96, 49152, seq, 50257, batch,
                                    tied_embeddings=True, name=kw.pop("name", "gpt3_175b"), **kw)
-
-
-def transformer_seq2seq_graph(num_layers: int, hidden: int, heads: int, ffn: int, seq: int,
-                              vocab: int, batch: int, tgt_seq: Optional[int] = None,
-                              dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
-                              optimizer: str = "adam", name: str = "transformer") -> ir.LayerGraph:
-  """The encoder-decoder Transformer (Vaswani et al. 2017), post-LN, shared embeddings.
-
-  `num_layers` encoder and `num_layers` decoder blocks; source length `seq`, target length
-  `tgt_seq` (default `seq`); one vocabulary shared by source, target and the (tied) output
-  projection, sinusoidal positions (no parameters). Per block, with the encoder formulas of
-  `transformer_encoder_graph` (s = its length):
-    encoder: self-attention (qkv, scores, out + residual/LN) and FFN (h->f, f->h + residual/LN)
-    decoder: masked self-attention over t target positions (costed dense), cross-attention
-      (q from t positions, k/v from the s encoder positions: 2*t*h*h + 4*s*h*h; scores
-      4*t*s*h + 5*n*t*s; out 2*t*h*h), FFN.
-  Embeddings: vocab*h params (shared); head: tied projection 2*t*h*vocab, softmax cross-entropy
-  over the t target positions. Transformer Base (6, 512, 8, 2048, vocab ~37k) has ~63M params,
-  Big (6, 1024, 16, 4096) ~213M, matching the paper's 65M / 213M.
-  """
-  s, h, f, n = seq, hidden, ffn, heads
-  t = tgt_seq or seq
-  slots = _OPT_SLOTS[optimizer]
-  mk = lambda *a, **k: _layer(*a, weight_dtype_bytes=weight_dtype_bytes, slots=slots,
-                               dtype_bytes=dtype_bytes, **k)
-  layers: List[ir.Layer] = [
-      mk(f"{name}/embeddings", "matmul", 0, 2 * (s + t) * h, vocab * h, (s + t) * h,
-         io_bytes=2 * (s + t) * _INT32)]
-
-  def ffn_layers(pre, q):
-    return [mk(f"{pre}/ffn/dense_1", "matmul", 2 * q * h * f, _GELU * q * f, h * f + f, 2 * q * f),
-            mk(f"{pre}/ffn/dense_2", "matmul", 2 * q * f * h, (1 + _LN) * q * h, f * h + 3 * h,
-               2 * q * h)]
-
-  def self_attention_layers(pre, q):  # q tokens attend to themselves
-    return [
-        mk(f"{pre}/self_attention/qkv", "matmul", 6 * q * h * h, 0, 3 * h * h + 3 * h, 3 * q * h),
-        mk(f"{pre}/self_attention/scores", "matmul", 4 * q * q * h, _SOFTMAX * n * q * q, 0,
-           2 * n * q * q + q * h),
-        mk(f"{pre}/self_attention/output", "matmul", 2 * q * h * h, (1 + _LN) * q * h,
-           h * h + 3 * h, 2 * q * h)]
-
-  for i in range(num_layers):
-    pre = f"{name}/encoder/layer_{i}"
-    layers += self_attention_layers(pre, s) + ffn_layers(pre, s)
-  for i in range(num_layers):
-    pre = f"{name}/decoder/layer_{i}"
-    layers += self_attention_layers(pre, t) + [
-        mk(f"{pre}/cross_attention/qkv", "matmul", 2 * t * h * h + 4 * s * h * h, 0,
-           3 * h * h + 3 * h, t * h + 2 * s * h),
-        mk(f"{pre}/cross_attention/scores", "matmul", 4 * t * s * h, _SOFTMAX * n * t * s, 0,
-           2 * n * t * s + t * h),
-        mk(f"{pre}/cross_attention/output", "matmul", 2 * t * h * h, (1 + _LN) * t * h,
-           h * h + 3 * h, 2 * t * h),
-    ] + ffn_layers(pre, t)
-  layers += [
-      mk(f"{name}/logits", "matmul", 2 * t * h * vocab, 0, 0, t * vocab),
-      mk("loss", "loss", 0, (_SOFTMAX + 2) * t * vocab, 0, t * vocab),
-  ]
-  return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
-                       dtype_bytes=dtype_bytes, optimizer=optimizer, seq_len=seq)
 
 
 def transformer_base(seq: int = 128, batch: int = 256, vocab: int = 37000, **kw):
@@ -276,26 +574,65 @@ def gpt3_xl(seq: int = 2048, batch: int = 512, **kw) -> ir.LayerGraph:
                                    name=kw.pop("name", "gpt3_xl"), **kw)
 
 
-def mlp_graph(sizes, batch: int, dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
-              optimizer: str = "adam", name: str = "mlp") -> ir.LayerGraph:
-  """A fully connected classifier: dense layers sizes[0] -> sizes[1] -> ... -> sizes[-1].
+# ---------------------------------------------------------------------------------------------
+# From a params file.
+# ---------------------------------------------------------------------------------------------
 
-  Per dense a -> b (ReLU after every layer but the last): 2*a*b FLOPs forward (+ b for the
-  ReLU); a*b + b params; keeps its b outputs. Host input: sizes[0] fp32 features and an int32
-  label per sample. Loss: softmax cross-entropy over sizes[-1] classes.
-  """
-  slots = _OPT_SLOTS[optimizer]
-  mk = lambda *a, **k: _layer(*a, weight_dtype_bytes=weight_dtype_bytes, slots=slots,
-                               dtype_bytes=dtype_bytes, **k)
-  layers: List[ir.Layer] = []
-  for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
-    last = i == len(sizes) - 2
-    layers.append(mk(f"{name}/dense_{i}", "matmul", 2 * a * b, 0 if last else b, a * b + b, b,
-                     io_bytes=(a * 4 + _INT32) if i == 0 else 0.0))
-  layers.append(mk("loss", "loss", 0, (_SOFTMAX + 2) * sizes[-1], 0, sizes[-1],
-                   token_scaling="none"))
-  return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
-                       dtype_bytes=dtype_bytes, optimizer=optimizer, seq_len=0)
+# params `model` keys -> Shape fields (the first key found wins), as the reference models and
+# the Cerebras modelzoo spell them.
+_KEYS = {
+    "kv_heads": ("num_kv_heads", "num_key_value_heads", "extra_attention_params.num_kv_groups"),
+    "head_dim": ("head_dim", "attention_head_size", "d_kv"),
+    "ffn_type": ("ffn_type", "nonlinearity", "encoder_nonlinearity"),
+    "norm": ("norm_type", "norm"),
+    "position": ("position_embedding_type", "position"),
+    "rotary_dim": ("rotary_dim",),
+    "max_position": ("max_position_embeddings",),
+    "parallel_attention": ("parallel_attention",),
+    "tied_embeddings": ("share_embedding_weights",),
+    "bias": ("use_bias", "use_ffn_bias"),
+}
+_FFN_ALIASES = {"swiglu": "swiglu", "silu_glu": "swiglu", "geglu": "geglu", "gelu": "gelu",
+                "gelu_new": "gelu", "relu": "relu", "reglu": "swiglu"}
+_NORM_ALIASES = {"layernorm": "layernorm", "layer_norm": "layernorm", "rmsnorm": "rmsnorm",
+                 "rms_norm": "rmsnorm"}
+_POS_ALIASES = {"learned": "learned", "rotary": "rotary", "fixed": "fixed",
+                "sinusoidal": "fixed", "relative": "relative", "alibi": "alibi", "none": "none"}
+
+
+def shape_from_params(model: dict, seq: int, vocab: int, defaults: Optional[dict] = None) -> Shape:
+  """A `Shape` from a params `model` section (see `graph_from_params` for the keys)."""
+  def get(key, *alts):
+    for k in (key,) + alts:
+      if k in model:
+        v = model[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+          raise ParamsError(f"params: key 'model.{k}' must be a positive integer, got {v!r}")
+        return v
+    raise ParamsError(f"params: key 'model.{key}' must be a positive integer, got None")
+
+  kw = dict(defaults or {})
+  for field, keys in _KEYS.items():
+    for k in keys:
+      if k in model and model[k] is not None:
+        kw[field] = model[k]
+        break
+  if "ffn_type" in kw:
+    ft = str(kw["ffn_type"]).lower()
+    if ft not in _FFN_ALIASES:
+      raise ParamsError(f"params: key 'model.ffn_type' {kw['ffn_type']!r} is not one of "
+                        f"{', '.join(sorted(_FFN_ALIASES))}")
+    kw["ffn_type"] = _FFN_ALIASES[ft]
+  if "norm" in kw:
+    kw["norm"] = _NORM_ALIASES.get(str(kw["norm"]).lower(), kw["norm"])
+  if "position" in kw:
+    kw["position"] = _POS_ALIASES.get(str(kw["position"]).lower(), kw["position"])
+  for k in ("parallel_attention", "tied_embeddings", "bias"):
+    if k in kw:
+      kw[k] = bool(kw[k])
+  return Shape(get("num_hidden_layers"), get("hidden_size"),
+               get("num_heads", "num_attention_heads"),
+               get("filter_size", "intermediate_size"), seq, vocab, **kw)
 
 
 def graph_from_params(params: dict, batch: Optional[int] = None) -> ir.LayerGraph:
@@ -303,9 +640,13 @@ def graph_from_params(params: dict, batch: Optional[int] = None) -> ir.LayerGrap
 
   Reads hidden_size, num_hidden_layers, num_heads, filter_size, vocab_size,
   max_sequence_length and (unless `batch` is given) batch_size from `model`, falling back to
-  `train_input.batch_size`. `model.name` picks the family: names starting with "gpt" build a
-  decoder (`transformer_decoder_graph`), "bert" an encoder with MLM/NSP heads
-  (`transformer_encoder_graph`), "transformer" an encoder-decoder.
+  `train_input.batch_size`; and, when present, num_kv_heads (GQA), head_dim (attention width
+  heads x head_dim), ffn_type / nonlinearity (gelu, relu, swiglu, geglu), norm_type (layernorm,
+  rmsnorm), position_embedding_type (learned, rotary, fixed, relative, alibi, none),
+  rotary_dim, share_embedding_weights, parallel_attention, use_bias. `model.name` picks the
+  family: "gpt..." / "llama..." a decoder, "bert..." an encoder with MLM/NSP heads ("esm..."
+  MLM only), "transformer..." / "t5..." an encoder-decoder (T5: pre-norm RMSNorm, relative
+  bias, no biases, ReLU unless told).
 
   Raises:
     ParamsError: a missing or non-positive key, or an unknown family (names them).
@@ -328,15 +669,29 @@ def graph_from_params(params: dict, batch: Optional[int] = None) -> ir.LayerGrap
       raise ParamsError(f"params: key 'model.{key}' must be a positive integer, got {v!r}")
     return v
 
-  shape = dict(num_layers=get("num_hidden_layers"), hidden=get("hidden_size"),
-               heads=get("num_heads", "num_attention_heads"),
-               ffn=get("filter_size", "intermediate_size"), seq=get("max_sequence_length"),
-               vocab=get("vocab_size"), batch=batch or get("batch_size"))
-  if name.startswith("gpt"):
-    return transformer_decoder_graph(name=name, **shape)
-  if name.startswith("bert"):
-    return transformer_encoder_graph(name=name, **shape)
-  if name.startswith("transformer"):
-    return transformer_seq2seq_graph(name=name, **shape)
+  seq, vocab = get("max_sequence_length"), get("vocab_size")
+  b = batch or get("batch_size")
+  if name.startswith(("gpt", "llama")):
+    # The reference GPT ties its head (GPTConfig.share_embedding_weights = True); LLaMA does not.
+    defaults = dict(position="learned", tied_embeddings=True)
+    if name.startswith("llama"):
+      defaults.update(ffn_type="swiglu", norm="rmsnorm", position="rotary", bias=False,
+                      tied_embeddings=False)
+    return decoder_graph(shape_from_params(model, seq, vocab, defaults), b, name=name)
+  if name.startswith(("bert", "esm")):
+    esm = name.startswith("esm")
+    defaults = dict(pre_norm=esm, tied_embeddings=True, position="rotary" if esm else "learned")
+    sh = shape_from_params(model, seq, vocab, defaults)
+    return encoder_graph(sh, b, head="mlm" if esm else "mlm_nsp", name=name,
+                         max_predictions=model.get("max_predictions_per_seq"))
+  if name.startswith(("transformer", "t5")):
+    t5 = name.startswith("t5")
+    defaults = (dict(pre_norm=True, norm="rmsnorm", position="relative", bias=False,
+                     ffn_type="relu", tied_embeddings=True) if t5 else
+                dict(position="fixed", pre_norm=False, tied_embeddings=True, final_norm=False))
+    sh = shape_from_params(model, seq, vocab, defaults)
+    tgt = model.get("max_target_length") or model.get("tgt_max_sequence_length")
+    return seq2seq_graph(sh, b, tgt_seq=tgt, decoder_layers=model.get("num_decoder_layers"),
+                         name=name)
   raise ParamsError(f"params: key 'model.name' {model.get('name')!r} has no analytic graph; "
-                    f"use gpt..., bert... or transformer...")
+                    f"use gpt..., llama..., bert..., esm..., transformer... or t5...")

@@ -71,6 +71,12 @@ ASSUMED = {
     "alcf-llama3-8b-cs3-runs-ws": dict(batch=960, why="as the Llama-3-8B throughput figure"),
 }
 
+# Run configuration the logs state (inputs to the simulator, not fitted).
+RUN_CONFIG = {
+    "alcf-esm2-35m-pt-r230-cs2-ws": dict(
+        micro_batch_size=64, why="log: 'Gradient accumulation picked micro batch size 64'"),
+}
+
 _PIPELINED, _WS = plans.PIPELINED, plans.WEIGHT_STREAMING
 
 
@@ -95,7 +101,13 @@ def _shape(fig: dict) -> dict:
 
 
 def graph_for(model: dict, batch: int) -> ir.LayerGraph:
-  """The analytic graph of a registry `model` entry (family, layers, hidden, heads, ffn...).
+  """The analytic graph of a registry `model` entry (family, layers, hidden, heads, ffn, and
+  where given kv_heads, ffn_type, norm, position, rotary_dim, encoder/decoder layers).
+
+  Families: bert (post-norm, MLM + NSP), esm2 (pre-norm, rotary, MLM only: no NSP, no
+  segments), gpt (GPT-2 / GPT-3 / Cerebras-GPT: learned positions, tied head), gptj (parallel
+  attention, rotary, untied), llama (SwiGLU, RMSNorm, rotary, GQA, no biases), vit, dit, t5,
+  transformer (Vaswani), mlp.
 
   Raises:
     KeyError: a family this builder does not know (UNet: no shape published).
@@ -104,6 +116,11 @@ def graph_for(model: dict, batch: int) -> ir.LayerGraph:
   L, h, n, f = model.get("layers"), model.get("hidden"), model.get("heads"), model.get("ffn")
   s, v = model.get("seq_len"), model.get("vocab")
   name = re.sub(r"[^a-z0-9]+", "_", str(model.get("name", fam)).lower()).strip("_")[:40]
+  common = dict(kv_heads=model.get("kv_heads"), rotary_dim=model.get("rotary_dim"))
+  if model.get("ffn_type"):
+    common["ffn_type"] = model["ffn_type"]
+  if model.get("norm"):
+    common["norm"] = model["norm"]
   if fam == "mlp":
     nums = [int(x) for x in re.findall(r"\d+", model["name"].split(":", 1)[-1])]
     if "784-" in model["name"]:
@@ -112,21 +129,39 @@ def graph_for(model: dict, batch: int) -> ir.LayerGraph:
       sizes = [784] + [h] * L + [10]
     return analytic.mlp_graph(sizes, batch, name=name)
   if fam == "bert":
-    return analytic.transformer_encoder_graph(L, h, n, f, s, v, batch, name=name)
-  if fam in ("esm2", "vit", "dit"):
-    # Encoders without BERT's heads: approximated by the BERT-style encoder graph.
-    return analytic.transformer_encoder_graph(L, h, n, f, s, v or 1000, batch,
-                                              max_position=max(512, s), name=name)
-  if fam in ("gpt", "gptj", "llama"):
-    gated = model.get("ffn_type") == "swiglu"
-    return analytic.transformer_decoder_graph(
-        L, h, n, int(f * 1.5) if gated else f, s, v, batch,
-        tied_embeddings=fam == "gpt", learned_positions=model.get("position") not in (
-            "rotary", "alibi"), name=name)
-  if fam in ("t5", "transformer"):
-    return analytic.transformer_seq2seq_graph(
-        model.get("encoder_layers") or L // 2, h, n, f, s, v, batch,
-        tgt_seq=model.get("tgt_seq_len"), name=name)
+    sh = analytic.Shape(L, h, n, f, s, v, pre_norm=False, tied_embeddings=True,
+                        max_position=max(512, s), **common)
+    return analytic.encoder_graph(sh, batch, head="mlm_nsp", name=name)
+  if fam == "esm2":
+    sh = analytic.Shape(L, h, n, f, s, v, position="rotary", tied_embeddings=True, **common)
+    return analytic.encoder_graph(sh, batch, head="mlm", name=name,
+                                  max_predictions=round(0.15 * s))
+  if fam == "vit":
+    return analytic.vit_graph(analytic.Shape(L, h, n, f, s, **common), batch, name=name)
+  if fam == "dit":
+    return analytic.dit_graph(analytic.Shape(L, h, n, f, s, **common), batch, name=name)
+  if fam == "gpt":
+    sh = analytic.Shape(L, h, n, f, s, v, position=model.get("position") or "learned",
+                        tied_embeddings=True, **common)
+    return analytic.decoder_graph(sh, batch, name=name)
+  if fam == "gptj":
+    sh = analytic.Shape(L, h, n, f, s, v, position="rotary", parallel_attention=True,
+                        **common)
+    return analytic.decoder_graph(sh, batch, name=name)
+  if fam == "llama":
+    common.setdefault("ffn_type", "swiglu")
+    common.setdefault("norm", "rmsnorm")
+    sh = analytic.Shape(L, h, n, f, s, v, position="rotary", bias=False, **common)
+    return analytic.decoder_graph(sh, batch, name=name)
+  if fam == "t5":
+    sh = analytic.Shape(model.get("encoder_layers") or L // 2, h, n, f, s, v, norm="rmsnorm",
+                        position="relative", bias=False, ffn_type="relu", tied_embeddings=True)
+    return analytic.seq2seq_graph(sh, batch, tgt_seq=model.get("tgt_seq_len"),
+                                  decoder_layers=model.get("decoder_layers"), name=name)
+  if fam == "transformer":
+    return analytic.transformer_seq2seq_graph(model.get("encoder_layers") or L // 2, h, n, f,
+                                              s, v, batch, tgt_seq=model.get("tgt_seq_len"),
+                                              name=name)
   raise KeyError(f"no analytic graph for family {fam!r}")
 
 
@@ -150,6 +185,7 @@ class Row:
   agree: Optional[bool] = None         # fit verdicts
   detail: str = ""
   host_bound: str = ""
+  params: float = 0.0                  # the model's parameters (for the error bands' classes)
 
 
 _ENGINES: Dict[str, object] = {}
@@ -182,9 +218,14 @@ def _batch(fig) -> int:
 def _release_options(fig) -> dict:
   """R1.x weight streaming did not micro-batch by default (gradient accumulation was opt-in,
   modelzoo RELEASE-NOTES 1.7.0/1.8.0; the R1.7.1 GPT-J config: 'batch size 512 doesn't fit');
-  R2.x picks micro-batches automatically ('Gradient accumulation picked micro batch size')."""
+  R2.x picks micro-batches automatically ('Gradient accumulation picked micro batch size').
+  A micro-batch the log states is passed as given."""
   rel = str(fig.get("release") or "")
-  return {"micro_batching": not rel.startswith("R1.")}
+  out = {"micro_batching": not rel.startswith("R1.")}
+  run = RUN_CONFIG.get(fig["id"], {})
+  if "micro_batch_size" in run:
+    out["micro_batch_size"] = run["micro_batch_size"]
+  return out
 
 
 def predict_throughput(fig, overrides=None) -> Tuple[float, str]:
@@ -279,7 +320,8 @@ def evaluate(figs=None, overrides=None) -> List[Row]:
   rows = []
   for f in figs:
     r = Row(f["id"], f["kind"], f["set"], f["system"], f["mode"], f["model"]["family"],
-            f["value"], host_bound=HOST_BOUND.get(f["id"], ""))
+            f["value"], host_bound=HOST_BOUND.get(f["id"], ""),
+            params=float(f["model"].get("params") or 0.0))
     if f["kind"] == "throughput":
       r.predicted, r.detail = predict_throughput(f, overrides)
       r.error = r.predicted / f["value"] - 1.0
@@ -292,6 +334,9 @@ def evaluate(figs=None, overrides=None) -> List[Row]:
     why = ASSUMED.get(f["id"], {}).get("why")
     if why:
       r.detail = f"{r.detail} [assumed: {why}]"
+    run = RUN_CONFIG.get(f["id"], {}).get("why")
+    if run:
+      r.detail = f"{r.detail} [given: {run}]"
     rows.append(r)
   return rows
 
@@ -333,4 +378,140 @@ def summary(rows: List[Row]) -> Dict[str, Dict[str, Dict[str, float]]]:
         "ratio": stats([r for r in mine if r.kind in ("scaling_ratio", "system_ratio")]),
         "fit": {"n": len(fits), "agree": sum(1 for r in fits if r.agree)},
     }
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitting the calibration constants (calibration set only).
+# ---------------------------------------------------------------------------------------------
+
+# engine -> {constant: the calibration figures it is fitted to}. Constants of one group are
+# fitted jointly, minimizing the sum of squared ln(predicted / published) over the group's
+# figures; constants not listed are taken as they are in the engine YAML.
+FIT_GROUPS = {
+    "cs2": (
+        (("pipelined_efficiency", "pipelined_token_latency_cycles"),
+         ("alcf-bert-large-pt-r180-cs2-pipelined", "alcf-bert-large-tf-r180-cs2-pipelined",
+          "seed004-bert-base-multireplica-1p7x")),
+        (("weight_streaming_efficiency",),
+         ("alcf-bert-large-pt-r203-cs2-ws", "alcf-gptj-tf-r171-2cs2-ws",
+          "alcf-gptj-pt-r203-2cs2-ws")),
+    ),
+    "cs3": (
+        (("weight_streaming_efficiency",), ("alcf-gptj-pt-r25-cs3-ws",)),
+    ),
+}
+
+
+# Constants cs3.yaml (and cs1.yaml) take "as CS-2": no measurement of their own.
+INHERITED = ("pipelined_efficiency", "pipelined_token_latency_cycles")
+
+
+def _nelder_mead(f, x0, steps, iters=200, tol=1e-6):
+  """Minimizes f over R^n from x0 (a plain Nelder-Mead; no SciPy in the runtime)."""
+  n = len(x0)
+  pts = [list(x0)] + [[x0[j] + (steps[j] if j == i else 0.0) for j in range(n)]
+                      for i in range(n)]
+  vals = [f(p) for p in pts]
+  for _ in range(iters):
+    order = sorted(range(n + 1), key=lambda i: vals[i])
+    pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+    if abs(vals[-1] - vals[0]) < tol:
+      break
+    c = [sum(p[j] for p in pts[:-1]) / n for j in range(n)]
+    xr = [c[j] + (c[j] - pts[-1][j]) for j in range(n)]
+    fr = f(xr)
+    if fr < vals[0]:
+      xe = [c[j] + 2 * (c[j] - pts[-1][j]) for j in range(n)]
+      fe = f(xe)
+      pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+    elif fr < vals[-2]:
+      pts[-1], vals[-1] = xr, fr
+    else:
+      xc = [c[j] + 0.5 * (pts[-1][j] - c[j]) for j in range(n)]
+      fc = f(xc)
+      if fc < vals[-1]:
+        pts[-1], vals[-1] = xc, fc
+      else:
+        for i in range(1, n + 1):
+          pts[i] = [pts[0][j] + 0.5 * (pts[i][j] - pts[0][j]) for j in range(n)]
+          vals[i] = f(pts[i])
+  best = min(range(n + 1), key=lambda i: vals[i])
+  return pts[best], vals[best]
+
+
+def fit_constants(figs=None) -> Dict[str, Dict[str, float]]:
+  """The calibration constants fitted on the calibration figures only (`FIT_GROUPS`).
+
+  Returns {engine: {constant: value}}; the residual ln errors are in the "_residuals" key of
+  each engine's dict. Fitted in log space (constants stay positive).
+  """
+  figs = load() if figs is None else figs
+  by_id = {f["id"]: f for f in figs}
+  for group in FIT_GROUPS.values():
+    for _, ids in group:
+      for i in ids:
+        assert by_id[i]["set"] == "calibration", f"{i} is not a calibration figure"
+  overrides: Dict[str, Dict[str, float]] = {}
+  residuals: Dict[str, Dict[str, float]] = {}
+  for eng, groups in FIT_GROUPS.items():
+    if eng != "cs2":  # constants its YAML assumes "as CS-2" follow CS-2's fitted values
+      for k in INHERITED:
+        if k in overrides.get("cs2", {}):
+          overrides.setdefault(eng, {})[k] = overrides["cs2"][k]
+    for names, ids in groups:
+      base = engine(eng, overrides.get(eng))
+      x0 = [math.log(getattr(base, k) or 1e-4) for k in names]  # 0: start from 0.1 ms
+
+      def resid(x, names=names, ids=ids, eng=eng):
+        trial = dict(overrides)
+        trial[eng] = dict(trial.get(eng, {}), **{k: math.exp(v) for k, v in zip(names, x)})
+        out = {}
+        for i in ids:
+          fig = by_id[i]
+          if fig["kind"] == "throughput":
+            pred = predict_throughput(fig, trial)[0]
+          else:
+            pred = predict_ratio(fig, by_id, trial)[0]
+          out[i] = math.log(pred / fig["value"]) if pred > 0 else 10.0
+        return out
+
+      x, _ = _nelder_mead(lambda x: sum(r * r for r in resid(x).values()), x0,
+                          [0.2] * len(x0))
+      overrides.setdefault(eng, {}).update({k: math.exp(v) for k, v in zip(names, x)})
+      residuals.setdefault(eng, {}).update(resid(x))
+  for eng in overrides:
+    overrides[eng]["_residuals"] = residuals.get(eng, {})
+  return overrides
+
+
+# ---------------------------------------------------------------------------------------------
+# Error bands by class of model, for report.txt (engine/specs/fidelity_bands.yaml).
+# ---------------------------------------------------------------------------------------------
+
+BAND_CLASSES = (
+    ("pipelined", (plans.PIPELINED, plans.MULTI_REPLICA), 0.0, math.inf),
+    ("weight_streaming, under 1B params", (plans.WEIGHT_STREAMING,), 0.0, 1e9),
+    ("weight_streaming, 1B params and over", (plans.WEIGHT_STREAMING,), 1e9, math.inf),
+)
+
+
+def bands(rows: List[Row]) -> List[dict]:
+  """Per class: the validation set's wafer-bound throughput errors (n, median |error|, the
+  lowest and highest error). A prediction p then brackets the measurement in
+  [p / (1 + highest), p / (1 + lowest)]."""
+  out = []
+  for name, modes, lo, hi in BAND_CLASSES:
+    mine = [r for r in rows if r.set == "validation" and r.kind == "throughput" and
+            not r.host_bound and r.mode in modes and lo <= r.params < hi and
+            r.error is not None and r.error > -1]
+    errs = sorted(r.error for r in mine)
+    if not errs:
+      continue
+    mid = (errs[(len(errs) - 1) // 2] + errs[len(errs) // 2]) / 2.0
+    out.append({"class": name, "modes": list(modes), "min_params": lo,
+                "max_params": None if math.isinf(hi) else hi, "n": len(errs),
+                "median_abs": round(sorted(abs(e) for e in errs)[(len(errs) - 1) // 2], 4),
+                "median": round(mid, 4), "lowest": round(errs[0], 4),
+                "highest": round(errs[-1], 4), "figures": [r.id for r in mine]})
   return out

@@ -383,7 +383,31 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   var_scopes = {_scope(v.op.name) for v in trainable}
   ancestors = {p for s in var_scopes for p in list(_prefixes(s))[1:]}
 
+  known = var_scopes | ancestors
+
+  def canonical(scope: str) -> str:
+    """The scope with TF's name-scope uniquifier undone where it split a variable scope.
+
+    Re-entering `variable_scope("cross_attention")` under the same name scope (the reference
+    Transformer opens it once for the keys/values of the encoder output and again for the
+    attention) puts the second block's ops under "cross_attention_1": its variables still
+    live in ".../cross_attention/...", so its ops matched no variable scope and fell to
+    ".../layer_i", leaving "cross_attention/query" with the weights and 0 FLOPs. A component
+    "name_N" is read as "name" when the path with "name_N" is no known scope and the path
+    with "name" is.
+    """
+    out = []
+    for part in scope.split("/") if scope else ():
+      cand = "/".join(out + [part])
+      if cand not in known:
+        base = re.sub(r"_\d+$", "", part)
+        if base != part and "/".join(out + [base]) in known:
+          part = base
+      out.append(part)
+    return "/".join(out)
+
   def layer_of(scope: str) -> str:
+    scope = canonical(scope)
     for p in _prefixes(scope):
       if p in var_scopes:
         return p

@@ -48,6 +48,10 @@ class Layer:
       tokens; the rest of a "linear" layer grows linearly. A dense layer that absorbed a small
       attention core is mixed: VTS scales it by (1 - q) token_fraction + q token_sq_fraction.
       0 with token_scaling "quadratic" means the whole layer is token-pair work.
+    work_bytes: bytes per sample the layer needs only while it runs, beyond what it hands on
+      (attention's probabilities, heads x s x s): not kept for backward, but the largest
+      layer's working set of one micro-batch must fit the wafer in weight streaming. 0: not
+      known (the performance model then estimates it for token-pair layers).
   """
 
   name: str
@@ -63,6 +67,7 @@ class Layer:
   ops: Tuple[OpSite, ...] = ()
   token_scaling: str = "linear"
   pair_share: float = 0.0
+  work_bytes: float = 0.0
 
   @property
   def flops(self) -> float:

@@ -16,6 +16,7 @@ MULTI_REPLICA = "multi_replica"
 WEIGHT_STREAMING = "weight_streaming"
 AUTO = "auto"
 STRATEGIES = (PIPELINED, MULTI_REPLICA, WEIGHT_STREAMING, AUTO)
+PHASES = ("train", "eval", "predict")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,14 @@ class PlanOptions:
   # The host that trains the plan: hosts of the cluster, data-parallel devices on each.
   num_workers: int = 1
   host_devices: int = HOST_CPU_REPLICAS
+  # Weight streaming: samples per micro-batch on each system (None: the compiler picks the
+  # fastest that fits); micro_batching=False runs each system's whole batch at once (releases
+  # before 2.0 did not accumulate gradients by default), so a batch that does not fit is refused.
+  micro_batch_size: Optional[int] = None
+  micro_batching: bool = True
+  # What a step does: "train" (forward + backward + update), "eval" or "predict" (forward only:
+  # no gradients, no optimizer state, no activations kept for a backward pass).
+  phase: str = "train"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +74,10 @@ class LayerPlacement:
   flops: float                       # fwd+bwd FLOPs per step (whole batch on this replica)
   time_s: float                      # the layer's busy time per step
   replica: int = 0
+  # Share of the layer's cores' time spent on its FLOPs at the calibrated rate (the rest waits
+  # on token latency, the pipeline interval, streaming): comparable with the vendor's
+  # per-kernel "PE utilization".
+  pe_utilization: float = 0.0
 
   @classmethod
   def from_dict(cls, d: dict) -> "LayerPlacement":
@@ -129,6 +142,7 @@ LAYOUT = "layout"        # memory would fit, the regions do not
 COLUMNS = "columns"      # more replicas than the grid has columns
 MEMORYX = "memoryx"      # weight streaming's off-wafer store
 SYSTEMS = "systems"      # more systems than SwarmX connects
+BATCH = "batch"          # weight streaming: the (micro-)batch's activations do not fit the wafer
 NO_MEMORYX = "no_memoryx"  # the engine has no MemoryX (cs1)
 
 
@@ -167,6 +181,9 @@ class Performance:
   # samples_per_sec above then counts real tokens only). Without vts it equals samples_per_sec.
   padded_samples_per_sec: float = 0.0
   notes: Tuple[str, ...] = ()        # model details worth a line in report.txt
+  # The layers' PE utilization (LayerPlacement.pe_utilization) averaged over the cores they
+  # occupy (pipelined) or the step's layer time (weight streaming).
+  pe_utilization: float = 0.0
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)

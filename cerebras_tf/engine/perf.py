@@ -13,9 +13,18 @@ Pipelined mode (one replica, layers side by side, samples streamed through):
     names the layer;
   * the host feeds `io_links x link bandwidth / input bytes per sample` samples/s (the sum of
     the layers' io_bytes);
-  * samples/s = min(compute, io); a step of `batch` samples takes batch / samples/s (steady
-    state: the pipeline keeps streaming across steps, so fill and drain are hidden);
+  * a training step of B samples takes B / rate + the drain (`drain_s`): the weights update
+    between steps, so the step ends only when its last sample's backward is back at layer 0,
+    a round trip of one token hop per layer each way plus the whole per-sample time of every
+    sequence barrier (attention needs a sample's whole sequence). The bubble is what makes
+    samples/s grow with the batch; a fixed `pipelined_step_overhead_s` is added per step;
+  * samples/s = min(B / step, io);
+  * memory: a layer keeps the activations of the samples between its forward and its backward:
+    1 + round trip / interval of them, at most B (`in_flight_samples`,
+    `pipelined_layer_memory`: the one place a pipelined plan's activations are counted);
   * utilization = samples/s * FLOPs per sample / peak FLOP/s of the wafer.
+Eval / predict (options.phase): forward FLOPs only, weights only (no gradients or optimizer
+state), one sample in flight per layer, no drain.
 Multi-replica: R such pipelines side by side, each on its own slab of the grid with B/R of the
 batch, plus a gradient all-reduce between the slabs at the end of every step.
 Weight streaming: see `ws_cost`.
@@ -29,7 +38,8 @@ token_fraction in every layer (only real tokens stream). The padded rate is repo
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence, Tuple
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import batching, plans
@@ -39,6 +49,22 @@ def _not_fit(plan: plans.Plan) -> plans.Performance:
   return plans.Performance(samples_per_sec=0.0, step_time_s=math.inf, utilization=0.0,
                           bottleneck=f"does not fit: {plan.reason}",
                           compute_samples_per_sec=0.0, io_samples_per_sec=0.0)
+
+
+def training(options: Optional[plans.PlanOptions]) -> bool:
+  """True unless the options ask for a forward-only step (eval / predict)."""
+  return options is None or getattr(options, "phase", "train") == "train"
+
+
+def layer_flops(layer: ir.Layer, options: Optional[plans.PlanOptions] = None) -> float:
+  """FLOPs per sample of a step: forward + backward when training, forward only otherwise."""
+  return layer.flops if training(options) else layer.fwd_flops
+
+
+def layer_state_bytes(layer: ir.Layer, options: Optional[plans.PlanOptions] = None) -> int:
+  """Bytes a layer holds for the whole run: weights, gradients and optimizer state when
+  training; the weights alone for eval / predict."""
+  return layer.state_bytes if training(options) else layer.weight_bytes
 
 
 def io_samples_per_sec(graph: ir.LayerGraph, engine) -> float:
@@ -88,6 +114,17 @@ def layer_tokens(layer: ir.Layer, graph: ir.LayerGraph) -> float:
   return tokens_per_sample(graph)
 
 
+def sequence_barrier(layer: ir.Layer) -> bool:
+  """True for a layer that needs a sample's whole sequence before it can hand anything on.
+
+  Token-pair work (attention: each query reads every key forward; each key's gradient sums
+  over every query backward) cannot start on a sample until all its tokens have arrived, so
+  the sample's tokens stop streaming there. Position-wise layers pass each token on as soon as
+  it is done.
+  """
+  return layer.token_scaling == "quadratic" or layer.pair_share > 0
+
+
 def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, engine,
                           options: Optional[plans.PlanOptions] = None, vts: bool = True,
                           strategy: str = plans.PIPELINED) -> float:
@@ -95,14 +132,86 @@ def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, e
 
   0 for a layer without FLOPs (it only holds memory); inf for a layer with FLOPs but no cores.
   """
-  if layer.flops <= 0:
+  flops = layer_flops(layer, options)
+  if flops <= 0:
     return 0.0
   if cores <= 0:
     return math.inf
   fs, ts = vts_scale(layer, options, vts)
   rate = engine.flops_per_core_per_s * engine.efficiency(strategy)
   latency = layer_tokens(layer, graph) * ts * engine.pipelined_token_latency_cycles
-  return layer.flops * fs / (cores * rate) + latency / engine.clock_hz
+  return flops * fs / (cores * rate) + latency / engine.clock_hz
+
+
+def hop_s(engine) -> float:
+  """One token's latency through one layer's region (the calibrated per-token latency)."""
+  return engine.pipelined_token_latency_cycles / engine.clock_hz
+
+
+def round_trip_s(times: Sequence[float], graph: ir.LayerGraph, engine,
+                 options: Optional[plans.PlanOptions] = None) -> List[float]:
+  """Seconds from a sample entering layer i forward until its backward has left layer i.
+
+  Tokens stream from layer to layer, each layer adding one token's latency (`hop_s`) forward
+  and one backward; a sequence barrier (`sequence_barrier`) holds the sample for its whole
+  per-sample time t_j (forward and backward share). So, with `times` the layers' per-sample
+  times, round_trip[i] = sum over j >= i of (2 hops + t_j if j is a barrier). Forward-only
+  steps (eval) go one way: one hop per layer, the barriers' forward time.
+  """
+  train = training(options)
+  hop = hop_s(engine) * (2.0 if train else 1.0)
+  out = [0.0] * len(graph.layers)
+  acc = 0.0
+  for i in range(len(graph.layers) - 1, -1, -1):
+    acc += hop + (times[i] if sequence_barrier(graph.layers[i]) else 0.0)
+    out[i] = acc
+  return out
+
+
+def in_flight_samples(times: Sequence[float], graph: ir.LayerGraph, engine,
+                      options: Optional[plans.PlanOptions], batch: int) -> List[int]:
+  """Samples whose kept activations layer i holds: 1 + round_trip[i] / interval, at most batch.
+
+  The pipeline admits one sample per interval (the slowest layer's time); layer i keeps a
+  sample's activations from its forward until its backward comes back, `round_trip_s` later.
+  A step drains (the weights update between steps), so no more than the batch is in flight.
+  Forward-only steps keep nothing for a backward: one sample per layer.
+  """
+  n = len(graph.layers)
+  if not training(options):
+    return [1] * n
+  interval = max([t for t in times if math.isfinite(t)], default=0.0)
+  if interval <= 0:
+    return [1] * n
+  rt = round_trip_s(times, graph, engine, options)
+  return [max(1, min(int(batch), 1 + math.ceil(r / interval - 1e-9))) for r in rt]
+
+
+def estimated_sample_times(graph: ir.LayerGraph, engine, options: Optional[plans.PlanOptions],
+                           cores: Optional[float] = None) -> List[float]:
+  """Per-sample times with the grid (or `cores`) shared in proportion to FLOPs.
+
+  What the layers' times will be before placement decides their exact regions; memory (the
+  in-flight samples) is priced from these so that placement does not depend on itself.
+  """
+  total = sum(layer_flops(l, options) for l in graph.layers)
+  cores = engine.usable_cores if cores is None else cores
+  return [pipelined_sample_time(l, cores * layer_flops(l, options) / total if total else 0.0,
+                                graph, engine, options) for l in graph.layers]
+
+
+def pipelined_layer_memory(graph: ir.LayerGraph, engine, options: Optional[plans.PlanOptions],
+                           batch: int, cores: Optional[float] = None) -> List[int]:
+  """SRAM bytes each layer needs pipelined: state + kept activations x samples in flight.
+
+  The one place a pipelined plan's activation memory is counted (pipelined and
+  multi_replica planners, the report): `Layer.activation_bytes` is the same quantity for an
+  analytic and a traced graph (the tensors a layer hands to other layers, per sample).
+  """
+  times = estimated_sample_times(graph, engine, options, cores)
+  flight = in_flight_samples(times, graph, engine, options, batch)
+  return [int(layer_state_bytes(l, options) + math.ceil(l.activation_bytes * k))
+          for l, k in zip(graph.layers, flight)]
 
 
 def layer_rates(plan: plans.Plan, graph: ir.LayerGraph, engine,
@@ -121,6 +230,56 @@ def replica_layers(plan: plans.Plan, replica: int = 0) -> List[plans.LayerPlacem
   return [p for p in plan.layers if p.replica == replica]
 
 
+def placed_times(plan: plans.Plan, graph: ir.LayerGraph, engine,
+                 options: Optional[plans.PlanOptions] = None, vts: bool = True,
+                 replica: int = 0) -> List[float]:
+  """Per-sample times of one replica's placed layers."""
+  return [pipelined_sample_time(l, p.cores, graph, engine, options, vts)
+          for p, l in zip(replica_layers(plan, replica), graph.layers)]
+
+
+def pe_utilization(flops: float, cores: float, interval: float, engine,
+                   strategy: str = plans.PIPELINED) -> float:
+  """Share of a region's time its cores spend on the layer's FLOPs at the calibrated rate."""
+  if flops <= 0 or cores <= 0 or interval <= 0 or not math.isfinite(interval):
+    return 0.0
+  rate = engine.flops_per_core_per_s * engine.efficiency(strategy)
+  return min(1.0, flops / (cores * rate) / interval)
+
+
+def pipelined_pe_utilization(plan: plans.Plan, graph: ir.LayerGraph, engine,
+                             options: Optional[plans.PlanOptions] = None,
+                             replica: int = 0) -> Tuple[List[float], float]:
+  """(per-layer PE utilization of one replica, their average over the cores they occupy).
+
+  A layer's cores compute its FLOPs for flops / (cores x rate) of every pipeline interval (the
+  slowest layer's per-sample time) and wait the rest: token latency, or a faster layer waiting
+  for the slowest one.
+  """
+  placed = replica_layers(plan, replica)
+  times = placed_times(plan, graph, engine, options, replica=replica)
+  interval = max([t for t in times if math.isfinite(t)], default=0.0)
+  per = [pe_utilization(layer_flops(l, options) * vts_scale(l, options)[0], p.cores, interval,
+                        engine) for p, l in zip(placed, graph.layers)]
+  cores = sum(p.cores for p in placed)
+  avg = sum(u * p.cores for u, p in zip(per, placed)) / cores if cores else 0.0
+  return per, avg
+
+
+def drain_s(plan: plans.Plan, graph: ir.LayerGraph, engine,
+            options: Optional[plans.PlanOptions] = None, vts: bool = True) -> float:
+  """Seconds a training step waits at its end: the last sample's round trip from layer 0.
+
+  The weights update between steps, so the next step's first forward at layer 0 waits until
+  the last sample's backward has come back there. This is what makes pipelined samples/s grow
+  with the batch (the bubble is amortized over more samples). Forward-only steps stream on.
+  """
+  if not training(options) or not graph.layers:
+    return 0.0
+  return round_trip_s(placed_times(plan, graph, engine, options, vts), graph, engine,
+                      options)[0]
+
+
 def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[plans.TimelineEvent, ...]:
   """One steady-state step: each layer's fwd and bwd busy time, offset by the fill latency.
 
@@ -135,10 +294,12 @@ def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[plans.
     events.append(plans.TimelineEvent("host input", "io", 0.0, plan.batch_size / io_sps))
   offset = 0.0
   for p, l in zip(replica_layers(plan, 0), graph.layers):
-    if p.cores <= 0 or l.flops <= 0:
+    f = layer_flops(l, options)
+    if p.cores <= 0 or f <= 0:
       continue
     t = pipelined_sample_time(l, p.cores, graph, engine, options)
-    tf, tb = t * l.fwd_flops / l.flops, t * l.bwd_flops / l.flops
+    tf = t * l.fwd_flops / f
+    tb = t - tf
     if tf > 0:
       events.append(plans.TimelineEvent("fwd", p.name, offset, batch * tf))
     if tb > 0:
@@ -150,7 +311,7 @@ def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[plans.
 def pipeline_rate(plan: plans.Plan, graph: ir.LayerGraph, engine,
                   options: Optional[plans.PlanOptions] = None, vts: bool = True,
                   replica: int = 0) -> Tuple[float, int]:
-  """(samples/s of one replica's pipeline, index of its slowest layer)."""
+  """(samples/s of one replica's pipeline in steady state, index of its slowest layer)."""
   rates = layer_rates(plan, graph, engine, options, vts, replica)
   slowest = min(range(len(rates)), key=lambda i: (rates[i], i))
   return rates[slowest], slowest
@@ -168,14 +329,27 @@ def allreduce_time_s(graph: ir.LayerGraph, engine, replicas: int) -> float:
   return 2.0 * (replicas - 1) / replicas * grad / engine.fabric_cross_section_bytes_per_s
 
 
+def pipelined_step_s(plan, graph, engine, options, vts=True) -> Tuple[float, float, int]:
+  """(step seconds on the wafer, steady-state samples/s of one replica, slowest layer index).
+
+  step = per-replica batch / steady rate + drain (training) + all-reduce (R > 1) + the fixed
+  per-step overhead (`pipelined_step_overhead_s`).
+  """
+  r = max(1, plan.num_replicas)
+  rate, slowest = pipeline_rate(plan, graph, engine, options, vts)
+  if rate <= 0 or not math.isfinite(rate):
+    return (0.0 if not math.isfinite(rate) else math.inf), rate, slowest
+  per = plan.batch_size / r
+  step = (per / rate + drain_s(plan, graph, engine, options, vts) +
+          (allreduce_time_s(graph, engine, r) if training(options) else 0.0) +
+          engine.pipelined_step_overhead_s)
+  return step, rate, slowest
+
+
 def _pipelined_like(plan, graph, engine, options, vts):
   """(samples/s, compute samples/s, io samples/s, slowest layer name) of a (multi-)pipeline."""
-  r = max(1, plan.num_replicas)
-  compute_sps, slowest = pipeline_rate(plan, graph, engine, options, vts)
-  if r > 1 and compute_sps > 0 and math.isfinite(compute_sps):
-    per = plan.batch_size / r
-    step = per / compute_sps + allreduce_time_s(graph, engine, r)
-    compute_sps = plan.batch_size / step
+  step, _, slowest = pipelined_step_s(plan, graph, engine, options, vts)
+  compute_sps = plan.batch_size / step if step > 0 else math.inf
   io_sps = io_samples_per_sec(graph, engine)
   if not math.isfinite(compute_sps) and not math.isfinite(io_sps):
     compute_sps = io_sps = 0.0  # nothing to do: no FLOPs, no input
@@ -197,47 +371,137 @@ def simulate_pipelined(plan: plans.Plan, graph: ir.LayerGraph, engine,
   else:
     bottleneck = f"io: {engine.io_description}"
   step = plan.batch_size / sps if sps > 0 else math.inf
-  flops = sum(l.flops * vts_scale(l, options)[0] for l in graph.layers)
+  flops = sum(layer_flops(l, options) * vts_scale(l, options)[0] for l in graph.layers)
   util = sps * flops / engine.peak_flops
   notes = []
+  drain = drain_s(plan, graph, engine, options)
+  if drain > 0 and math.isfinite(step):
+    notes.append(f"pipeline drain at the end of each step: {drain * 1e3:.3f} ms "
+                 f"({drain / step:.1%} of the step; the last sample's round trip through "
+                 f"{sum(1 for l in graph.layers if sequence_barrier(l))} sequence barriers)")
   if plan.num_replicas > 1:
     notes.append(f"gradient all-reduce between {plan.num_replicas} replicas: "
                  f"{allreduce_time_s(graph, engine, plan.num_replicas) * 1e3:.3f} ms per step")
   notes.extend(vts_notes(sps, padded, options))
+  _, pe = pipelined_pe_utilization(plan, graph, engine, options)
   return plans.Performance(
       samples_per_sec=sps, step_time_s=step, utilization=util, bottleneck=bottleneck,
       compute_samples_per_sec=compute_sps, io_samples_per_sec=io_sps,
       timeline=_timeline(plan, graph, engine, step, io_sps, options) if sps > 0 else (),
-      padded_samples_per_sec=padded, notes=tuple(notes))
+      padded_samples_per_sec=padded, notes=tuple(notes), pe_utilization=pe)
 
 
 # ---------------------------------------------------------------------------------------------
 # Weight streaming.
 #
 # Per system: the whole usable grid works on one layer at a time for its b = B / num_csx
-# samples (split into micro-batches of m when their activations do not fit, see `ws_cost`).
-# For each layer and micro-batch:
+# samples, split into k micro-batches of m (see `ws_cost`). For each layer and micro-batch:
 #   compute    = m * flops_eff / (cores * FLOP/s per core * efficiency)
-#                + 3 passes (fwd, dX, dW) * sqrt(params) output features * partial-sum cycles
-#                  (seed 003: 4 cycles per output feature, paid whatever the sparsity)
+#                + passes (3 training: fwd, dX, dW; 1 forward-only) * sqrt(params) output
+#                  features * partial-sum cycles (seed 003: 4 cycles per output feature)
 #                flops_eff = GEMM FLOPs * (1 - sparsity) + the other FLOPs (attention, norms)
-#                + recomputed forward FLOPs when not even one sample's activations fit
-#   stream-in  = 2 (fwd + bwd) * weight bytes streamed / MemoryX bandwidth
+#                + the forward FLOPs again for layers of a recomputed block
+#   stream-in  = 2 (fwd + bwd; 1 forward-only) * weight bytes streamed / MemoryX bandwidth
 #   stream-out = gradient bytes / MemoryX bandwidth on the last micro-batch (gradients are
 #                accumulated on the wafer and reduced through SwarmX once per step)
 #   latency    = SwarmX tree depth ceil(log2 num_csx) * hop latency, twice per micro-batch
 #                (weights broadcast for fwd and bwd) and once more per step (gradient reduce)
+#                no less than the token floor `ws_token_time_s` (the partial-sum ring of a
+#                column, rows x 4 cycles per token, forward and backward; seed 003)
 #   time       = max(compute, stream-in, stream-out) + latency; the max names the bound.
-# Per step, each layer also pays a fixed `weight_streaming_layer_overhead_s` (fitted; the
-# per-layer step cost the FLOPs do not explain: the layer's gradient reduce and optimizer update
-# before its next forward, kernel switches). It does not shrink with the per-system batch,
-# so it is what bends the scaling of smaller models across systems.
+# Each layer with work also pays `weight_streaming_layer_overhead_s` per micro-batch (fitted:
+# what the FLOPs do not explain - switching the grid to the layer's kernel, filling and
+# draining its weight broadcast and partial-sum chains), and each step pays
+# `weight_streaming_step_overhead_s` once. Neither shrinks with the batch, so they are what a
+# small model, a small micro-batch or a small per-system batch (many systems) is bound by.
 # The sqrt(params) proxy for output features is exact for square matrices (the IR does not
 # record matrix shapes). Sparse weights stream as (value, index) pairs: (1 - s) * 4 bytes.
+#
+# Memory (`ws_activations`, `ws_cost`): the wafer holds the double-buffered weights of the
+# largest layer and the working set of the layer running for one micro-batch (its input, its
+# output and its transient `work_bytes`, e.g. attention probabilities). That is the batch limit:
+# a micro-batch (without micro-batching, the whole per-system batch) whose working set does not
+# fit is refused. The activations kept for backward (all of them, or each block's input when
+# the block is recomputed in backward) stay on the wafer when they fit beside; the rest is held
+# by the appliance's activation memory (the "Activation pods" of the R2.x cluster logs) and
+# crosses the system's I/O links out and back (`spill`). The compiler takes the fastest of:
+# the largest micro-batch keeping everything, the largest keeping checkpoints, and the whole
+# batch with spill.
 # ---------------------------------------------------------------------------------------------
 
 WS_PASSES = 3            # forward, input gradient, weight gradient
 _SPARSE_INDEX_BYTES = 2  # seed 003: weights "arrive tagged with an index field"
+_BLOCK = re.compile(r"^(.*?(?:^|/)(?:layer|layers|h|block|blocks)_\d+)(?=/|$)")
+
+
+def block_of(name: str) -> Optional[str]:
+  """The repeated block a layer belongs to ("gpt/h_3", "bert/encoder/layer_7"), or None."""
+  m = _BLOCK.match(name)
+  return m.group(1) if m else None
+
+
+@dataclasses.dataclass(frozen=True)
+class WSActivations:
+  """Per-sample bytes a weight-streaming micro-batch needs on the wafer.
+
+  Attributes:
+    full: every layer's kept activations (no recomputation).
+    minimum: with each block recomputed in its backward pass: each block's input (the smallest
+      tensor any of its layers hands on) + the other layers' activations + the largest
+      block's own activations (its working set while it is recomputed).
+    recompute_flops: forward FLOPs per sample done again when recomputing (the blocks').
+    blocks: repeated blocks found in the layer names (0: nothing to recompute).
+    working: the largest layer's working set: its input + output + `work_bytes`.
+  """
+
+  full: float
+  minimum: float
+  recompute_flops: float
+  blocks: int
+  working: float = 0.0
+
+
+# Head size assumed when a token-pair layer does not state its working set (traced graphs):
+# its probabilities are pair FLOPs / (4 x head size) elements (Q.K^T and P.V are 2 s^2 d each).
+_ASSUMED_HEAD_SIZE = 64
+
+
+def layer_work_bytes(layer: ir.Layer, dtype_bytes: int = 2) -> float:
+  """`layer.work_bytes`, or for a token-pair layer that does not say, an estimate of its
+  attention probabilities from its token-pair FLOPs (heads x s^2 = pair FLOPs / (4 x 64))."""
+  if layer.work_bytes > 0:
+    return layer.work_bytes
+  if not sequence_barrier(layer):
+    return 0.0
+  q = layer.pair_share or 1.0
+  return q * layer.fwd_flops / (4.0 * _ASSUMED_HEAD_SIZE) * dtype_bytes
+
+
+def ws_activations(graph: ir.LayerGraph,
+                   options: Optional[plans.PlanOptions] = None) -> WSActivations:
+  """See `WSActivations`. Forward-only steps keep nothing for a backward pass."""
+  acts = [l.activation_bytes for l in graph.layers]
+  working = 0.0
+  for i, l in enumerate(graph.layers):
+    prev = acts[i - 1] if i > 0 else 0.0
+    working = max(working, prev + acts[i] + layer_work_bytes(l, graph.dtype_bytes))
+  if not training(options):
+    return WSActivations(0.0, 0.0, 0.0, 0, working)
+  groups: Dict[str, List[int]] = {}
+  loose = 0.0
+  for i, l in enumerate(graph.layers):
+    b = block_of(l.name)
+    if b is None:
+      loose += acts[i]
+    else:
+      groups.setdefault(b, []).append(i)
+  full = float(sum(acts))
+  if not groups:
+    return WSActivations(full, full, 0.0, 0, working)
+  ckpt = sum(min(acts[i] for i in idx) for idx in groups.values())
+  work = max(sum(acts[i] for i in idx) for idx in groups.values())
+  recompute = sum(graph.layers[i].fwd_flops for idx in groups.values() for i in idx)
+  return WSActivations(full, min(full, ckpt + loose + work), recompute, len(groups), working)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,7 +513,18 @@ class WSLayerCost:
   stream_in_s: float
   stream_out_s: float      # per micro-batch (0: gradients leave once per step)
   grad_out_s: float        # once per step (last micro-batch)
-  bound: str               # "compute" | "stream-in" | "stream-out"
+  bound: str               # "compute" | "token latency" | "stream-in" | "stream-out"
+  token_bound: bool = False  # compute_s is the token floor (`ws_token_time_s`), not FLOPs
+  flop_s: float = 0.0      # the FLOPs alone at the calibrated rate
+
+  @property
+  def time_s(self) -> float:
+    return max(self.compute_s, self.stream_in_s, self.stream_out_s)
+
+  @property
+  def pe_utilization(self) -> float:
+    """Share of the layer's time the grid spends on its FLOPs (vs token floor, streaming)."""
+    return min(1.0, self.flop_s / self.time_s) if self.time_s > 0 else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,18 +535,24 @@ class WSCost:
   per_system_batch: int
   micro_batch: int
   num_micro: int
-  recompute_fraction: float       # share of forward FLOPs recomputed (0 = all kept)
+  recompute_fraction: float       # 1: blocks recomputed in backward; 0: all activations kept
   layers: Tuple[WSLayerCost, ...]
   latency_s: float                # SwarmX tree latency per step
-  overhead_s: float               # fixed per-layer step overhead, summed
+  overhead_s: float               # fixed per-layer (per micro-batch) and per-step overheads
   compute_step_s: float           # the layer loop, all micro-batches, incl. latency
   io_step_s: float                # host input for b samples over the system's links
   step_s: float
   time_by_bound: Tuple[Tuple[str, float], ...]
+  fits: bool = True
+  why: str = ""                   # why the batch does not fit (fits=False)
+  memory_bytes: float = 0.0       # wafer SRAM in use: weight buffers + the micro-batch's
+  max_micro_batch: int = 0        # largest micro-batch the wafer holds (recomputing if need be)
 
   @property
   def samples_per_sec(self) -> float:
     b = self.per_system_batch * self.num_csx
+    if not self.fits:
+      return 0.0
     return b / self.step_s if self.step_s > 0 else math.inf
 
 
@@ -299,45 +580,83 @@ def ws_weight_buffer_bytes(graph: ir.LayerGraph, sparsity: float = 0.0) -> float
   return 2.0 * max((l.num_params * per for l in graph.layers), default=0.0)
 
 
+WS_TRAVERSALS = 2        # a token crosses each layer forward and again backward
+
+
+def ws_token_time_s(l: ir.Layer, graph: ir.LayerGraph, engine,
+                    options: Optional[plans.PlanOptions], m: float, vts: bool = True) -> float:
+  """The least time a layer takes for a micro-batch of m samples, however few its FLOPs.
+
+  Seed 003's weight-streaming GEMM: features to rows, tokens to columns; each output
+  feature's partial sums reduce along a ring through the column's rows, 4 cycles a step. A
+  column's tokens take their turns on that ring, so a layer pass costs at least
+  (tokens per column) x (rows x 4 cycles), forward and again backward: m x tokens /
+  grid_width x grid_height x partial_sum_cycles / clock per traversal. Derived from the engine
+  figures, not fitted; it is what bounds narrow models and forward-only steps, whose FLOPs
+  finish sooner.
+  """
+  if layer_flops(l, options) <= 0:
+    return 0.0
+  _, ts = vts_scale(l, options, vts)
+  tokens = m * layer_tokens(l, graph) * ts
+  per_token = engine.grid_height * engine.sparsity_partial_sum_cycles / engine.clock_hz
+  return (WS_TRAVERSALS if training(options) else 1) * tokens / engine.grid_width * per_token
+
+
 def _ws_layer(l, graph, engine, options, m, recompute, vts):
   rate = (engine.usable_cores * engine.flops_per_core_per_s *
           engine.efficiency(plans.WEIGHT_STREAMING))
   sp = options.sparsity
+  train = training(options)
   fs, _ = vts_scale(l, options, vts)
   g = gemm_fraction(l, graph)
   keep = g * (1.0 - sp) + (1.0 - g)
-  flops = (l.flops + recompute * l.fwd_flops) * fs * keep
-  ps = WS_PASSES * math.sqrt(l.num_params) * engine.sparsity_partial_sum_cycles \
+  redo = l.fwd_flops if (recompute and block_of(l.name) is not None) else 0.0
+  flops = (layer_flops(l, options) + redo) * fs * keep
+  passes = WS_PASSES if train else 1
+  ps = passes * math.sqrt(l.num_params) * engine.sparsity_partial_sum_cycles \
       if g >= 0.5 else 0.0
-  compute = m * flops / rate + ps / engine.clock_hz
+  token = ws_token_time_s(l, graph, engine, options, m, vts)
+  flop_s = m * flops / rate
+  compute = max(flop_s, token) + ps / engine.clock_hz
   bw = engine.memoryx_bandwidth_bytes_per_s
-  stream_in = 2.0 * l.num_params * ws_streamed_bytes_per_param(graph, sp) / bw
-  stream_out = 0.0
-  grad = l.grad_bytes * ((1.0 - sp) if sp > 0 else 1.0) / bw
-  return WSLayerCost(l.name, compute, stream_in, stream_out, grad, "")
+  stream_in = (2.0 if train else 1.0) * l.num_params * ws_streamed_bytes_per_param(graph, sp) / bw
+  grad = (l.grad_bytes * ((1.0 - sp) if sp > 0 else 1.0) / bw) if train else 0.0
+  return WSLayerCost(l.name, compute, stream_in, 0.0, grad, "",
+                     token_bound=token >= flop_s and token > 0, flop_s=flop_s)
+
+
+def _has_work(l: ir.Layer) -> bool:
+  return l.flops > 0 or l.num_params > 0
 
 
 def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
             micro_batch: Optional[int] = None) -> WSCost:
   """The weight-streaming step (see the comment block above). Pure.
 
-  Micro-batching: activations kept for backward are `sum(activation_bytes)` per sample; the
-  SRAM left after the double-buffered weights holds m_fit samples. If the per-system batch b
-  does not fit, it runs as ceil(b / m_fit) equal micro-batches (gradients accumulate on the
-  wafer; weights stream again for each). If not even one sample fits (m_fit = 0), micro-batches
-  of one keep the share of activations that fits and recompute the rest from checkpoints
-  (costed as that share of the forward FLOPs again).
-
-  Args:
-    micro_batch: force a micro-batch size (tests); None lets the model choose.
+  Micro-batching: the per-system batch b runs as k = ceil(b / m) equal micro-batches
+  (gradients accumulate; weights stream again for each). With `options.micro_batch_size` None
+  the compiler takes the fastest of: the largest m whose kept activations all fit the wafer,
+  the largest m whose block checkpoints fit (each block recomputed in backward: a third more
+  forward FLOPs, fewer micro-batches), and m = b with the kept activations that do not fit
+  held off the wafer (`spill`). `micro_batching=False` runs m = b; a forced m (the option, or
+  `micro_batch` here) is taken as given. A micro-batch whose working set (the largest layer's
+  input, output and transient bytes, x m, beside the double-buffered weights) does not fit
+  the wafer gives fits=False and `why`: that is the batch limit.
   """
   split = batching.split(int(options.batch_size), num_systems=int(options.num_csx))
   n, b = split.num_systems, split.per_system
-  acts = sum(l.activation_bytes for l in graph.layers)
-  room = engine.usable_sram_bytes - ws_weight_buffer_bytes(graph, options.sparsity)
-  m_fit = int(room // acts) if acts > 0 else b
+  act = ws_activations(graph, options)
+  wbuf = ws_weight_buffer_bytes(graph, options.sparsity)
+  sram = float(engine.usable_sram_bytes)
+  m_work = int((sram - wbuf) // act.working) if act.working > 0 else b
   depth = math.ceil(math.log2(n)) if n > 1 else 0
   hop = depth * engine.swarmx_hop_latency_s
+  working = sum(1 for l in graph.layers if _has_work(l))
+
+  def fit_m(per_sample):
+    room = sram - wbuf
+    return min(b, int(room // (per_sample + act.working))) if per_sample + act.working > 0 else b
 
   def schedule(m, recompute):
     m = max(1, min(m, b))
@@ -345,41 +664,91 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
     m_eff = b / k  # equal micro-batches
     layers = tuple(_ws_layer(l, graph, engine, options, m_eff, recompute, vts)
                    for l in graph.layers)
-    by = {"compute": 0.0, "stream-in": 0.0, "stream-out": 0.0, "swarmx latency": 0.0}
+    by = {"compute": 0.0, "token latency": 0.0, "stream-in": 0.0, "stream-out": 0.0,
+          "swarmx latency": 0.0}
     total, out = 0.0, []
     for c in layers:
       mid = max(c.compute_s, c.stream_in_s, c.stream_out_s)
       last = max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s)
-      bound = ("compute" if c.compute_s >= max(c.stream_in_s, c.stream_out_s + c.grad_out_s)
+      work = "token latency" if c.token_bound else "compute"
+      bound = (work if c.compute_s >= max(c.stream_in_s, c.stream_out_s + c.grad_out_s)
                else "stream-in" if c.stream_in_s >= c.stream_out_s + c.grad_out_s
                else "stream-out")
       for count, terms in ((k - 1, (c.compute_s, c.stream_in_s, c.stream_out_s)),
                            (1, (c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s))):
-        name = ("compute", "stream-in", "stream-out")[terms.index(max(terms))]
+        name = (work, "stream-in", "stream-out")[terms.index(max(terms))]
         by[name] += count * max(terms)
       total += (k - 1) * mid + last
       out.append(dataclasses.replace(c, bound=bound))
-    lat = len(graph.layers) * hop * (2 * k + 1)
-    fixed = len(graph.layers) * engine.weight_streaming_layer_overhead_s
+    passes = 2 if training(options) else 1
+    lat = len(graph.layers) * hop * (passes * k + (1 if training(options) else 0))
+    per_layer = k * working * engine.weight_streaming_layer_overhead_s
+    fixed = per_layer + engine.weight_streaming_step_overhead_s
+    kept = m_eff * (act.minimum if recompute else act.full)
+    onwafer = wbuf + m_eff * act.working + kept
+    excess = max(0.0, onwafer - sram)
+    spill = k * 2.0 * excess / engine.io_bytes_per_s  # out after forward, back for backward
     by["swarmx latency"] = lat
-    by["per-layer step overhead"] = fixed
-    compute_step = total + lat + fixed
+    by["per-layer overhead"] = per_layer
+    by["per-step overhead"] = engine.weight_streaming_step_overhead_s
+    if spill > 0:
+      by["activation spill"] = spill
+    compute_step = total + lat + fixed + spill
     io = b * sum(l.io_bytes for l in graph.layers) / engine.io_bytes_per_s
     step = max(compute_step, io)
     if io > compute_step:
       by = {"io": io}
     return WSCost(num_csx=n, per_system_batch=b, micro_batch=int(round(m_eff)), num_micro=k,
-                  recompute_fraction=recompute, layers=tuple(out), latency_s=lat,
-                  overhead_s=fixed,
+                  recompute_fraction=1.0 if recompute else 0.0, layers=tuple(out),
+                  latency_s=lat, overhead_s=fixed,
                   compute_step_s=compute_step, io_step_s=io, step_s=step,
-                  time_by_bound=tuple(sorted(by.items(), key=lambda kv: -kv[1])))
+                  time_by_bound=tuple(sorted(by.items(), key=lambda kv: -kv[1])),
+                  memory_bytes=min(onwafer, sram), max_micro_batch=max(0, min(m_work, b)))
 
-  if micro_batch is not None:
-    return schedule(micro_batch, 0.0)
-  if m_fit >= 1:
-    return schedule(m_fit, 0.0)
-  kept = max(0.0, room) / acts if acts > 0 else 1.0
-  return schedule(1, 1.0 - kept)
+  forced = micro_batch if micro_batch is not None else options.micro_batch_size
+  if forced is None and not options.micro_batching:
+    forced = b
+  if forced is not None:
+    m = max(1, min(int(forced), b))
+    if m > m_work:
+      return _ws_refused(schedule(m, True), m, act, wbuf, engine, options, m_work)
+    cands = [schedule(m, False)] + ([schedule(m, True)] if act.blocks else [])
+    return min(cands, key=lambda c: c.step_s)
+  if m_work < 1:
+    return _ws_refused(schedule(1, True), 1, act, wbuf, engine, options, m_work)
+  cands = [schedule(b, False)]
+  m_full = fit_m(act.full)
+  if 1 <= m_full < b:
+    cands.append(schedule(m_full, False))
+  if act.blocks:
+    cands.append(schedule(b, True))
+    m_min = fit_m(act.minimum)
+    if 1 <= m_min < b:
+      cands.append(schedule(m_min, True))
+  return min(cands, key=lambda c: (c.step_s, c.num_micro))
+
+
+def _ws_refused(cost: WSCost, m: int, act: WSActivations, wbuf: float, engine,
+                options: plans.PlanOptions, m_work: int) -> WSCost:
+  """`cost` marked as not fitting, with the numbers of the micro-batch limit."""
+  gb = 1e9
+  need = wbuf + m * act.working
+  what = ("per-system batch" if not options.micro_batching and options.micro_batch_size is None
+          else "micro-batch")
+  why = (f"batch limit: a {what} of {m} sample(s) needs {need / gb:,.1f} GB of wafer SRAM for "
+         f"its largest layer ({wbuf / gb:.2f} GB double-buffered weights + {m} x "
+         f"{act.working / gb:.3f} GB input, output and working set), "
+         f"{engine.usable_sram_bytes / gb:.1f} GB available; the largest that fits is "
+         f"{max(0, m_work)}")
+  if m_work < 1:
+    why += " (not even one sample: shorten the sequence, or narrow the layers)"
+  elif what == "per-system batch":
+    why += (f" per system: turn micro-batching on (or micro_batch_size <= {m_work}), use more "
+            f"systems, or a smaller batch")
+  else:
+    why += f": use micro_batch_size <= {m_work}"
+  return dataclasses.replace(cost, fits=False, why=why, step_s=math.inf,
+                             memory_bytes=need, max_micro_batch=max(0, m_work))
 
 
 def ws_bottleneck(cost: WSCost, engine) -> str:
@@ -398,6 +767,13 @@ def ws_bottleneck(cost: WSCost, engine) -> str:
             f"{engine.memoryx_bandwidth_bytes_per_s / 1e12:g} TB/s ({share})")
   if what == "io":
     return f"io: {engine.io_description}"
+  if what == "token latency":
+    return (f"token latency ({share}: each layer's partial sums cross the grid's rows once per "
+            f"token, forward and backward; the FLOPs finish sooner - a wider model or a "
+            f"smaller batch per system uses the wafer better)")
+  if what == "per-layer overhead":
+    return (f"per-layer overhead ({share}: {cost.num_micro} micro-batch(es) x the layers' "
+            f"fixed cost; a bigger micro-batch or fewer systems amortize it)")
   return f"{what} ({share})"
 
 
@@ -408,11 +784,13 @@ def simulate_weight_streaming(plan: plans.Plan, graph: ir.LayerGraph, engine,
     return _not_fit(plan)
   opts = dataclasses.replace(options, num_csx=plan.num_csx, batch_size=plan.batch_size)
   cost = ws_cost(graph, engine, opts)
+  if not cost.fits:
+    return _not_fit(dataclasses.replace(plan, reason=cost.why))
   padded = ws_cost(graph, engine, opts, vts=False).samples_per_sec if opts.vts else None
   sps = cost.samples_per_sec
   compute_sps = plan.batch_size / cost.compute_step_s if cost.compute_step_s > 0 else math.inf
   io_sps = plan.batch_size / cost.io_step_s if cost.io_step_s > 0 else math.inf
-  flops = sum(l.flops * vts_scale(l, opts)[0] for l in graph.layers)
+  flops = sum(layer_flops(l, opts) * vts_scale(l, opts)[0] for l in graph.layers)
   util = sps * flops / (engine.peak_flops * cost.num_csx)
   events = [plans.TimelineEvent("step", "step", 0.0, cost.step_s)]
   t = 0.0
@@ -423,16 +801,19 @@ def simulate_weight_streaming(plan: plans.Plan, graph: ir.LayerGraph, engine,
       events.append(plans.TimelineEvent("stream-in", "stream-in", t, c.stream_in_s))
     t += d
   notes = (f"per system: batch {cost.per_system_batch} in {cost.num_micro} micro-batch(es) of "
-           f"{cost.micro_batch}" + (f"; {cost.recompute_fraction:.0%} of activations recomputed"
+           f"{cost.micro_batch}" + ("; each block's activations recomputed in backward"
                                     if cost.recompute_fraction > 0 else ""),
            "step time by bound: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
                                               for k, v in cost.time_by_bound))
   notes += vts_notes(sps, padded, opts)
+  busy = sum(c.time_s for c in cost.layers)
+  pe = sum(c.flop_s for c in cost.layers) / busy if busy > 0 else 0.0
   return plans.Performance(
       samples_per_sec=sps, step_time_s=cost.step_s, utilization=util,
       bottleneck=ws_bottleneck(cost, engine), compute_samples_per_sec=compute_sps,
       io_samples_per_sec=io_sps, timeline=tuple(events),
-      padded_samples_per_sec=padded if padded is not None else sps, notes=notes)
+      padded_samples_per_sec=padded if padded is not None else sps, notes=notes,
+      pe_utilization=min(1.0, pe))
 
 
 _SIMULATORS = {plans.PIPELINED: simulate_pipelined, plans.MULTI_REPLICA: simulate_pipelined,

@@ -1,18 +1,121 @@
 """Compile reports: report.txt, plan.json, wafer.png and timeline.json in the compile dir.
 
+Besides the plan and the prediction, report.txt gives what a user deciding whether to buy time
+on the hardware needs: the PE utilization per layer, the forward-only (eval) rate, the
+uncertainty band of the prediction (the validation-set error of the nearest class of model,
+engine/specs/fidelity_bands.yaml), the three calibration constants the prediction is most
+sensitive to, and the advisor's suggestions (registered by the compiler: `register_advisor`).
+
 Pure Python + matplotlib (Agg); no TensorFlow.
 """
 
+import dataclasses
 import json
 import math
 import os
 import re
-from typing import Dict
+from typing import Callable, Dict, List, Optional
+
+import yaml
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
+from cerebras_tf.engine import perf as perf_model
 
 _GB = 1e9
+BANDS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs",
+                          "fidelity_bands.yaml")
+# Calibration constants and engine figures the sensitivity analysis perturbs.
+SENSITIVE = ("pipelined_efficiency", "pipelined_token_latency_cycles",
+             "weight_streaming_efficiency", "memoryx_bandwidth_bytes_per_s",
+             "sparsity_partial_sum_cycles", "io_link_bits_per_s", "swarmx_hop_latency_s",
+             "fabric_link_bits_per_cycle")
+_ADVISORS: List[Callable] = []
+
+
+def register_advisor(fn: Callable) -> None:
+  """Adds fn(graph, plan, performance, engine, options) -> ["advice: ..."] to report.txt (the
+  compiler registers its advisor; the engine knows no planner)."""
+  if fn not in _ADVISORS:
+    _ADVISORS.append(fn)
+
+
+def default_options(plan: plans.Plan) -> plans.PlanOptions:
+  """The options a plan was most likely made with (when the caller does not pass them)."""
+  return plans.PlanOptions(
+      batch_size=plan.batch_size, execution_strategy=plan.execution_strategy,
+      num_csx=plan.num_csx,
+      num_replicas=plan.num_replicas if plan.execution_strategy == plans.MULTI_REPLICA else None)
+
+
+def load_bands(path: str = BANDS_PATH) -> List[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path) as fh:
+    return (yaml.safe_load(fh) or {}).get("classes", [])
+
+
+def band(plan: plans.Plan, graph: ir.LayerGraph, performance: plans.Performance,
+         bands: Optional[List[dict]] = None) -> Optional[dict]:
+  """{"class", "n", "low", "high", ...}: where the measurement would fall, from the validation
+  errors of the nearest class of model (mode, size); None without a class or prediction."""
+  if performance is None or not plan.fits or performance.samples_per_sec <= 0:
+    return None
+  for c in (load_bands() if bands is None else bands):
+    hi = c.get("max_params")
+    if (plan.execution_strategy in c["modes"] and graph.num_params >= c["min_params"] and
+        (hi is None or graph.num_params < hi)):
+      p = performance.samples_per_sec
+      return dict(c, low=p / (1.0 + c["highest"]), high=p / (1.0 + c["lowest"]))
+  return None
+
+
+def sensitivity(plan: plans.Plan, graph: ir.LayerGraph, engine,
+                options: Optional[plans.PlanOptions] = None, top: int = 3) -> List[tuple]:
+  """[(constant, elasticity)]: d ln(samples/s) / d ln(constant) for the `top` engine constants
+  the prediction moves with most (the plan is kept; each constant is raised by 10%)."""
+  options = options or default_options(plan)
+  if not plan.fits:
+    return []
+  base = perf_model.simulate(plan, graph, engine, options).samples_per_sec
+  if base <= 0:
+    return []
+  out = []
+  for k in SENSITIVE:
+    v = getattr(engine, k, 0.0)
+    if not v:
+      continue
+    try:
+      e = dataclasses.replace(engine, **{k: v * 1.1})
+      sps = perf_model.simulate(plan, graph, e, options).samples_per_sec
+    except Exception:  # pylint: disable=broad-except
+      continue
+    if sps > 0:
+      out.append((k, math.log(sps / base) / math.log(1.1)))
+  out.sort(key=lambda kv: -abs(kv[1]))
+  return [kv for kv in out[:top] if abs(kv[1]) > 1e-3]
+
+
+def eval_performance(plan, graph, engine, options=None) -> Optional[plans.Performance]:
+  """The same plan run forward only (eval / predict): no backward, no optimizer, no drain."""
+  options = options or default_options(plan)
+  if not plan.fits:
+    return None
+  try:
+    return perf_model.simulate(plan, graph, engine, dataclasses.replace(options, phase="eval"))
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def advice_lines(graph, plan, performance, engine, options=None) -> List[str]:
+  options = options or default_options(plan)
+  out = []
+  for fn in _ADVISORS:
+    try:
+      out.extend(fn(graph, plan, performance, engine, options))
+    except Exception as e:  # pylint: disable=broad-except
+      out.append(f"advice: not available ({type(e).__name__}: {e})")
+  return out
 
 
 def _fmt_bytes(n: float) -> str:
@@ -61,7 +164,7 @@ def graph_summary(graph: ir.LayerGraph) -> dict:
   }
 
 
-def plan_json(graph, plan, perf, engine) -> dict:
+def plan_json(graph, plan, perf, engine, options=None) -> dict:
   """The plan.json document (see write_reports)."""
   step = perf.step_time_s if perf and math.isfinite(perf.step_time_s) else None
   layers = []
@@ -70,7 +173,7 @@ def plan_json(graph, plan, perf, engine) -> dict:
          "region": None if p.region is None else
                    {"x": p.region.x, "y": p.region.y, "w": p.region.w, "h": p.region.h},
          "memory_bytes": p.memory_bytes, "flops": p.flops, "time_s": p.time_s,
-         "replica": p.replica}
+         "replica": p.replica, "pe_utilization": p.pe_utilization}
     layers.append(d)
   perf_d = None
   if perf is not None:
@@ -99,13 +202,44 @@ def plan_json(graph, plan, perf, engine) -> dict:
       "reason": plan.reason,
       "notes": list(plan.notes),
       "performance": perf_d,
+      "pe_utilization": perf.pe_utilization if perf else 0.0,
+      "band": {k: v for k, v in (band(plan, graph, perf) or {}).items() if k != "figures"},
+      "sensitivity": dict(sensitivity(plan, graph, engine, options)) if perf else {},
       "engine_spec": engine.summary(),
       "layers": layers,
       "graph": graph_summary(graph),
   }
 
 
-def report_text(graph, plan, perf, engine) -> str:
+def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> List[str]:
+  """The lines after the header: PE utilization, eval rate, band, sensitivity, advice."""
+  if perf is None or not plan.fits:
+    return advice_lines(graph, plan, perf, engine, options) if advice else []
+  out = [f"PE utilization:   {perf.pe_utilization:.1%} (the layers' cores computing at the "
+         f"calibrated rate, per layer below; vendor compile reports call it PE utilization)"]
+  ev = eval_performance(plan, graph, engine, options)
+  if ev is not None and ev.samples_per_sec > 0:
+    out.append(f"eval samples/s:   {ev.samples_per_sec:,.1f} (forward only, same placement)")
+  b = band(plan, graph, perf)
+  if b:
+    out.append(f"band:             {b['low']:,.1f} - {b['high']:,.1f} samples/s: the "
+               f"validation error of {b['class']} models ({b['n']} published runs: "
+               f"{b['lowest']:+.0%} to {b['highest']:+.0%}, median |error| "
+               f"{b['median_abs']:.0%}; benchmarks/bench_fidelity.py)")
+  sens = sensitivity(plan, graph, engine, options)
+  if sens:
+    out.append("sensitive to:     " + ", ".join(
+        f"{k} ({e:+.2f}% per +1%)" for k, e in sens))
+  if perf.step_time_s < 5e-3:
+    out.append(f"host:             a {perf.step_time_s * 1e3:.3f} ms step is shorter than the "
+               f"0.5-5 ms per step published tiny-model runs spent on the host (FC-MNIST, "
+               f"validation/published.yaml); the host, not the wafer, will likely set the pace")
+  if advice:
+    out.extend(advice_lines(graph, plan, perf, engine, options))
+  return out
+
+
+def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
   """report.txt: header, then one row per layer, then totals."""
   sps = perf.samples_per_sec if perf else 0.0
   lines = [
@@ -128,6 +262,7 @@ def report_text(graph, plan, perf, engine) -> str:
       f"utilization:      {perf.utilization:.1%} of peak" if perf else "utilization:      -",
       f"bottleneck:       {perf.bottleneck}" if perf else "bottleneck:       -",
   ]
+  lines += prediction_lines(graph, plan, perf, engine, options, advice)
   lines += [f"note:             {n}" for n in plan.notes]
   lines += [f"model:            {n}" for n in (perf.notes if perf else ())]
   lines.append("")
@@ -138,12 +273,13 @@ def report_text(graph, plan, perf, engine) -> str:
   label = "total (layers take turns)" if streaming else "total"
   width = max([len(p.name) for p in plan.layers] + [len(label)])
   hdr = (f"{'#':>4}  {'layer':<{width}}  {'cores':>9}  {'wafer%':>7}  {'memory':>11}  "
-         f"{'FLOPs/step':>11}  {'step%':>6}")
+         f"{'FLOPs/step':>11}  {'step%':>6}  {'PE util':>7}")
   lines += [hdr, "-" * len(hdr)]
   for i, p in enumerate(plan.layers):
     share = p.time_s / step if step else 0.0
     lines.append(f"{i:>4}  {p.name:<{width}}  {p.cores:>9,}  {p.cores / total_cores:>7.2%}  "
-                 f"{_fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}")
+                 f"{_fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}  "
+                 f"{p.pe_utilization:>7.1%}")
   lines.append("-" * len(hdr))
   used = sum(p.cores for p in plan.layers)
   mem = sum(p.memory_bytes for p in plan.layers)
@@ -261,16 +397,17 @@ def _wrap(text: str, width: int) -> str:
 
 
 def write_reports(compile_dir: str, graph: ir.LayerGraph, plan: plans.Plan,
-                  perf: plans.Performance, engine) -> Dict[str, str]:
+                  perf: plans.Performance, engine,
+                  options: Optional[plans.PlanOptions] = None) -> Dict[str, str]:
   """Writes the four reports; returns {"report", "plan", "wafer", "timeline"} -> path."""
   os.makedirs(compile_dir, exist_ok=True)
   paths = {k: os.path.join(compile_dir, f) for k, f in (
       ("report", "report.txt"), ("plan", "plan.json"), ("wafer", "wafer.png"),
       ("timeline", "timeline.json"))}
   with open(paths["report"], "w") as fh:
-    fh.write(report_text(graph, plan, perf, engine))
+    fh.write(report_text(graph, plan, perf, engine, options))
   with open(paths["plan"], "w") as fh:
-    json.dump(plan_json(graph, plan, perf, engine), fh, indent=1)
+    json.dump(plan_json(graph, plan, perf, engine, options), fh, indent=1)
   with open(paths["timeline"], "w") as fh:
     json.dump(trace_json(perf, graph), fh)
   draw_wafer(paths["wafer"], graph, plan, perf, engine)

@@ -87,7 +87,9 @@ class EngineSpec:
   swarmx_hop_latency_s: float = 1e-6         # one level of the SwarmX broadcast/reduce tree
   sparsity_max_speedup: float = 0.0          # 0 = no stated ceiling
   pipelined_token_latency_cycles: float = 0.0  # per layer, per token: see cs2.yaml
-  weight_streaming_layer_overhead_s: float = 0.0  # per layer, per step: see cs2.yaml
+  weight_streaming_layer_overhead_s: float = 0.0  # per layer, per micro-batch: see cs2.yaml
+  pipelined_step_overhead_s: float = 0.0          # per step: see cs2.yaml
+  weight_streaming_step_overhead_s: float = 0.0   # per step: see cs2.yaml
 
   @property
   def usable_cores(self) -> int:
@@ -138,7 +140,14 @@ class EngineSpec:
         "pipelined_token_latency_cycles": self.pipelined_token_latency_cycles,
         "memoryx_bandwidth_bytes_per_s": self.memoryx_bandwidth_bytes_per_s,
         "swarmx_hop_latency_s": self.swarmx_hop_latency_s,
+        "weight_streaming_layer_overhead_s": self.weight_streaming_layer_overhead_s,
+        "pipelined_step_overhead_s": self.pipelined_step_overhead_s,
+        "weight_streaming_step_overhead_s": self.weight_streaming_step_overhead_s,
     }
+
+
+# Package data beside the engine YAMLs that is not an engine (report.txt's error bands).
+NOT_ENGINES = ("fidelity_bands.yaml",)
 
 
 def engine_path(name_or_path: str) -> str:
@@ -153,7 +162,8 @@ def engine_path(name_or_path: str) -> str:
 def available_engines() -> Tuple[str, ...]:
   if not os.path.isdir(CONFIG_DIR):
     return ()
-  return tuple(sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith(".yaml")))
+  return tuple(sorted(f[:-5] for f in os.listdir(CONFIG_DIR)
+                      if f.endswith(".yaml") and f not in NOT_ENGINES))
 
 
 class _Reader:
@@ -300,4 +310,8 @@ def load_engine(name_or_path: str) -> EngineSpec:
       pipelined_token_latency_cycles=r.number("calibration.pipelined_token_latency_cycles",
                                               positive=False, default=0.0),
       weight_streaming_layer_overhead_s=r.number(
-          "calibration.weight_streaming_layer_overhead_s", positive=False, default=0.0))
+          "calibration.weight_streaming_layer_overhead_s", positive=False, default=0.0),
+      pipelined_step_overhead_s=r.number("calibration.pipelined_step_overhead_s",
+                                         positive=False, default=0.0),
+      weight_streaming_step_overhead_s=r.number("calibration.weight_streaming_step_overhead_s",
+                                                positive=False, default=0.0))

@@ -12,20 +12,27 @@ Bytes:
   gradients                            = 2,097,152
   Adam      2 slots * 2,097,152        = 4,194,304
   state                                = 8,388,608
-  activation (output, 1024 fp16)       = 2,048 B/sample; L = 1 layer, i = 0 -> 2*(L-i) = 2
-                                          samples in flight -> 4,096 B
-  memory                               = 8,392,704 B -> ceil(/49,152) = 171 cores minimum
+  activation (output, 1024 fp16)       = 2,048 B/sample
 cs2.yaml: grid 757 x 996 = 753,972 usable cores, 48 KB each; 8 FLOPs/cycle/core at 1.1 GHz
-  = 8.8e9 FLOP/s per core; calibrated pipelined efficiency 0.449 -> 3.9512e9 FLOP/s per core;
-  per-layer token latency 455 cycles / 1.1 GHz = 413.636 ns per token (1 token: not a sequence).
+  = 8.8e9 FLOP/s per core; calibrated pipelined efficiency 0.4193 -> 3.68984e9 FLOP/s per core;
+  per-layer token latency 495.6 cycles / 1.1 GHz = 450.545 ns per token (1 token: not a
+  sequence); 1 ms of host time per step (ASSUMED, pipelined_step_overhead_s).
+In flight (memory): priced before placement, with the grid shared by FLOPs: t = 6,291,456 /
+  (753,972 * 3.68984e9) + 450.545 ns = 452.807 ns; the round trip from the layer is one hop
+  forward and one back, 901.091 ns (no attention barrier), so 1 + ceil(901.091 / 452.807) = 3
+  samples, at most the batch: batch 1 -> 1 sample (2,048 B), batch 4096 -> 3 (6,144 B).
+  memory (batch 1)                     = 8,390,656 B -> ceil(/49,152) = 171 cores minimum
 Useful cores: the compiler stops where compute is 5% of the latency:
-  6,291,456 / (3.9512e9 * 0.05 * 413.636e-9) = 76,988 cores -> ceil(76,988 / 996) = 78 columns.
-Placement: Region(0, 0, 78, 996) = 77,688 cores; the other 679 columns stay idle.
-Per sample: 6,291,456 / (77,688 * 3.9512e9) = 20.496 ns compute + 413.636 ns latency
-  = 434.132 ns -> 2,303,445 samples/s.
+  6,291,456 / (3.68984e9 * 0.05 * 450.545e-9) = 75,689 cores -> ceil(75,689 / 996) = 76 columns.
+Placement: Region(0, 0, 76, 996) = 75,696 cores; the other 681 columns stay idle.
+Per sample: 6,291,456 / (75,696 * 3.68984e9) = 22.525 ns compute + 450.545 ns latency
+  = 473.071 ns. PE utilization: 22.525 / 473.071 = 4.762% (the layer is the interval).
+Step (batch 1): 473.071 ns + the drain, the sample's round trip back to the layer (2 hops,
+  901.091 ns) + 1 ms = 1,001.374 us -> 998.63 samples/s: the host sets the pace. At batch
+  4096: 4096 * 473.071 ns + 901.091 ns + 1 ms = 2,938.599 us -> 1,393,862 samples/s.
 Host I/O: 12 x 100 Gb/s = 150e9 B/s; input 1024 fp16 = 2,048 B/sample -> 73,242,187.5 samples/s,
-so the layer is compute(latency)-bound: the step (batch 1) takes 434.132 ns.
-Utilization: 2,303,445 * 6,291,456 / 7.48e15 = 0.0019374 - a one-layer model cannot use the
+so the layer is compute(latency)-bound.
+Utilization: 998.63 * 6,291,456 / 7.48e15 = 8.3995e-7 - a one-layer model cannot use the
 wafer, which is what multi_replica is for.
 """
 
@@ -56,8 +63,9 @@ def test_cs2_figures_used_by_hand(cs2):
   assert (cs2.grid_width, cs2.grid_height, cs2.usable_cores) == (757, 996, 753972)
   assert cs2.sram_per_core_bytes == 49152
   assert cs2.flops_per_core_per_s == pytest.approx(8.8e9)
-  assert cs2.pipelined_efficiency == pytest.approx(0.449)
-  assert cs2.pipelined_token_latency_cycles == 455
+  assert cs2.pipelined_efficiency == pytest.approx(0.4193)
+  assert cs2.pipelined_token_latency_cycles == pytest.approx(495.6)
+  assert cs2.pipelined_step_overhead_s == pytest.approx(1e-3)
   assert cs2.peak_flops == pytest.approx(7.48e15)
   assert cs2.io_bytes_per_s == pytest.approx(150e9)
 
@@ -69,27 +77,35 @@ def test_dense_layer_by_hand(cs2):
   opts = plans.PlanOptions(batch_size=1)
   plan = get_planner("pipelined").plan(g, cs2, opts)
   assert plan.fits
-  assert plan.memory_needed_bytes == 8392704
+  assert plan.memory_needed_bytes == 8390656
   (p,) = plan.layers
-  assert p.region == plans.Region(0, 0, 78, 996)
-  assert p.cores == 77688
+  assert p.region == plans.Region(0, 0, 76, 996)
+  assert p.cores == 75696
   assert p.cores * cs2.sram_per_core_bytes >= 171 * 49152
   assert p.flops == 6291456
+  assert p.pe_utilization == pytest.approx(22.525 / 473.071, rel=1e-4)
   perf_ = perf.simulate(plan, g, cs2, opts)
-  assert perf_.compute_samples_per_sec == pytest.approx(2303445, rel=1e-5)
+  assert perf_.compute_samples_per_sec == pytest.approx(998.628, rel=1e-5)
   assert perf_.io_samples_per_sec == pytest.approx(73242187.5)
-  assert perf_.samples_per_sec == pytest.approx(2303445, rel=1e-5)
+  assert perf_.samples_per_sec == pytest.approx(998.628, rel=1e-5)
   assert perf_.bottleneck == "compute: dense"
-  assert perf_.step_time_s == pytest.approx(434.132e-9, rel=1e-5)
-  assert p.time_s == pytest.approx(434.132e-9, rel=1e-5)
-  assert perf_.utilization == pytest.approx(0.0019374, rel=1e-4)
+  assert perf_.step_time_s == pytest.approx(1001.374e-6, rel=1e-5)
+  assert p.time_s == pytest.approx(473.071e-9, rel=1e-5)
+  assert perf_.utilization == pytest.approx(8.3995e-7, rel=1e-4)
+  # The drain and the host's millisecond are paid once per step: a big batch amortizes them.
+  opts = plans.PlanOptions(batch_size=4096)
+  plan = get_planner("pipelined").plan(dense_graph(4096), cs2, opts)
+  assert plan.memory_needed_bytes == 8388608 + 3 * 2048
+  assert perf.simulate(plan, dense_graph(4096), cs2, opts).samples_per_sec == pytest.approx(
+      1393862, rel=1e-5)
 
 
 def test_io_bound_when_the_input_is_big(cs2):
-  # 64 KB of input per sample: 150e9 / 65,536 = 2,288,818.4 samples/s < 2,303,445 compute.
-  g = dense_graph()
-  g = ir.LayerGraph(g.name, (dataclasses.replace(g.layers[0], io_bytes=65536.0),), 1)
-  opts = plans.PlanOptions(batch_size=1)
+  # 128 KB of input per sample: 150e9 / 131,072 = 1,144,409.2 samples/s < 1,393,862 compute
+  # (batch 4096, above).
+  g = dense_graph(4096)
+  g = ir.LayerGraph(g.name, (dataclasses.replace(g.layers[0], io_bytes=131072.0),), 4096)
+  opts = plans.PlanOptions(batch_size=4096)
   perf_ = perf.simulate(get_planner("pipelined").plan(g, cs2, opts), g, cs2, opts)
-  assert perf_.samples_per_sec == pytest.approx(2288818.4, rel=1e-6)
+  assert perf_.samples_per_sec == pytest.approx(1144409.2, rel=1e-6)
   assert perf_.bottleneck == "io: 12 x 100 GbE host links"

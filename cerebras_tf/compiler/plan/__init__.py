@@ -7,12 +7,12 @@ beside these with a `base.Planner` subclass, added to `PLANNERS` (or `register_p
 import dataclasses
 from typing import Callable, Dict
 
-from cerebras_tf.compiler.plan import base
+from cerebras_tf.compiler.plan import advisor, base
 from cerebras_tf.compiler.plan.multi_replica import MultiReplicaPlanner
 from cerebras_tf.compiler.plan.pipelined import PipelinedPlanner
 from cerebras_tf.compiler.plan.weight_streaming import WeightStreamingPlanner
 from cerebras_tf.core import batching, plans
-from cerebras_tf.engine import perf
+from cerebras_tf.engine import perf, report
 from cerebras_tf.errors import ParamsError
 
 PLANNERS: Dict[str, Callable[[], base.Planner]] = {
@@ -99,3 +99,8 @@ class AutoPlanner(base.Planner):
       reason = f"{label} at {sps:,.1f} samples/s"
     return dataclasses.replace(chosen, reason=reason, notes=chosen.notes + (
         f"auto: chose {chosen.execution_strategy} ({chosen.reason}); tried {tried}",))
+
+
+report.register_advisor(
+    lambda graph, plan, performance, engine, options: advisor.report_lines(
+        graph, plan, performance, engine, options, get_planner))

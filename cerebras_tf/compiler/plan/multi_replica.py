@@ -12,8 +12,9 @@ the slab boundaries (`perf.allreduce_time_s`).
 Choosing R (unless `options.num_replicas` forces it): every R from 1 up to what the SRAM
 allows (each replica's state and in-flight activations must fit its slab) that divides the
 global batch is planned and simulated; R is the largest one that still gains at least
-`MIN_GAIN` over the best smaller R (a copy that buys less is not worth its memory and
-all-reduce). The predicted speedup over one replica goes in `plan.notes`, and so does why
+`MIN_GAIN` over the best smaller R on the wafer's time (a copy that buys less is not worth its
+memory and all-reduce; the host's per-step overhead, the same for every R, is left out of the
+comparison). The predicted speedup over one replica goes in `plan.notes`, and so does why
 each larger R was not taken: "memory" (R copies need more SRAM than the wafer, or one copy
 more than its slab), "layout" (the memory would fit but the slab's strips cannot be laid out,
 e.g. the slab is too narrow for the strips' rounding to whole rows) or "no gain".
@@ -32,12 +33,21 @@ MIN_GAIN = 0.02   # a further replica must add 2% samples/s to be worth it
 _GB = 1e9
 
 
-def _plan_r(graph, engine, options, r, need):
+def replica_need(graph, engine, options, r) -> int:
+  """SRAM one of r replicas needs: its state + in-flight activations on a 1/r slab."""
+  per = max(1, int(options.batch_size) // r)
+  slab = max(1, engine.grid_width // r) * engine.grid_height
+  return int(sum(pipelined.layer_memory_bytes(graph, engine, options, per, slab)))
+
+
+def _plan_r(graph, engine, options, r, need=None):
   """The Plan with r replicas, or a not-fitting Plan with the reason."""
   split = batching.split(int(options.batch_size), engine_replicas=r)
   batch = split.global_batch
   slab_w = engine.grid_width // r
   slab_bytes = slab_w * engine.grid_height * engine.sram_per_core_bytes
+  if need is None:
+    need = replica_need(graph, engine, options, r)
   placements, why, refusal = [], "", None
   if slab_w < 1:
     why = f"{r} replicas need {r} columns, the grid has {engine.grid_width}"
@@ -58,9 +68,11 @@ def _plan_r(graph, engine, options, r, need):
       placements += placed
   fits = bool(placements)
   if not fits:
-    mem = pipelined.layer_memory_bytes(graph)
+    mem = pipelined.layer_memory_bytes(graph, engine, options, split.per_engine_replica,
+                                       max(1, slab_w) * engine.grid_height)
     placements = [plans.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
-                                      flops=l.flops * split.per_engine_replica, time_s=0.0)
+                                      flops=perf.layer_flops(l, options) *
+                                      split.per_engine_replica, time_s=0.0)
                   for l, m in zip(graph.layers, mem)]
   used = sum(p.cores for p in placements)
   reason = (f"fits: {r} replica(s) of {need / _GB:.2f} GB SRAM each, per-replica batch "
@@ -85,20 +97,25 @@ class MultiReplicaPlanner(base.Planner):
         global batch (names both numbers).
     """
     batch = int(options.batch_size)
-    need = int(sum(pipelined.layer_memory_bytes(graph)))
+    need = replica_need(graph, engine, options, 1)
     forced = options.num_replicas
     if forced is not None:
       batching.split(batch, engine_replicas=forced)
 
-    def rate(p):
-      return perf.simulate(p, graph, engine, options).samples_per_sec if p.fits else 0.0
+    # R is judged on the wafer's time: the host's fixed per-step overhead is the same for
+    # every R, so it must not hide what a copy buys the wafer (nor decide R for a model whose
+    # step the host dominates).
+    wafer = dataclasses.replace(engine, pipelined_step_overhead_s=0.0)
 
-    one = _plan_r(graph, engine, options, 1, need)
+    def rate(p):
+      return perf.simulate(p, graph, wafer, options).samples_per_sec if p.fits else 0.0
+
+    one = _plan_r(graph, engine, options, 1)
     one_sps = rate(one)
     notes = [f"replicas side by side on vertical slabs of {engine.grid_width} // R columns; "
              f"gradients all-reduced across slab boundaries each step"]
     if forced is not None:
-      chosen = _plan_r(graph, engine, options, forced, need)
+      chosen = _plan_r(graph, engine, options, forced)
       sps = rate(chosen)
       notes.append(f"num_replicas={forced} forced by the params")
     else:
@@ -109,7 +126,7 @@ class MultiReplicaPlanner(base.Planner):
       for r in range(2, max_r + 1):
         if not batching.divides(batch, r):
           continue
-        p = _plan_r(graph, engine, options, r, need)
+        p = _plan_r(graph, engine, options, r)
         s = rate(p)
         if not p.fits:
           refused.append((r, f"{_KIND_WORD[p.refusal.kind]}: {p.reason}"))
@@ -139,6 +156,8 @@ class MultiReplicaPlanner(base.Planner):
         notes.append(f"no larger R to try: R must divide the batch ({batch}) and be at most "
                      f"{limit} (batch, {engine.grid_width} columns)")
     if chosen.fits and one_sps > 0:
+      sps = perf.simulate(chosen, graph, engine, options).samples_per_sec
+      one_sps = rate(one) and perf.simulate(one, graph, engine, options).samples_per_sec
       speed = sps / one_sps
       notes.append(f"predicted speedup over 1 replica: {speed:.2f}x ({sps:,.1f} vs "
                    f"{one_sps:,.1f} samples/s)")

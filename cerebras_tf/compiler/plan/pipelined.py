@@ -4,10 +4,12 @@ The model of the hardware (pure Python, no TensorFlow):
 
 * All weights, gradients and optimizer state live in on-wafer SRAM for the whole run.
 * Layers form a pipeline: samples stream through the layers in program order forward and back
-  in reverse. Layer i of L (0-based) starts the forward pass of a new sample before the
-  backward pass of an earlier one comes back, so it keeps the activations of about
-  `2 * (L - i)` samples in flight (the round trip to the end of the network and back).
-  Its SRAM need is therefore `state_bytes + activation_bytes * 2 * (L - i)`.
+  in reverse. Layer i starts the forward pass of new samples before the backward pass of an
+  earlier one comes back, so it keeps the activations of the samples in flight: one per
+  pipeline interval of the round trip from layer i to the end and back (tokens stream past
+  position-wise layers; attention holds a whole sample), at most the batch (the pipeline
+  drains between steps). Its SRAM need is `state_bytes + activation_bytes * in_flight`
+  (`engine/perf.py:pipelined_layer_memory`, the one place this is counted).
 * Each layer's region gets cores in proportion to its share of the FLOPs (so every stage runs
   at the same rate), but never fewer than its memory needs (`ceil(bytes / sram_per_core)`);
   the cores freed that way are shared among the others by water-filling.
@@ -39,16 +41,11 @@ from cerebras_tf.compiler.plan import base
 _GB = 1e9
 
 
-def in_flight_samples(i: int, num_layers: int) -> int:
-  """Samples whose activations layer i (0-based) holds in a pipeline of num_layers layers."""
-  return 2 * (num_layers - i)
-
-
-def layer_memory_bytes(graph: ir.LayerGraph) -> List[int]:
-  """SRAM bytes each layer needs in pipelined mode (state + in-flight activations)."""
-  n = len(graph.layers)
-  return [int(l.state_bytes + math.ceil(l.activation_bytes * in_flight_samples(i, n)))
-          for i, l in enumerate(graph.layers)]
+def layer_memory_bytes(graph: ir.LayerGraph, engine, options: plans.PlanOptions, batch: int,
+                       cores: float = None) -> List[int]:
+  """SRAM bytes each layer needs in pipelined mode (state + in-flight activations) for a
+  replica of `batch` samples on `cores` cores (default: the whole grid)."""
+  return perf.pipelined_layer_memory(graph, engine, options, batch, cores)
 
 
 def allocate_cores(flops: Sequence[float], floors: Sequence[int], total: int) -> List[float]:
@@ -83,6 +80,9 @@ def allocate_cores(flops: Sequence[float], floors: Sequence[int], total: int) ->
   return alloc
 
 
+_ROUND_UP_BELOW = 8   # units (rows, columns): shares below this round up, not down
+
+
 def _apportion(ideal: Sequence[float], minimum: Sequence[int], total: int) -> List[int]:
   """Integers >= minimum summing to total, close to `ideal` (largest remainder).
 
@@ -90,7 +90,10 @@ def _apportion(ideal: Sequence[float], minimum: Sequence[int], total: int) -> Li
   """
   if sum(minimum) > total:
     return []
-  out = [max(m, int(math.floor(x))) for x, m in zip(ideal, minimum)]
+  # Small shares round up: a layer whose ideal is 1.9 rows loses half its cores at 1 row and
+  # becomes the pipeline's slowest stage; the units come back from the large ones (1 of 400).
+  out = [max(m, int(math.ceil(x)) if x < _ROUND_UP_BELOW else int(math.floor(x)))
+         for x, m in zip(ideal, minimum)]
   diff = total - sum(out)
   # Relative remainders: a 1-unit shortfall hurts a small layer's rate more than a big one's.
   rel = lambda i: (ideal[i] - out[i]) / max(ideal[i], 1e-12)
@@ -100,18 +103,14 @@ def _apportion(ideal: Sequence[float], minimum: Sequence[int], total: int) -> Li
     out[order[k % len(out)]] += 1
     diff -= 1
     k += 1
-  order = sorted(range(len(out)), key=lambda i: (rel(i), i))
-  while diff < 0:  # take back from those most over their ideal, never below minimum
-    progressed = False
-    for i in order:
-      if diff == 0:
-        break
-      if out[i] > minimum[i]:
-        out[i] -= 1
-        diff += 1
-        progressed = True
-    if not progressed:
+  while diff < 0:  # take back, one unit at a time, where it hurts least: from the layer that
+    # keeps the largest share of its ideal after losing it (1 of 400 rows, not 1 of 2)
+    cand = [i for i in range(len(out)) if out[i] > minimum[i]]
+    if not cand:
       return []
+    i = max(cand, key=lambda j: ((out[j] - 1) / max(ideal[j], 1e-12), -j))
+    out[i] -= 1
+    diff += 1
   return out
 
 
@@ -215,7 +214,7 @@ def useful_cores(graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> Li
   out = []
   for l in graph.layers:
     lat = perf.pipelined_sample_time(l, math.inf, graph, engine, options)
-    out.append(l.flops / (rate * SATURATION * lat) if lat > 0 else math.inf)
+    out.append(perf.layer_flops(l, options) / (rate * SATURATION * lat) if lat > 0 else math.inf)
   return out
 
 
@@ -227,8 +226,8 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, bat
     (placements, "") or ((), why it does not fit). Placements carry `replica`.
   """
   layers = graph.layers
-  mem = layer_memory_bytes(graph)
   cores = width * height
+  mem = layer_memory_bytes(graph, engine, options, batch, cores)
   floors = [max(1, math.ceil(m / engine.sram_per_core_bytes)) for m in mem]
   if sum(floors) > cores:
     return (), f"needs {sum(floors):,} cores for its memory, {cores:,} available"
@@ -236,17 +235,22 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, bat
   if useful < cores:  # a small model: use only the columns it can keep busy
     width = min(width, max(math.ceil(useful / height), int(math.sqrt(len(layers))) + 2))
     cores = width * height
-  target = allocate_cores([l.flops for l in layers], floors, cores)
+  target = allocate_cores([perf.layer_flops(l, options) for l in layers], floors, cores)
   regions, why = layout(target, floors, width, height)
   if not regions:
     return (), f"cannot lay out {len(layers)} layers on the {width} x {height} grid: {why}"
+  times = [perf.pipelined_sample_time(l, r.cores, graph, engine, options)
+           for l, r in zip(layers, regions)]
+  interval = max([t for t in times if math.isfinite(t)], default=0.0)
   out = []
-  for l, m, r in zip(layers, mem, regions):
+  for l, m, r, t in zip(layers, mem, regions, times):
     r = plans.Region(r.x + x0, r.y, r.w, r.h)
+    f = perf.layer_flops(l, options)
     out.append(plans.LayerPlacement(
-        name=l.name, cores=r.cores, region=r, memory_bytes=m, flops=l.flops * batch,
-        time_s=batch * perf.pipelined_sample_time(l, r.cores, graph, engine, options),
-        replica=replica))
+        name=l.name, cores=r.cores, region=r, memory_bytes=m, flops=f * batch,
+        time_s=batch * t, replica=replica,
+        pe_utilization=perf.pe_utilization(f * perf.vts_scale(l, options)[0], r.cores,
+                                           interval, engine)))
   return tuple(out), ""
 
 
@@ -269,20 +273,26 @@ class PipelinedPlanner(base.Planner):
     split = batching.split(int(options.batch_size))
     batch = split.global_batch
     layers = graph.layers
-    mem = layer_memory_bytes(graph)
+    mem = layer_memory_bytes(graph, engine, options, batch)
     need = int(sum(mem))
     avail = int(engine.usable_sram_bytes)
     total_cores = engine.usable_cores
-    notes = [f"in-flight activations: layer i of {len(layers)} holds 2*(L-i) samples",
+    flight = perf.in_flight_samples(perf.estimated_sample_times(graph, engine, options), graph,
+                                    engine, options, batch)
+    notes = [f"in-flight activations: layer 0 holds {flight[0] if flight else 0} samples, the "
+             f"last layer {flight[-1] if flight else 0} (1 + its round trip / the pipeline "
+             f"interval, at most the batch {batch})",
              f"efficiency {engine.efficiency(plans.PIPELINED):.3f} of per-core peak, "
              f"{engine.pipelined_token_latency_cycles:g} cycles per token per layer (calibrated)"]
+    if not perf.training(options):
+      notes.append(f"{options.phase}: forward only (weights, no gradients or optimizer state)")
     if options.num_csx > 1:
       notes.append(f"pipelined runs on one system; num_csx={options.num_csx} ignored")
 
     def unplaced(reason: str, kind: str) -> plans.Plan:
       placements = tuple(
           plans.LayerPlacement(name=l.name, cores=0, region=None, memory_bytes=m,
-                              flops=l.flops * batch, time_s=0.0)
+                              flops=perf.layer_flops(l, options) * batch, time_s=0.0)
           for l, m in zip(layers, mem))
       return plans.Plan(execution_strategy=plans.PIPELINED, engine=engine.name, fits=False,
                        batching=split, memory_needed_bytes=need,
@@ -292,9 +302,11 @@ class PipelinedPlanner(base.Planner):
     if not layers:
       return unplaced("the graph has no layers", plans.LAYOUT)
     if need > avail:
-      state = graph.state_bytes
-      return unplaced(f"needs {need / _GB:.1f} GB of SRAM ({state / _GB:.1f} GB weights, "
-                      f"gradients and optimizer state + {(need - state) / _GB:.1f} GB in-flight "
+      state = sum(perf.layer_state_bytes(l, options) for l in layers)
+      what = ("weights, gradients and optimizer state" if perf.training(options)
+              else "weights")
+      return unplaced(f"needs {need / _GB:.1f} GB of SRAM ({state / _GB:.1f} GB {what} "
+                      f"+ {(need - state) / _GB:.1f} GB in-flight "
                       f"activations), {avail / _GB:.1f} GB available "
                       f"({total_cores:,} usable cores x {engine.sram_per_core_bytes // 1024} KB)"
                       f"; use execution_strategy: weight_streaming", plans.SRAM)

@@ -10,8 +10,13 @@ The model of the hardware (pure Python, no TensorFlow):
   weights to all of them and reduces their gradients on the way back (a tree of depth
   ceil(log2 num_csx)). The global batch must divide evenly.
 * Each system's whole usable grid computes one layer at a time. Activations stay on the wafer:
-  micro-batching when a batch's do not fit, recomputation when not even one sample's do; the
-  streamed weights of the largest layer, double-buffered, must fit in half the SRAM.
+  micro-batching when a batch's do not fit, recomputing each block's activations in its
+  backward pass when that runs faster or is the only way to fit; the streamed weights of the
+  largest layer, double-buffered, must fit in half the SRAM. The batch limit: a micro-batch
+  (with `micro_batching=False`, as releases before 2.0 ran by default, the whole per-system
+  batch) whose largest layer's working set (input, output, attention probabilities) does not
+  fit beside the weights is refused, with the largest that fits (`perf.ws_cost`; the R1.7.1
+  modelzoo GPT-J config: "batch size 512 ... doesn't fit on system yet", 65 per system does).
 * Per layer: time = max(compute, stream-in, stream-out) + SwarmX latency; the cost model and the
   bottleneck are `engine/perf.py:ws_cost` (shared with the simulator, so the plan's per-layer
   times and the prediction agree).
@@ -47,7 +52,8 @@ class WeightStreamingPlanner(base.Planner):
     state = graph.state_bytes
     mx_need = max(float(state), engine.memoryx_min_bytes)
     wbuf = perf.ws_weight_buffer_bytes(graph, options.sparsity)
-    acts = sum(l.activation_bytes for l in graph.layers)
+    act = perf.ws_activations(graph, options)
+    acts = act.full
     avail = int(engine.usable_sram_bytes)
     notes = [f"MemoryX: {state / _GB:,.1f} GB of weights, gradients and optimizer state "
              f"({graph.num_params / 1e9:.2f}B params); needs a {mx_need / _TB:g} TB+ MemoryX "
@@ -56,7 +62,9 @@ class WeightStreamingPlanner(base.Planner):
              f"SwarmX: {n} system(s), tree depth {math.ceil(math.log2(n)) if n > 1 else 0}; "
              f"per-system batch {split.per_system}",
              f"wafer: {wbuf / _GB:.2f} GB double-buffered weights of the largest layer + "
-             f"{acts / _GB:.3f} GB activations per sample"]
+             f"{act.working / _GB:.3f} GB per sample for the largest layer's working set; "
+             f"{acts / _GB:.3f} GB kept activations per sample ({act.minimum / _GB:.3f} GB "
+             f"recomputing each of {act.blocks} blocks in backward)"]
     why, refusal = "", None
     if engine.memoryx_max_bytes < 1e9:
       why = f"{engine.name} has no MemoryX (weight streaming needs CS-2 or later)"
@@ -87,24 +95,36 @@ class WeightStreamingPlanner(base.Planner):
                            engine.memoryx_max_bytes), layers=placements,
                        reason=why, notes=tuple(notes), refusal=refusal)
     cost = perf.ws_cost(graph, engine, options)
-    need = int(wbuf + acts * cost.micro_batch * (1.0 - cost.recompute_fraction))
+    if not cost.fits:
+      placements = tuple(plans.LayerPlacement(name=l.name, cores=0, region=None,
+                                             memory_bytes=0, flops=l.flops * split.per_system,
+                                             time_s=0.0) for l in graph.layers)
+      return plans.Plan(execution_strategy=plans.WEIGHT_STREAMING, engine=engine.name,
+                       fits=False, batching=split, memory_needed_bytes=int(cost.memory_bytes),
+                       memory_available_bytes=avail, layers=placements, reason=cost.why,
+                       notes=tuple(notes), refusal=plans.Refusal(
+                           plans.BATCH, cost.memory_bytes, avail))
+    need = int(cost.memory_bytes)
     k = cost.num_micro
     placements = tuple(
         plans.LayerPlacement(
             name=c.name, cores=engine.usable_cores, region=None,
             memory_bytes=int(l.num_params * perf.ws_streamed_bytes_per_param(
                 graph, options.sparsity) + l.activation_bytes * cost.micro_batch),
-            flops=l.flops * split.per_system,
+            flops=perf.layer_flops(l, options) * split.per_system,
             time_s=(k - 1) * max(c.compute_s, c.stream_in_s, c.stream_out_s) +
-            max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s))
+            max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s),
+            pe_utilization=c.pe_utilization)
         for c, l in zip(cost.layers, graph.layers))
     bounds = {}
     for c in cost.layers:
       bounds[c.bound] = bounds.get(c.bound, 0) + 1
-    notes.append(f"micro-batch {cost.micro_batch} ({k} per step): a batch's activations "
-                 f"must fit the wafer beside the streamed weights" +
-                 (f"; one sample's do not, so {cost.recompute_fraction:.0%} are recomputed in "
-                  f"backward" if cost.recompute_fraction else ""))
+    notes.append(f"micro-batch {cost.micro_batch} ({k} per step; the largest layer's working "
+                 f"set fits up to {cost.max_micro_batch}): the fastest of keeping every "
+                 f"activation, keeping block checkpoints, or holding what does not fit off the "
+                 f"wafer" +
+                 ("; each block's activations are recomputed in backward (fewer, larger "
+                  "micro-batches)" if cost.recompute_fraction else ""))
     notes.append("layers bound by " + ", ".join(f"{v} {b}" for b, v in sorted(bounds.items())))
     if options.sparsity:
       notes.append(f"unstructured sparsity {options.sparsity:.0%}: zero weights skipped and not "

@@ -1,0 +1,107 @@
+"""The advisor: what to change to go faster or to fit, each suggestion planned and simulated.
+
+Every suggestion is a change of the plan options (strategy, replicas, systems, batch, micro-
+batch, VTS) that the advisor has actually planned and simulated; `Advice.options` is what to
+compile to get `Advice.samples_per_sec` (tests/engine/test_report_advice.py compiles them).
+Pure Python; registered with `engine/report.py` by `compiler/plan/__init__.py`, so report.txt
+gets the lines without the engine knowing a planner.
+"""
+
+import dataclasses
+import math
+from typing import List, Optional
+
+from cerebras_tf.core import batching, ir, plans
+from cerebras_tf.engine import perf
+
+MIN_GAIN = 1.05   # suggest a change that buys at least 5% (or makes the model fit)
+MAX_ADVICE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Advice:
+  """One suggestion: the changed options, what it predicts, and why."""
+
+  label: str                       # e.g. "execution_strategy: multi_replica (R=4)"
+  options: plans.PlanOptions       # compile with these to get the prediction
+  fits: bool
+  samples_per_sec: float
+  speedup: float                   # vs the current plan (inf when the current one does not fit)
+  why: str = ""
+
+  def line(self) -> str:
+    gain = (f"{self.speedup:.2f}x" if math.isfinite(self.speedup) else "fits")
+    return (f"{self.label} -> {self.samples_per_sec:,.1f} samples/s ({gain})"
+            + (f"; {self.why}" if self.why else ""))
+
+
+def _try(graph, engine, options, get_planner) -> Optional[plans.Plan]:
+  try:
+    return get_planner(options.execution_strategy).plan(graph, engine, options)
+  except batching.BatchError:
+    return None
+
+
+def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans.Plan,
+           performance: Optional[plans.Performance], get_planner) -> List[Advice]:
+  """Up to MAX_ADVICE suggestions, best first, each planned and simulated.
+
+  Args:
+    graph, engine, options, plan, performance: the compiled model and its prediction.
+    get_planner: `compiler.plan.get_planner` (passed in: this module is imported by it).
+  """
+  base = performance.samples_per_sec if performance is not None and plan.fits else 0.0
+  strategy = plan.execution_strategy
+  b = plan.batch_size
+  cands = []  # (label, options, why)
+  for s in (plans.PIPELINED, plans.MULTI_REPLICA, plans.WEIGHT_STREAMING):
+    if s != strategy:
+      cands.append((f"execution_strategy: {s}",
+                    dataclasses.replace(options, execution_strategy=s, num_replicas=None,
+                                        num_csx=1 if s != plans.WEIGHT_STREAMING else
+                                        max(1, plan.num_csx)), ""))
+  if strategy == plans.WEIGHT_STREAMING:
+    n = plan.num_csx * 2
+    if n <= engine.swarmx_max_systems:
+      nb = b if b % n == 0 else (b // n + 1) * n
+      cands.append((f"num_csx: {n}" + (f", batch {nb}" if nb != b else ""),
+                    dataclasses.replace(options, num_csx=n, batch_size=nb),
+                    "weight streaming splits the batch across systems"))
+  if plan.fits:
+    cands.append((f"batch: {2 * b}", dataclasses.replace(options, batch_size=2 * b),
+                  "amortizes the per-step drain / per-layer costs; mind the critical batch "
+                  "size for convergence"))
+  elif plan.refusal is not None and plan.refusal.kind == plans.BATCH:
+    if not options.micro_batching:
+      cands.append(("micro_batching: on", dataclasses.replace(options, micro_batching=True),
+                    "runs the batch in micro-batches that fit"))
+    if b > 1:
+      cands.append((f"batch: {max(1, b // 2)}",
+                    dataclasses.replace(options, batch_size=max(1, b // 2)), ""))
+  if graph.seq_len > 1 and not options.vts:
+    cands.append(("vts: true (if half the tokens are padding: token_fraction 0.5)",
+                  dataclasses.replace(options, vts=True, token_fraction=0.5,
+                                      token_sq_fraction=0.3),
+                  "costs only real tokens; the compiler measures the fractions from the data"))
+  out = []
+  for label, opts, why in cands:
+    p = _try(graph, engine, opts, get_planner)
+    if p is None or not p.fits:
+      continue
+    sps = perf.simulate(p, graph, engine, opts).samples_per_sec
+    if p.execution_strategy == plans.MULTI_REPLICA:
+      label += f" (R={p.num_replicas})"
+    speed = sps / base if base > 0 else math.inf
+    if base > 0 and speed < MIN_GAIN:
+      continue
+    out.append(Advice(label, opts, True, sps, speed, why))
+  out.sort(key=lambda a: -a.samples_per_sec)
+  return out[:MAX_ADVICE]
+
+
+def report_lines(graph, plan, performance, engine, options, get_planner) -> List[str]:
+  """report.txt lines: "advice: ..." per suggestion, or that nothing tried helps."""
+  advice = advise(graph, engine, options, plan, performance, get_planner)
+  if not advice:
+    return ["advice: nothing tried (other strategies, 2x batch, 2x systems, VTS) gains 5%"]
+  return ["advice: " + a.line() for a in advice]

@@ -1,0 +1,51 @@
+"""Per-layer attribution where scope names collide (the lowering's layer grouping).
+
+The reference Transformer opens `variable_scope("cross_attention")` twice per decoder layer
+(once for the keys/values of the encoder output, once for the attention), so TF puts the
+second block's ops under the name scope "cross_attention_1" while its variables stay in
+"cross_attention". Before the fix the cross-attention's FLOPs landed in "decoder/layer_i" and
+"cross_attention/query" kept the weights with 0 FLOPs.
+"""
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from cerebras_tf.compiler import capture, lower  # noqa: E402
+from cerebras_tf.models.transformer import modeling  # noqa: E402
+
+
+def _trace():
+  cfg = modeling.TransformerConfig(vocab_size=50, hidden_size=16, num_encoder_layers=2,
+                                   num_decoder_layers=2, num_heads=2, filter_size=32,
+                                   dropout_rate=0.0, attention_dropout_rate=0.0)
+  graph = tf.Graph()
+  with graph.as_default():
+    src = tf.compat.v1.placeholder(tf.int32, [4, 12], "source")
+    tgt = tf.compat.v1.placeholder(tf.int32, [4, 10], "target")
+    mask = tf.ones_like(src)
+    out = modeling.transformer(src, mask, tgt, cfg, training=True)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tgt, logits=out["logits"]))
+    train_op = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
+  cap = capture.CapturedGraph(graph=graph, loss=loss, train_op=train_op,
+                              inputs={"source": src, "target": tgt}, batch_size=4,
+                              optimizers=("AdamOptimizer",))
+  return lower.lower(cap, name="transformer", seq_len=12, token_lengths=(12, 10))
+
+
+def test_cross_attention_gets_its_own_flops():
+  g = _trace()
+  names = [l.name for l in g.layers]
+  for i in range(2):
+    q = g.layer(f"transformer/decoder/layer_{i}/cross_attention/query")
+    assert q.num_params > 0 and q.fwd_flops > 0, q
+    # 2 x (4 x 10) target positions x 16 x 16 per sample: the query projection of 10 targets.
+    assert q.fwd_flops == pytest.approx(2 * 10 * 16 * 16 + 10 * 16, rel=0.05)
+  # No layer but the embedding lookup (a gather: no FLOPs) carries weights without doing any
+  # work, and no decoder block's bare scope collects another sub-layer's FLOPs.
+  assert [l.name for l in g.layers if l.num_params and not l.fwd_flops] == [
+      "transformer/embeddings"]
+  for i in range(2):
+    bare = f"transformer/decoder/layer_{i}"
+    assert bare not in names or g.layer(bare).num_params == 0
