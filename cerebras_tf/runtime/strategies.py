@@ -138,6 +138,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
         "update (csconfig.num_replicas fixes R on both)", b.engine_replicas, chosen_by,
         b.host_replicas, b.per_host_replica, b.global_batch)
   multi_worker = b.num_workers > 1
+  scope = contextlib.nullcontext
   if strategy == plans.WEIGHT_STREAMING:
     reserve_logical_cpus(local)  # one compute device per CS system
     client = cluster_lib.client_for(cs_config.max_wgt_servers,
@@ -155,12 +156,8 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
     new = config.replace(train_distribute=dist, session_config=session_config(local))
     where = (f"{cluster.task} of {', '.join(peers.training_tasks(cluster))}; "
              + ", ".join(dist.extended.worker_devices))
-    description = (f"{strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
-                   f"samples over {b.num_workers} worker(s); {where}")
-    tf.compat.v1.logging.info("cerebras_tf: %s", description)
-    return Runtime(new, local, b.per_host_replica, description,
-                   scope=lambda: multiworker.worker_context(dist, cluster, model_dir,
-                                                            new.session_config))
+    scope = lambda: multiworker.worker_context(dist, cluster, model_dir,  # noqa: E731
+                                               new.session_config)
   elif local > 1:
     dist = mirrored_strategy(local)
     new = config.replace(train_distribute=dist, session_config=session_config(local))
@@ -170,7 +167,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
   description = (f"{strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
                  f"samples over {b.num_workers} worker(s); {where}")
   tf.compat.v1.logging.info("cerebras_tf: %s", description)
-  return Runtime(new, local, b.per_host_replica, description)
+  return Runtime(new, local, b.per_host_replica, description, scope)
 
 
 def shard_for_input_pipeline(dataset, input_context):
