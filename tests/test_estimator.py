@@ -13,6 +13,7 @@ from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import ConfigError, FitError, TrainingError, UnsupportedOpError
 from cerebras_tf.runtime import strategies
 from cerebras_tf.models.mlp.model import input_fn, model_fn
+from source_marks import line_of
 
 PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [64, 64],
           "learning_rate": 1e-2, "num_examples": 512}
@@ -158,14 +159,6 @@ def _bad_model_fn(kind):
   return fn
 
 
-def _line_of(mark):
-  with open(__file__) as fh:
-    for i, line in enumerate(fh, 1):
-      if f"LINE-MARK {mark}" in line and "_line_of" not in line:
-        return i
-  raise AssertionError(mark)
-
-
 @pytest.mark.parametrize("kind,op_type", [
     ("py_function", "EagerPyFunc"), ("strings", "AsString"), ("dynamic", "Where")])
 def test_validate_only_names_unsupported_op_type_and_source_line(tmp_path, kind, op_type):
@@ -174,7 +167,8 @@ def test_validate_only_names_unsupported_op_type_and_source_line(tmp_path, kind,
     est.compile(_train_input, validate_only=True)
   msg = str(err.value)
   assert f"of type {op_type}" in msg
-  assert f"test_estimator.py:{_line_of(kind)}" in msg
+  line = line_of(__file__, f"LINE-MARK {kind}")
+  assert f"test_estimator.py:{line}" in msg
   assert "\n" not in msg
 
 

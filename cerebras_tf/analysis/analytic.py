@@ -33,6 +33,7 @@ GPT-J's parallel attention, tied or untied LM heads; encoders with BERT's MLM + 
 only (ESM-2: no NSP, no segment embeddings), a classifier (ViT), or DiT's adaLN blocks.
 """
 
+import contextlib
 import dataclasses
 from typing import Dict, List, Optional, Sequence
 
@@ -257,6 +258,17 @@ def _block(b, pre, sh, q, bias_table=False):
     _norm(b, f"{pre}/output/LayerNorm", sh, q)
 
 
+@contextlib.contextmanager
+def _normed(b, sh, scope: str, q: int):
+  """A seq2seq sub-layer with its norm: `<scope>/norm` before it (pre-norm, T5) or
+  `<scope>/LayerNorm` after the residual (post-norm, Vaswani)."""
+  if sh.pre_norm:
+    _norm(b, f"{scope}/norm", sh, q)
+  yield
+  if not sh.pre_norm:
+    _norm(b, f"{scope}/LayerNorm", sh, q)
+
+
 def _embeddings(b, name, sh, q, segments=False, positions_table=True, io=0.0):
   h = sh.hidden
   params = sh.vocab * h
@@ -349,33 +361,21 @@ def seq2seq_graph(sh: Shape, batch: int, tgt_seq: Optional[int] = None,
   rel = sh.position == "relative"
   for i in range(sh.layers):
     pre = f"{name}/encoder/layer_{i}"
-    if sh.pre_norm:
-      _norm(b, f"{pre}/self_attention/norm", sh, s)
-    _attention(b, pre, sh, s, self_scope="self_attention", bias_table=rel and i == 0)
-    if not sh.pre_norm:
-      _norm(b, f"{pre}/self_attention/LayerNorm", sh, s)
-    if sh.pre_norm:
-      _norm(b, f"{pre}/ffn/norm", sh, s)
-    _ffn(b, pre, sh, s, up="ffn/dense_1", down="ffn/dense_2")
-    if not sh.pre_norm:
-      _norm(b, f"{pre}/ffn/LayerNorm", sh, s)
+    with _normed(b, sh, f"{pre}/self_attention", s):
+      _attention(b, pre, sh, s, self_scope="self_attention", bias_table=rel and i == 0)
+    with _normed(b, sh, f"{pre}/ffn", s):
+      _ffn(b, pre, sh, s, up="ffn/dense_1", down="ffn/dense_2")
   if sh.pre_norm and sh.final_norm:
     _norm(b, f"{name}/encoder/final_norm", sh, s)
   for i in range(decoder_layers or sh.layers):
     pre = f"{name}/decoder/layer_{i}"
     for scope, q, kv, cross in (("self_attention", t, t, False),
                                 ("cross_attention", t, s, True)):
-      if sh.pre_norm:
-        _norm(b, f"{pre}/{scope}/norm", sh, q)
-      _attention(b, pre, sh, q, kv_len=kv, cross=cross, self_scope=scope,
-                 bias_table=rel and i == 0 and not cross)
-      if not sh.pre_norm:
-        _norm(b, f"{pre}/{scope}/LayerNorm", sh, q)
-    if sh.pre_norm:
-      _norm(b, f"{pre}/ffn/norm", sh, t)
-    _ffn(b, pre, sh, t, up="ffn/dense_1", down="ffn/dense_2")
-    if not sh.pre_norm:
-      _norm(b, f"{pre}/ffn/LayerNorm", sh, t)
+      with _normed(b, sh, f"{pre}/{scope}", q):
+        _attention(b, pre, sh, q, kv_len=kv, cross=cross, self_scope=scope,
+                   bias_table=rel and i == 0 and not cross)
+    with _normed(b, sh, f"{pre}/ffn", t):
+      _ffn(b, pre, sh, t, up="ffn/dense_1", down="ffn/dense_2")
   if sh.pre_norm and sh.final_norm:
     _norm(b, f"{name}/decoder/final_norm", sh, t)
   b.add(f"{name}/decoder/output_projection", mm=2 * t * h * v,

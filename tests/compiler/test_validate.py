@@ -5,14 +5,7 @@ import tensorflow as tf
 
 from cerebras_tf.compiler import capture, lower
 from cerebras_tf.errors import UnsupportedOpError
-
-
-def _line(mark):
-  with open(__file__) as fh:
-    for i, line in enumerate(fh, 1):
-      if f"MARK-{mark}" in line and "_line(" not in line:
-        return i
-  raise AssertionError(mark)
+from source_marks import line_of
 
 
 def _model_fn(features, labels):
@@ -41,7 +34,8 @@ def test_every_unsupported_op_is_named_with_its_line():
   # Three sites: the numpy_function (PyFunc) and two AsString lines; the same type on two
   # lines is two entries, each with its line.
   for mark in ("pyfunc", "strings", "strings2"):
-    assert f"test_validate.py:{_line(mark)}" in msg, (mark, msg)
+    line = line_of(__file__, f"MARK-{mark}")
+    assert f"test_validate.py:{line}" in msg, (mark, msg)
   assert "of type PyFuncStateless" in msg and "of type AsString" in msg
   assert "more unsupported" not in msg
   # The add after the numpy_function has no static shape: named too, at the same line.
