@@ -15,6 +15,7 @@ Logits, log-probs and losses are float32 whatever the compute dtype.
 
 import tensorflow as tf
 
+from cerebras_tf.models import losses
 from cerebras_tf.models.bert import modeling
 
 tf1 = tf.compat.v1
@@ -71,10 +72,8 @@ def masked_lm_loss(logits, label_ids, label_weights):
   """
   ids = tf.reshape(label_ids, [-1])
   weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
-  # The fused op: gathering from log_softmax costs a [B*P*V] scatter in the backward pass,
-  # a quarter of a BERT-tiny training step on CPU.
-  per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-      labels=tf.cast(ids, tf.int32), logits=logits)
+  # Not a gather from log_softmax: that costs a [B*P*V] scatter in the backward pass.
+  per_example = losses.sparse_softmax_xent(logits, ids)
   loss = tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
   return loss, per_example
 

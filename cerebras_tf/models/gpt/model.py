@@ -6,6 +6,7 @@ token at each position (padding positions carry weight 0 through padding_mask).
 
 import tensorflow as tf
 
+from cerebras_tf.models import losses
 from cerebras_tf.models.bert import optimization
 from cerebras_tf.models.gpt import modeling
 
@@ -14,7 +15,7 @@ tf1 = tf.compat.v1
 
 def lm_loss(logits, labels, weights):
   """Weighted mean next-token cross-entropy.  logits [B,S,V], labels/weights [B,S] -> scalar."""
-  xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+  xent = losses.sparse_softmax_xent(logits, labels)
   weights = tf.cast(weights, tf.float32)
   return tf.reduce_sum(xent * weights) / (tf.reduce_sum(weights) + 1e-6)
 
