@@ -10,8 +10,12 @@ an argmax and three gathers, and the backward pass one multiply and a scatter of
 import tensorflow as tf
 
 
-def sparse_softmax_xent(logits, labels):
-  """Per-position cross-entropy -log softmax(logits)[label].
+def sparse_softmax_xent(logits, labels, smoothing: float = 0.0):
+  """Per-position cross-entropy against the label, optionally label-smoothed.
+
+  The target puts 1 - smoothing on the label and smoothing / V on every token:
+  loss = -(1 - s) log p[label] - s mean_v log p_v = lse - (1 - s) l[label] - s mean_v l_v.
+  With s = 0 it is tf.nn.sparse_softmax_cross_entropy_with_logits.
 
   log-sum-exp comes from the softmax itself: lse = l[j] - log(p[j]) for any j, and at
   j = argmax(l) the probability is at least 1/V, so it never underflows (the loss stays finite
@@ -20,24 +24,29 @@ def sparse_softmax_xent(logits, labels):
   Args:
     logits: [..., V] float32.
     labels: [...] int, in [0, V) (out-of-range labels fail in the gather, as in TF's op).
+    smoothing: s in [0, 1).
   Returns:
-    [...] float32 losses. Gradient w.r.t. logits: (softmax(logits) - onehot(labels)) * dy.
+    [...] float32 losses. Gradient w.r.t. logits: (softmax(l) - (1 - s) onehot - s / V) * dy.
   """
   shape = tf.shape(labels)
   flat_logits = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
   flat_labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
+  s = float(smoothing)
 
   @tf.custom_gradient
   def xent(l):
     p = tf.nn.softmax(l)
     top = tf.argmax(l, axis=-1, output_type=tf.int32)
     lse = tf.gather(l, top, batch_dims=1) - tf.math.log(tf.gather(p, top, batch_dims=1))
-    loss = lse - tf.gather(l, flat_labels, batch_dims=1)
+    loss = lse - (1.0 - s) * tf.gather(l, flat_labels, batch_dims=1)
+    if s:
+      loss -= s * tf.reduce_mean(l, axis=-1)
 
     def grad(dy):
       rows = tf.range(tf.shape(flat_labels)[0])
       at_label = tf.stack([rows, flat_labels], axis=1)
-      return tf.tensor_scatter_nd_sub(p * dy[:, tf.newaxis], at_label, dy)
+      q = p - s / tf.cast(tf.shape(l)[-1], l.dtype) if s else p
+      return tf.tensor_scatter_nd_sub(q * dy[:, tf.newaxis], at_label, (1.0 - s) * dy)
 
     return loss, grad
 

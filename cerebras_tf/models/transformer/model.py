@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import tensorflow as tf
 
+from cerebras_tf.models import losses
 from cerebras_tf.models.bert import optimization
 from cerebras_tf.models.transformer import decoding
 from cerebras_tf.models.transformer import input as input_lib
@@ -37,11 +38,10 @@ def smoothed_xent(logits, labels, weights, smoothing: float):
   Returns:
     (loss scalar, per-token nll [B, T]).
   """
-  log_probs = tf.nn.log_softmax(logits)  # one pass over [B, T, V] serves both terms
-  nll = -tf.gather(log_probs, labels, batch_dims=2)
-  per_token = nll
+  per_token = losses.sparse_softmax_xent(logits, labels, smoothing)
+  nll = per_token  # for the metrics only: nll = loss + s * (mean_v l_v - l[label])
   if smoothing:
-    per_token = (1.0 - smoothing) * nll - smoothing * tf.reduce_mean(log_probs, axis=-1)
+    nll += smoothing * (tf.reduce_mean(logits, axis=-1) - tf.gather(logits, labels, batch_dims=2))
   weights = tf.cast(weights, tf.float32)
   return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0), nll
 

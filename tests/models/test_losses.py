@@ -1,0 +1,60 @@
+"""models/losses.sparse_softmax_xent against TF's own ops: value, gradient, extremes, errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cerebras_tf.models import losses
+
+tf1 = tf.compat.v1
+
+
+def _run(fetches, feed=None):
+  with tf1.Session() as sess:
+    return sess.run(fetches, feed)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_value_and_gradient_match_log_softmax_form(smoothing):
+  rng = np.random.RandomState(0)
+  logits = (rng.randn(3, 5, 40) * 8).astype(np.float32)
+  labels = rng.randint(0, 40, (3, 5))
+  weights = rng.rand(3, 5).astype(np.float32)
+  with tf.Graph().as_default():
+    lt = tf.constant(logits)
+    ours = losses.sparse_softmax_xent(lt, labels, smoothing)
+    log_probs = tf.nn.log_softmax(lt)
+    ref = ((smoothing - 1.0) * tf.gather(log_probs, labels, batch_dims=2)
+           - smoothing * tf.reduce_mean(log_probs, axis=-1))
+    if not smoothing:
+      tf_op = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=lt)
+    else:
+      tf_op = ref
+    g_ours = tf.gradients(tf.reduce_sum(ours * weights), lt)[0]
+    g_ref = tf.gradients(tf.reduce_sum(ref * weights), lt)[0]
+    o, r, t, go, gr = _run([ours, ref, tf_op, g_ours, g_ref])
+  assert o.shape == (3, 5)
+  np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(o, t, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(go, gr, atol=1e-6)
+
+
+def test_finite_where_the_label_probability_underflows():
+  # The label's logit is 200 below the top one: p[label] = e^-200 underflows float32 to 0, so
+  # -log(p[label]) would be inf; the loss is exactly 200 + log(1 + e^-200 + ...) ~ 200.
+  logits = np.zeros((1, 4), np.float32)
+  logits[0, 0] = 200.0
+  with tf.Graph().as_default():
+    ours = losses.sparse_softmax_xent(tf.constant(logits), [3])
+    tf_op = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=[3], logits=logits)
+    o, t = _run([ours, tf_op])
+  assert np.isfinite(o).all()
+  np.testing.assert_allclose(o, [200.0], rtol=1e-6)
+  np.testing.assert_allclose(o, t, rtol=1e-6)
+
+
+def test_out_of_range_label_fails():
+  with tf.Graph().as_default():
+    ours = losses.sparse_softmax_xent(tf.zeros([2, 5]), [1, 5])
+    with pytest.raises(tf.errors.InvalidArgumentError):
+      _run(ours)
