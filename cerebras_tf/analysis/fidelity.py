@@ -390,10 +390,11 @@ def summary(rows: List[Row]) -> Dict[str, Dict[str, Dict[str, float]]]:
 # figures; constants not listed are taken as they are in the engine YAML.
 FIT_GROUPS = {
     "cs2": (
-        (("pipelined_efficiency", "pipelined_token_latency_cycles"),
+        (("pipelined_efficiency", "pipelined_token_latency_cycles", "pipelined_step_overhead_s"),
          ("alcf-bert-large-pt-r180-cs2-pipelined", "alcf-bert-large-tf-r180-cs2-pipelined",
           "seed004-bert-base-multireplica-1p7x")),
-        (("weight_streaming_efficiency",),
+        (("weight_streaming_efficiency", "weight_streaming_layer_overhead_s",
+          "weight_streaming_step_overhead_s"),
          ("alcf-bert-large-pt-r203-cs2-ws", "alcf-gptj-tf-r171-2cs2-ws",
           "alcf-gptj-pt-r203-2cs2-ws")),
     ),
@@ -404,10 +405,11 @@ FIT_GROUPS = {
 
 
 # Constants cs3.yaml (and cs1.yaml) take "as CS-2": no measurement of their own.
-INHERITED = ("pipelined_efficiency", "pipelined_token_latency_cycles")
+INHERITED = ("pipelined_efficiency", "pipelined_token_latency_cycles", "pipelined_step_overhead_s",
+             "weight_streaming_layer_overhead_s", "weight_streaming_step_overhead_s")
 
 
-def _nelder_mead(f, x0, steps, iters=200, tol=1e-6):
+def _nelder_mead(f, x0, steps, iters=1000, tol=1e-12):
   """Minimizes f over R^n from x0 (a plain Nelder-Mead; no SciPy in the runtime)."""
   n = len(x0)
   pts = [list(x0)] + [[x0[j] + (steps[j] if j == i else 0.0) for j in range(n)]
