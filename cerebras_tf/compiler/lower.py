@@ -406,10 +406,17 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       out.append(part)
     return "/".join(out)
 
+  # A matmul reading weights owned by another scope (a tied LM head multiplying by the word
+  # embeddings) in a name scope of its own is its own layer, not the container around it.
+  tied = {s for s in (canonical(_scope(op.name)) for op in fwd
+                      if kernels.category(op.type) == kernels.MATMUL and
+                      any(_reads_variable(t.op) for t in op.inputs))
+          if s and s not in known}
+
   def layer_of(scope: str) -> str:
     scope = canonical(scope)
     for p in _prefixes(scope):
-      if p in var_scopes:
+      if p in var_scopes or p in tied:
         return p
     for p in _prefixes(scope):
       if p in ancestors:
