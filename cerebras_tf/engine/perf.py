@@ -43,6 +43,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import batching, plans
+from cerebras_tf.engine import conv
 
 
 def _not_fit(plan: plans.Plan) -> plans.Performance:
@@ -140,7 +141,12 @@ def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, e
   fs, ts = vts_scale(layer, options, vts)
   rate = engine.flops_per_core_per_s * engine.efficiency(strategy)
   latency = layer_tokens(layer, graph) * ts * engine.pipelined_token_latency_cycles
-  return flops * fs / (cores * rate) + latency / engine.clock_hz
+  cnn = conv.layer_cost(layer, cores, engine, graph.dtype_bytes, training(options))
+  if cnn is None:
+    return flops * fs / (cores * rate) + latency / engine.clock_hz
+  # Image ops: uneven tiles idle some cores; the halo exchange and norm reductions add.
+  return (flops * fs / (cores * rate * cnn.tiling_efficiency) + latency / engine.clock_hz +
+          cnn.time_extra_s)
 
 
 def hop_s(engine) -> float:
@@ -620,7 +626,8 @@ def _ws_layer(l, graph, engine, options, m, recompute, vts):
       if g >= 0.5 else 0.0
   token = ws_token_time_s(l, graph, engine, options, m, vts)
   flop_s = m * flops / rate
-  compute = max(flop_s, token) + ps / engine.clock_hz
+  cnn = conv.layer_cost(l, engine.usable_cores, engine, graph.dtype_bytes, train)
+  compute = max(flop_s, token) + ps / engine.clock_hz + (m * cnn.time_extra_s if cnn else 0.0)
   bw = engine.memoryx_bandwidth_bytes_per_s
   stream_in = (2.0 if train else 1.0) * l.num_params * ws_streamed_bytes_per_param(graph, sp) / bw
   grad = (l.grad_bytes * ((1.0 - sp) if sp > 0 else 1.0) / bw) if train else 0.0
