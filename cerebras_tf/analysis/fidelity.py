@@ -387,7 +387,9 @@ def summary(rows: List[Row]) -> Dict[str, Dict[str, Dict[str, float]]]:
 
 # engine -> {constant: the calibration figures it is fitted to}. Constants of one group are
 # fitted jointly, minimizing the sum of squared ln(predicted / published) over the group's
-# figures; constants not listed are taken as they are in the engine YAML.
+# figures; constants not listed are taken as they are in the engine YAML. Only constants the
+# calibration set determines are here: the fixed per-step and per-layer costs are not (see
+# `fixed_cost_profile`; cs2.yaml derives and assumes them).
 FIT_GROUPS = {
     "cs2": (
         (("pipelined_efficiency", "pipelined_token_latency_cycles"),
@@ -402,12 +404,15 @@ FIT_GROUPS = {
     ),
 }
 
+# Assumed, never fitted: the calibration runs (42 ms - 6 s a step) cannot see them.
+ASSUMED_FIXED_COSTS = ("pipelined_step_overhead_s", "weight_streaming_step_overhead_s",
+                       "weight_streaming_layer_overhead_s")
 
 # Constants cs3.yaml (and cs1.yaml) take "as CS-2": no measurement of their own.
 INHERITED = ("pipelined_efficiency", "pipelined_token_latency_cycles")
 
 
-def _nelder_mead(f, x0, steps, iters=200, tol=1e-6):
+def _nelder_mead(f, x0, steps, iters=1000, tol=1e-12):
   """Minimizes f over R^n from x0 (a plain Nelder-Mead; no SciPy in the runtime)."""
   n = len(x0)
   pts = [list(x0)] + [[x0[j] + (steps[j] if j == i else 0.0) for j in range(n)]
@@ -440,6 +445,33 @@ def _nelder_mead(f, x0, steps, iters=200, tol=1e-6):
   return pts[best], vals[best]
 
 
+def _group_residuals(eng, names, ids, x, overrides, by_id) -> Dict[str, float]:
+  """ln(predicted / published) per figure with the group's constants at exp(x)."""
+  trial = dict(overrides)
+  trial[eng] = dict(trial.get(eng, {}), **{k: math.exp(v) for k, v in zip(names, x)})
+  out = {}
+  for i in ids:
+    fig = by_id[i]
+    if fig["kind"] == "throughput":
+      pred = predict_throughput(fig, trial)[0]
+    else:
+      pred = predict_ratio(fig, by_id, trial)[0]
+    out[i] = math.log(pred / fig["value"]) if pred > 0 else 10.0
+  return out
+
+
+def _fit_group(eng, names, ids, overrides, by_id) -> Tuple[Dict[str, float], Dict[str, float]]:
+  """({constant: fitted value}, {figure: residual}) for one group, the rest as `overrides`."""
+  base = engine(eng, overrides.get(eng))
+  x0 = [math.log(getattr(base, k)) for k in names]
+  x, _ = _nelder_mead(
+      lambda x: sum(r * r for r in _group_residuals(eng, names, ids, x, overrides,
+                                                    by_id).values()),
+      x0, [0.2] * len(x0))
+  return ({k: math.exp(v) for k, v in zip(names, x)},
+          _group_residuals(eng, names, ids, x, overrides, by_id))
+
+
 def fit_constants(figs=None) -> Dict[str, Dict[str, float]]:
   """The calibration constants fitted on the calibration figures only (`FIT_GROUPS`).
 
@@ -460,29 +492,31 @@ def fit_constants(figs=None) -> Dict[str, Dict[str, float]]:
         if k in overrides.get("cs2", {}):
           overrides.setdefault(eng, {})[k] = overrides["cs2"][k]
     for names, ids in groups:
-      base = engine(eng, overrides.get(eng))
-      x0 = [math.log(getattr(base, k) or 1e-4) for k in names]  # 0: start from 0.1 ms
-
-      def resid(x, names=names, ids=ids, eng=eng):
-        trial = dict(overrides)
-        trial[eng] = dict(trial.get(eng, {}), **{k: math.exp(v) for k, v in zip(names, x)})
-        out = {}
-        for i in ids:
-          fig = by_id[i]
-          if fig["kind"] == "throughput":
-            pred = predict_throughput(fig, trial)[0]
-          else:
-            pred = predict_ratio(fig, by_id, trial)[0]
-          out[i] = math.log(pred / fig["value"]) if pred > 0 else 10.0
-        return out
-
-      x, _ = _nelder_mead(lambda x: sum(r * r for r in resid(x).values()), x0,
-                          [0.2] * len(x0))
-      overrides.setdefault(eng, {}).update({k: math.exp(v) for k, v in zip(names, x)})
-      residuals.setdefault(eng, {}).update(resid(x))
+      values, res = _fit_group(eng, names, ids, overrides, by_id)
+      overrides.setdefault(eng, {}).update(values)
+      residuals.setdefault(eng, {}).update(res)
   for eng in overrides:
     overrides[eng]["_residuals"] = residuals.get(eng, {})
   return overrides
+
+
+def fixed_cost_profile(constant: str, values, eng: str = "cs2",
+                       figs=None) -> List[Tuple[float, Dict[str, float]]]:
+  """Whether the calibration set determines a fixed cost: for each trial value of `constant`
+  (held, not fitted), the residuals of the group it would join after re-fitting that group.
+
+  A flat profile (residuals that barely move over the plausible range) means the calibration
+  cannot tell the values apart, so the constant is assumed, not fitted.
+  """
+  figs = load() if figs is None else figs
+  by_id = {f["id"]: f for f in figs}
+  mode = "pipelined" if constant.startswith("pipelined") else "weight_streaming"
+  names, ids = next((n, i) for n, i in FIT_GROUPS[eng] if n[0].startswith(mode))
+  out = []
+  for v in values:
+    _, res = _fit_group(eng, names, ids, {eng: {constant: v}}, by_id)
+    out.append((v, res))
+  return out
 
 
 # ---------------------------------------------------------------------------------------------

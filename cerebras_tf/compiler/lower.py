@@ -213,6 +213,53 @@ def op_flops(op) -> float:
     return 0.0
 
 
+_SPATIAL_OPS = {"Conv2D": "conv", "DepthwiseConv2dNative": "depthwise", "MaxPool": "maxpool",
+                "AvgPool": "avgpool", "FusedBatchNorm": "batchnorm",
+                "FusedBatchNormV3": "batchnorm"}
+
+
+def _attr(op, name, default=None):
+  try:
+    v = op.get_attr(name)
+  except ValueError:
+    return default
+  return v.decode() if isinstance(v, bytes) else v
+
+
+def op_spatial(op) -> Optional[ir.Spatial]:
+  """The per-sample spatial shape of a forward image op (engine/conv.py costs it), or None
+  (another op, unknown shapes, or a dilated conv)."""
+  kind = _SPATIAL_OPS.get(op.type)
+  if kind is None or not op.outputs:
+    return None
+  try:
+    x, y = op.inputs[0].shape.as_list(), op.outputs[0].shape.as_list()
+    if len(x) != 4 or len(y) != 4 or None in x[1:] or None in y[1:]:
+      return None
+    nchw = _attr(op, "data_format", "NHWC") in ("NCHW", "NCDHW")
+    hwc = lambda d: (d[2], d[3], d[1]) if nchw else (d[1], d[2], d[3])  # noqa: E731
+    (ih, iw, ci), (oh, ow, co) = hwc(x), hwc(y)
+    kh = kw = sh = sw = 1
+    if kind in ("conv", "depthwise"):
+      dil = _attr(op, "dilations", [1, 1, 1, 1])
+      if any(d != 1 for d in dil):
+        return None
+      f = op.inputs[1].shape.as_list()
+      kh, kw = f[0], f[1]
+    elif kind in ("maxpool", "avgpool"):
+      k = _attr(op, "ksize")
+      kh, kw = (k[2], k[3]) if nchw else (k[1], k[2])
+    if kind != "batchnorm":
+      st = _attr(op, "strides")
+      sh, sw = (st[2], st[3]) if nchw else (st[1], st[2])
+    if None in (kh, kw):
+      return None
+    return ir.Spatial(kind, int(ih), int(iw), int(oh), int(ow), int(ci), int(co), int(kh),
+                      int(kw), int(sh), int(sw), str(_attr(op, "padding", "SAME")))
+  except (ValueError, TypeError, IndexError):
+    return None
+
+
 def _contraction_flops(op) -> float:
   """op_flops of matmuls and convolutions, 0 for the rest (a loop body's dense share)."""
   return op_flops(op) if kernels.category(op.type) in (kernels.MATMUL, kernels.CONV) else 0.0
@@ -406,10 +453,17 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       out.append(part)
     return "/".join(out)
 
+  # A matmul reading weights owned by another scope (a tied LM head multiplying by the word
+  # embeddings) in a name scope of its own is its own layer, not the container around it.
+  tied = {s for s in (canonical(_scope(op.name)) for op in fwd
+                      if kernels.category(op.type) == kernels.MATMUL and
+                      any(_reads_variable(t.op) for t in op.inputs))
+          if s and s not in known}
+
   def layer_of(scope: str) -> str:
     scope = canonical(scope)
     for p in _prefixes(scope):
-      if p in var_scopes:
+      if p in var_scopes or p in tied:
         return p
     for p in _prefixes(scope):
       if p in ancestors:
@@ -456,6 +510,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   pair_flops = collections.Counter()
   act_bytes = collections.Counter()
   io_bytes = collections.Counter()
+  spatial: Dict[str, List[ir.Spatial]] = collections.defaultdict(list)
   bwd_ops = []
   for i, op in enumerate(graph.get_operations()):
     if op in fwd_set:
@@ -468,6 +523,9 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         order[layer], heaviest[layer] = i, f
         heaviest_shape[layer] = op.outputs[0].shape if op.outputs else tf.TensorShape(None)
       fwd_flops[layer] += f
+      sp = op_spatial(op)
+      if sp is not None:
+        spatial[layer].append(sp)
       if kernels.category(op.type) == kernels.LOOP:
         mm_flops[layer] += _loop_cost(op, _contraction_flops)
       elif kernels.category(op.type) in (kernels.MATMUL, kernels.CONV):
@@ -501,7 +559,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       order[extra] = len(order) + 10**9
       names.append(extra)
   names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                      pair_flops)
+                      pair_flops, spatial)
   opt_name, slots = _slots_per_param(captured)
   lengths = tuple(token_lengths) or ((seq_len,) if seq_len > 0 else ())
   layers = []
@@ -518,7 +576,8 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         activation_bytes=act_bytes[n] / batch, io_bytes=io_bytes[n] / batch,
         token_scaling=_token_scaling(fwd_flops[n], pair_flops[n], heaviest_shape.get(n),
                                      batch, lengths),
-        pair_share=min(1.0, pair_flops[n] / fwd_flops[n]) if fwd_flops[n] else 0.0))
+        pair_share=min(1.0, pair_flops[n] / fwd_flops[n]) if fwd_flops[n] else 0.0,
+        spatial=tuple(spatial.get(n, ()))))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len)
 
@@ -544,7 +603,7 @@ def _token_scaling(fwd_flops: float, pair_flops: float, shape: Optional[tf.Tenso
 
 
 def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                pair_flops) -> List[str]:
+                pair_flops, spatial=None) -> List[str]:
   """Folds weightless layers with a tiny FLOP share into the layer before them.
 
   A small model's attention core (scores, softmax, context: no weights) usually folds into
@@ -553,16 +612,21 @@ def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_byt
   total = sum(fwd_flops.values()) or 1.0
   out: List[str] = []
   counters = (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes, pair_flops)
+  spatial = collections.defaultdict(list) if spatial is None else spatial
+
+  def fold(src, dst):
+    for c in counters:
+      c[dst] += c.pop(src, 0)
+    if src in spatial:  # the folded layer's image ops run in its host layer's region
+      spatial[dst] = list(spatial.get(dst, [])) + spatial.pop(src)
+
   for n in names:
     if out and not params[n] and fwd_flops[n] < _FOLD_FLOPS_SHARE * total:
-      keep = out[-1]
-      for c in counters:
-        c[keep] += c.pop(n, 0)
+      fold(n, out[-1])
       continue
     out.append(n)
   # A tiny weightless first layer (e.g. input casts) folds into its successor instead.
   if len(out) > 1 and not params[out[0]] and fwd_flops[out[0]] < _FOLD_FLOPS_SHARE * total:
     first = out.pop(0)
-    for c in counters:
-      c[out[0]] += c.pop(first, 0)
+    fold(first, out[0])
   return out

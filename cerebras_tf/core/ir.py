@@ -21,6 +21,33 @@ class OpSite:
 
 
 @dataclasses.dataclass(frozen=True)
+class Spatial:
+  """The spatial shape of one image op in a layer (per sample, NHWC), for CNN costs.
+
+  Attributes:
+    op: "conv", "depthwise", "maxpool", "avgpool" or "batchnorm".
+    in_h, in_w: input height and width; out_h, out_w: output height and width.
+    c_in, c_out: input and output channels (equal for depthwise, pooling and batch norm).
+    k_h, k_w: kernel (window) height and width (1 for batch norm).
+    stride_h, stride_w: strides.
+    padding: "SAME" or "VALID".
+  """
+
+  op: str
+  in_h: int
+  in_w: int
+  out_h: int
+  out_w: int
+  c_in: int
+  c_out: int
+  k_h: int = 1
+  k_w: int = 1
+  stride_h: int = 1
+  stride_w: int = 1
+  padding: str = "SAME"
+
+
+@dataclasses.dataclass(frozen=True)
 class Layer:
   """A group of ops under one variable/name scope, in program (topological) order.
 
@@ -52,6 +79,9 @@ class Layer:
       (attention's probabilities, heads x s x s): not kept for backward, but the largest
       layer's working set of one micro-batch must fit the wafer in weight streaming. 0: not
       known (the performance model then estimates it for token-pair layers).
+    spatial: the layer's image ops with their shapes (convolutions, pooling, batch norm), for
+      the engine's CNN costs (tiling, halo exchange, norm reductions: engine/conv.py); empty
+      for layers without them.
   """
 
   name: str
@@ -68,6 +98,7 @@ class Layer:
   token_scaling: str = "linear"
   pair_share: float = 0.0
   work_bytes: float = 0.0
+  spatial: Tuple[Spatial, ...] = ()
 
   @property
   def flops(self) -> float:
@@ -88,6 +119,7 @@ class Layer:
   def from_dict(cls, d: dict) -> "Layer":
     d = dict(d)
     d["ops"] = tuple(OpSite(**o) for o in d.get("ops", ()))
+    d["spatial"] = tuple(Spatial(**s) for s in d.get("spatial", ()))
     return cls(**d)
 
 

@@ -78,6 +78,8 @@ class LayerPlacement:
   # on token latency, the pipeline interval, streaming): comparable with the vendor's
   # per-kernel "PE utilization".
   pe_utilization: float = 0.0
+  # Image layers: the tiling, halo and per-core memory on this region (engine/conv.py).
+  detail: str = ""
 
   @classmethod
   def from_dict(cls, d: dict) -> "LayerPlacement":

@@ -173,7 +173,7 @@ def plan_json(graph, plan, perf, engine, options=None) -> dict:
          "region": None if p.region is None else
                    {"x": p.region.x, "y": p.region.y, "w": p.region.w, "h": p.region.h},
          "memory_bytes": p.memory_bytes, "flops": p.flops, "time_s": p.time_s,
-         "replica": p.replica, "pe_utilization": p.pe_utilization}
+         "replica": p.replica, "pe_utilization": p.pe_utilization, "detail": p.detail}
     layers.append(d)
   perf_d = None
   if perf is not None:
@@ -280,6 +280,8 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
     lines.append(f"{i:>4}  {p.name:<{width}}  {p.cores:>9,}  {p.cores / total_cores:>7.2%}  "
                  f"{_fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}  "
                  f"{p.pe_utilization:>7.1%}")
+    if p.detail:
+      lines.append(f"{'':>6}{p.detail}")
   lines.append("-" * len(hdr))
   used = sum(p.cores for p in plan.layers)
   mem = sum(p.memory_bytes for p in plan.layers)

@@ -49,3 +49,32 @@ def test_cross_attention_gets_its_own_flops():
   for i in range(2):
     bare = f"transformer/decoder/layer_{i}"
     assert bare not in names or g.layer(bare).num_params == 0
+
+
+def test_tied_lm_head_is_its_own_layer():
+  # A GPT whose head multiplies by the word embeddings (tied) used to land in "gpt" or
+  # "gpt/ln_f". By hand, per sample: 6 positions x 2 x 16 hidden x 40 vocab = 7,680 forward
+  # FLOPs in "gpt/lm_head", which owns no weights (they stay with the embeddings).
+  from cerebras_tf.models.gpt import modeling as gpt  # pylint: disable=import-outside-toplevel
+  cfg = gpt.GPTConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_heads=2,
+                      filter_size=32, max_position_embeddings=8)
+  graph = tf.Graph()
+  with graph.as_default():
+    ids = tf.compat.v1.placeholder(tf.int32, [4, 6], "input_ids")
+    logits = gpt.gpt_model(ids, tf.ones_like(ids), cfg, training=True)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids,
+                                                                         logits=logits))
+    train_op = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
+  cap = capture.CapturedGraph(graph=graph, loss=loss, train_op=train_op,
+                              inputs={"input_ids": ids}, batch_size=4,
+                              optimizers=("AdamOptimizer",))
+  g = lower.lower(cap, name="gpt", seq_len=6)
+  head = g.layer("gpt/lm_head")
+  assert head.num_params == 0
+  assert head.fwd_flops == pytest.approx(6 * 2 * 16 * 40, rel=0.01)
+  assert head.bwd_flops == pytest.approx(2 * head.fwd_flops, rel=0.05)
+  assert "gpt/lm_head" in [l.name for l in g.layers[-3:]]
+  # What stays in ln_f is a layer norm's: about 8 FLOPs per element of 6 x 16 = 768, not the
+  # head's 7,680; nothing is left in the bare "gpt" scope but reshapes.
+  assert g.layer("gpt/ln_f").fwd_flops < 10 * 6 * 16
+  assert "gpt" not in [l.name for l in g.layers] or g.layer("gpt").fwd_flops < 10 * 6 * 16

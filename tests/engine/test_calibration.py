@@ -34,15 +34,46 @@ def test_yaml_constants_are_the_fit(fitted, engine_name):
   for k, v in fitted[engine_name].items():
     if k.startswith("_"):
       continue
-    if v < 1e-6:  # an overhead the fit drives to 0
-      assert getattr(e, k) == 0.0, k
-    else:
-      assert getattr(e, k) == pytest.approx(v, rel=0.01), k
+    assert getattr(e, k) == pytest.approx(v, rel=0.01), k
+
+
+def test_fixed_costs_are_assumed_not_fitted():
+  fitted_names = {k for groups in fidelity.FIT_GROUPS.values() for names, _ in groups
+                  for k in names}
+  assert not fitted_names & set(fidelity.ASSUMED_FIXED_COSTS)
+  for name in ("cs2", "cs3"):
+    e = spec.load_engine(name)
+    for k in fidelity.ASSUMED_FIXED_COSTS:
+      assert getattr(e, k) > 0, (name, k)  # assumed from a derivation, never fitted to 0
+
+
+def test_calibration_cannot_see_the_pipelined_step_cost():
+  # Held at 0, 1 ms and 2 ms with the efficiency and latency re-fitted, the three pipelined
+  # calibration residuals stay within 2%, while the calibration log itself prints 6,194-7,454
+  # samples/s per 100 steps (+-9% around 6,493): the figures cannot tell these values apart.
+  prof = fidelity.fixed_cost_profile("pipelined_step_overhead_s", (0.0, 1e-3, 2e-3))
+  for _, res in prof:
+    assert max(abs(r) for r in res.values()) < 0.02
+  # The weight-streaming step cost from 0 to 10 ms moves its residuals by about 3 points, beside
+  # the -18% / +21% spread the efficiency alone leaves between those three figures.
+  prof = fidelity.fixed_cost_profile("weight_streaming_step_overhead_s", (0.0, 1e-2))
+  for i in prof[0][1]:
+    assert abs(prof[0][1][i] - prof[1][1][i]) < 0.035, i
+
+
+def test_ws_layer_cost_is_its_derivation():
+  # cs2.yaml: 3 passes x (MemoryX -> SwarmX -> system, 2 hops x 1 us + the grid crossed once,
+  # (757 + 996) hops at 1 cycle / 1.1 GHz = 1.594 us) = 10.78 us, rounded to 11 us.
+  e = spec.load_engine("cs2")
+  derived = 3 * (2 * e.swarmx_hop_latency_s + (e.grid_width + e.grid_height) / e.clock_hz)
+  assert derived == pytest.approx(10.78e-6, rel=1e-3)
+  assert e.weight_streaming_layer_overhead_s == pytest.approx(derived, rel=0.05)
 
 
 def test_fit_residuals_are_small_where_the_figures_agree(fitted):
   # Pipelined BERT-Large at batch 256 and 1024 and the 1.7x multi-replica gain: three figures,
-  # two constants; the batch dependence comes from the derived drain, so all three fit to 1%.
+  # two constants; the batch dependence comes from the derived drain and the assumed 1 ms step
+  # cost, so all three fit to 1%.
   res = fitted["cs2"]["_residuals"]
   for i in ("alcf-bert-large-pt-r180-cs2-pipelined", "alcf-bert-large-tf-r180-cs2-pipelined",
             "seed004-bert-base-multireplica-1p7x"):

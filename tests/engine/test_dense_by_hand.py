@@ -14,25 +14,25 @@ Bytes:
   state                                = 8,388,608
   activation (output, 1024 fp16)       = 2,048 B/sample
 cs2.yaml: grid 757 x 996 = 753,972 usable cores, 48 KB each; 8 FLOPs/cycle/core at 1.1 GHz
-  = 8.8e9 FLOP/s per core; calibrated pipelined efficiency 0.4193 -> 3.68984e9 FLOP/s per core;
-  per-layer token latency 495.6 cycles / 1.1 GHz = 450.545 ns per token (1 token: not a
-  sequence); 1 ms of host time per step (ASSUMED, pipelined_step_overhead_s).
+  = 8.8e9 FLOP/s per core; calibrated pipelined efficiency 0.4196 -> 3.69248e9 FLOP/s per core;
+  per-layer token latency 495.8 cycles / 1.1 GHz = 450.727 ns per token (1 token: not a
+  sequence); 1 ms of host time per step (assumed, pipelined_step_overhead_s; cs2.yaml).
 In flight (memory): priced before placement, with the grid shared by FLOPs: t = 6,291,456 /
-  (753,972 * 3.68984e9) + 450.545 ns = 452.807 ns; the round trip from the layer is one hop
-  forward and one back, 901.091 ns (no attention barrier), so 1 + ceil(901.091 / 452.807) = 3
+  (753,972 * 3.69248e9) + 450.727 ns = 452.987 ns; the round trip from the layer is one hop
+  forward and one back, 901.455 ns (no attention barrier), so 1 + ceil(901.455 / 452.987) = 3
   samples, at most the batch: batch 1 -> 1 sample (2,048 B), batch 4096 -> 3 (6,144 B).
   memory (batch 1)                     = 8,390,656 B -> ceil(/49,152) = 171 cores minimum
 Useful cores: the compiler stops where compute is 5% of the latency:
-  6,291,456 / (3.68984e9 * 0.05 * 450.545e-9) = 75,689 cores -> ceil(75,689 / 996) = 76 columns.
+  6,291,456 / (3.69248e9 * 0.05 * 450.727e-9) = 75,605 cores -> ceil(75,605 / 996) = 76 columns.
 Placement: Region(0, 0, 76, 996) = 75,696 cores; the other 681 columns stay idle.
-Per sample: 6,291,456 / (75,696 * 3.68984e9) = 22.525 ns compute + 450.545 ns latency
-  = 473.071 ns. PE utilization: 22.525 / 473.071 = 4.762% (the layer is the interval).
-Step (batch 1): 473.071 ns + the drain, the sample's round trip back to the layer (2 hops,
-  901.091 ns) + 1 ms = 1,001.374 us -> 998.63 samples/s: the host sets the pace. At batch
-  4096: 4096 * 473.071 ns + 901.091 ns + 1 ms = 2,938.599 us -> 1,393,862 samples/s.
+Per sample: 6,291,456 / (75,696 * 3.69248e9) = 22.509 ns compute + 450.727 ns latency
+  = 473.236 ns. PE utilization: 22.509 / 473.236 = 4.756% (the layer is the interval).
+Step (batch 1): 473.236 ns + the drain, the sample's round trip back to the layer (2 hops,
+  901.455 ns) + 1 ms = 1,001.375 us -> 998.627 samples/s: the host sets the pace. At batch
+  4096: 4096 * 473.236 ns + 901.455 ns + 1 ms = 2,939.278 us -> 1,393,539 samples/s.
 Host I/O: 12 x 100 Gb/s = 150e9 B/s; input 1024 fp16 = 2,048 B/sample -> 73,242,187.5 samples/s,
 so the layer is compute(latency)-bound.
-Utilization: 998.63 * 6,291,456 / 7.48e15 = 8.3995e-7 - a one-layer model cannot use the
+Utilization: 998.627 * 6,291,456 / 7.48e15 = 8.3995e-7 - a one-layer model cannot use the
 wafer, which is what multi_replica is for.
 """
 
@@ -63,8 +63,8 @@ def test_cs2_figures_used_by_hand(cs2):
   assert (cs2.grid_width, cs2.grid_height, cs2.usable_cores) == (757, 996, 753972)
   assert cs2.sram_per_core_bytes == 49152
   assert cs2.flops_per_core_per_s == pytest.approx(8.8e9)
-  assert cs2.pipelined_efficiency == pytest.approx(0.4193)
-  assert cs2.pipelined_token_latency_cycles == pytest.approx(495.6)
+  assert cs2.pipelined_efficiency == pytest.approx(0.4196)
+  assert cs2.pipelined_token_latency_cycles == pytest.approx(495.8)
   assert cs2.pipelined_step_overhead_s == pytest.approx(1e-3)
   assert cs2.peak_flops == pytest.approx(7.48e15)
   assert cs2.io_bytes_per_s == pytest.approx(150e9)
@@ -83,25 +83,25 @@ def test_dense_layer_by_hand(cs2):
   assert p.cores == 75696
   assert p.cores * cs2.sram_per_core_bytes >= 171 * 49152
   assert p.flops == 6291456
-  assert p.pe_utilization == pytest.approx(22.525 / 473.071, rel=1e-4)
+  assert p.pe_utilization == pytest.approx(22.509 / 473.236, rel=1e-4)
   perf_ = perf.simulate(plan, g, cs2, opts)
-  assert perf_.compute_samples_per_sec == pytest.approx(998.628, rel=1e-5)
+  assert perf_.compute_samples_per_sec == pytest.approx(998.627, rel=1e-5)
   assert perf_.io_samples_per_sec == pytest.approx(73242187.5)
-  assert perf_.samples_per_sec == pytest.approx(998.628, rel=1e-5)
+  assert perf_.samples_per_sec == pytest.approx(998.627, rel=1e-5)
   assert perf_.bottleneck == "compute: dense"
-  assert perf_.step_time_s == pytest.approx(1001.374e-6, rel=1e-5)
-  assert p.time_s == pytest.approx(473.071e-9, rel=1e-5)
+  assert perf_.step_time_s == pytest.approx(1001.375e-6, rel=1e-5)
+  assert p.time_s == pytest.approx(473.236e-9, rel=1e-5)
   assert perf_.utilization == pytest.approx(8.3995e-7, rel=1e-4)
-  # The drain and the host's millisecond are paid once per step: a big batch amortizes them.
+  # The drain and the host's step cost are paid once per step: a big batch amortizes them.
   opts = plans.PlanOptions(batch_size=4096)
   plan = get_planner("pipelined").plan(dense_graph(4096), cs2, opts)
   assert plan.memory_needed_bytes == 8388608 + 3 * 2048
   assert perf.simulate(plan, dense_graph(4096), cs2, opts).samples_per_sec == pytest.approx(
-      1393862, rel=1e-5)
+      1393539, rel=1e-5)
 
 
 def test_io_bound_when_the_input_is_big(cs2):
-  # 128 KB of input per sample: 150e9 / 131,072 = 1,144,409.2 samples/s < 1,393,862 compute
+  # 128 KB of input per sample: 150e9 / 131,072 = 1,144,409.2 samples/s < 1,393,539 compute
   # (batch 4096, above).
   g = dense_graph(4096)
   g = ir.LayerGraph(g.name, (dataclasses.replace(g.layers[0], io_bytes=131072.0),), 4096)

@@ -35,7 +35,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import batching, plans
-from cerebras_tf.engine import perf
+from cerebras_tf.engine import conv, perf
 from cerebras_tf.compiler.plan import base
 
 _GB = 1e9
@@ -239,18 +239,26 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, bat
   regions, why = layout(target, floors, width, height)
   if not regions:
     return (), f"cannot lay out {len(layers)} layers on the {width} x {height} grid: {why}"
+  cnn = [conv.layer_cost(l, r.cores, engine, graph.dtype_bytes, perf.training(options))
+         for l, r in zip(layers, regions)]
+  for l, c in zip(layers, cnn):
+    if c is not None and not c.fits:
+      return (), (f"image layer {l.name} needs {c.core_bytes / 1024:,.1f} KB per core on its "
+                  f"{c.cores:,} cores ({conv.describe(c)}), a core has "
+                  f"{engine.sram_per_core_bytes // 1024} KB")
   times = [perf.pipelined_sample_time(l, r.cores, graph, engine, options)
            for l, r in zip(layers, regions)]
   interval = max([t for t in times if math.isfinite(t)], default=0.0)
   out = []
-  for l, m, r, t in zip(layers, mem, regions, times):
+  for l, m, r, t, c in zip(layers, mem, regions, times, cnn):
     r = plans.Region(r.x + x0, r.y, r.w, r.h)
     f = perf.layer_flops(l, options)
     out.append(plans.LayerPlacement(
         name=l.name, cores=r.cores, region=r, memory_bytes=m, flops=f * batch,
         time_s=batch * t, replica=replica,
         pe_utilization=perf.pe_utilization(f * perf.vts_scale(l, options)[0], r.cores,
-                                           interval, engine)))
+                                           interval, engine),
+        detail=conv.describe(c) if c is not None else ""))
   return tuple(out), ""
 
 

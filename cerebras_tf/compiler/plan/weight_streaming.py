@@ -29,11 +29,18 @@ import math
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import batching, plans
-from cerebras_tf.engine import perf
+from cerebras_tf.engine import conv, perf
 from cerebras_tf.compiler.plan import base
 
 _GB = 1e9
 _TB = 1e12
+
+
+def _conv_detail(layer: ir.Layer, engine, graph: ir.LayerGraph, options) -> str:
+  """An image layer's tiling and halo on the whole grid (it runs alone on it), else ""."""
+  c = conv.layer_cost(layer, engine.usable_cores, engine, graph.dtype_bytes,
+                      perf.training(options))
+  return conv.describe(c) if c is not None else ""
 
 
 class WeightStreamingPlanner(base.Planner):
@@ -114,7 +121,8 @@ class WeightStreamingPlanner(base.Planner):
             flops=perf.layer_flops(l, options) * split.per_system,
             time_s=(k - 1) * max(c.compute_s, c.stream_in_s, c.stream_out_s) +
             max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s),
-            pe_utilization=c.pe_utilization)
+            pe_utilization=c.pe_utilization,
+            detail=_conv_detail(l, engine, graph, options))
         for c, l in zip(cost.layers, graph.layers))
     bounds = {}
     for c in cost.layers:

@@ -149,9 +149,12 @@ def gpt_model(token_ids, padding_mask, config: GPTConfig, training: bool):
           h = decoder_layer(h, bias, batch, seq, config, training)
     h = _ln(h, "ln_f", config)
     if config.share_embedding_weights:
-      logits = tf.matmul(h, tf.cast(word, h.dtype), transpose_b=True)
-    else:
-      logits = dense(h, config.vocab_size, "lm_head", config.initializer_range)
+      # Its own layer in the compiler's report (tied weights); the fp32 logits it hands to the
+      # loss are made in the same scope, so they are counted once, as the head's.
+      with tf.name_scope("lm_head"):
+        logits = tf.matmul(h, tf.cast(word, h.dtype), transpose_b=True)
+        return tf.reshape(tf.cast(logits, tf.float32), [batch, seq, config.vocab_size])
+    logits = dense(h, config.vocab_size, "lm_head", config.initializer_range)
     return tf.reshape(tf.cast(logits, tf.float32), [batch, seq, config.vocab_size])
 
 

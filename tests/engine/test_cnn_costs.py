@@ -1,0 +1,166 @@
+"""CNN costs on the wafer (engine/conv.py), priced by hand from cs2.yaml, then asserted.
+
+cs2.yaml: a fabric link carries 32 data bits per cycle per direction at 1.1 GHz = 4.4e9 B/s;
+48 KB of SRAM per core; activations fp16 (2 B).
+"""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from cerebras_tf.core import ir
+from cerebras_tf.engine import conv, spec
+
+LINK = 4.4e9  # B/s: 32 bits x 1.1 GHz / 8
+
+
+@pytest.fixture(scope="module")
+def cs2():
+  return spec.load_engine("cs2")
+
+
+def conv3x3():
+  return ir.Spatial("conv", 56, 56, 56, 56, 64, 64, 3, 3, 1, 1, "SAME")
+
+
+def test_link_bandwidth(cs2):
+  assert conv.link_bytes_per_s(cs2) == pytest.approx(LINK)
+
+
+def test_3x3_conv_tiled_8x8_over_64_cores(cs2):
+  # 3x3, stride 1, 'same', 56x56x64 -> 64, output tiled 8 x 8 over 64 cores: 7 x 7 tiles.
+  s = conv3x3()
+  t = conv.tiling(s, 8, 8, 1)
+  assert (t.tile_h, t.tile_w, t.c_group, t.cores) == (7, 7, 64, 64)
+  # MACs per core: 7 x 7 outputs x 64 channels x 3 x 3 x 64 inputs = 1,806,336
+  # (the whole conv: 56 x 56 x 64 x 576 = 115,605,504 = 64 x 1,806,336).
+  assert conv.macs_per_core(s, t) == 1806336
+  assert conv.total_macs(s) == 64 * 1806336
+  # Halo: k - s = 2 rows and 2 columns (1 on each side) of the 7 x 7 input tile, 64 channels:
+  # (2 x 7 + 2 x 7 + 2 x 2 corners) x 64 x 2 B = 32 x 128 = 4,096 B per core per sample
+  # forward; training adds the output gradient's border, 64 channels: another 4,096 B.
+  assert conv.halo_bytes(s, t, 2, training=False) == 4096
+  assert conv.halo_bytes(s, t, 2, training=True) == 8192
+  # Time: rows first, 1 row x 7 x 64 x 2 B = 896 B per link; then columns extended by the rows
+  # received (carrying the corners), 1 x 9 x 64 x 2 B = 1,152 B: 2,048 B / 4.4e9 B/s
+  # = 465.45 ns forward, twice that in training.
+  assert conv.halo_time_s(s, t, cs2, 2, training=False) == pytest.approx(2048 / LINK)
+  assert conv.halo_time_s(s, t, cs2, 2, training=False) == pytest.approx(465.45e-9, rel=1e-4)
+  assert conv.halo_time_s(s, t, cs2, 2, training=True) == pytest.approx(930.91e-9, rel=1e-4)
+  # Memory: 3 x 3 x 64 x 64 = 36,864 filter params per core at 8 B (fp32 weight + gradient)
+  # = 294,912 B alone: more than a core's 49,152 B, so on 64 cores this conv does not fit.
+  assert conv.weight_params(s, t) == 36864
+  layer = ir.Layer("c", "matmul", 2.0 * 64 * 1806336, 4.0 * 64 * 1806336, 36864, 4 * 36864,
+                   4 * 36864, 8 * 36864, 56 * 56 * 64 * 2.0, spatial=(s,))
+  c = conv.layer_cost(layer, 64, cs2, 2)
+  assert not c.fits and c.core_bytes > cs2.sram_per_core_bytes
+
+
+def test_1x1_conv_has_no_halo(cs2):
+  s = ir.Spatial("conv", 56, 56, 56, 56, 64, 256, 1, 1, 1, 1, "SAME")
+  t = conv.tiling(s, 8, 8, 1)
+  assert conv.halo_bytes(s, t, 2) == 0
+  assert conv.halo_time_s(s, t, cs2, 2) == 0
+
+
+def test_2x2_stride_2_pool_has_no_halo_3x3_stride_2_has_one_row(cs2):
+  # Windows of 2 with stride 2 do not overlap: k - s = 0.
+  s = ir.Spatial("maxpool", 56, 56, 28, 28, 64, 64, 2, 2, 2, 2, "VALID")
+  t = conv.tiling(s, 4, 4, 1)
+  assert conv.halo_bytes(s, t, 2) == 0
+  # ResNet's 3x3 stride-2 pool overlaps by k - s = 1: on 7 x 7 output tiles (14 x 14 input)
+  # 1 row x 14 + 1 column x 14 + 1 corner = 29 x 64 channels x 2 B = 3,712 B forward.
+  s = ir.Spatial("maxpool", 56, 56, 28, 28, 64, 64, 3, 3, 2, 2, "SAME")
+  t = conv.tiling(s, 4, 4, 1)
+  assert (t.tile_h, t.tile_w) == (7, 7)
+  assert conv.halo_bytes(s, t, 2, training=False) == 3712
+
+
+def test_one_tile_dimension_has_no_halo():
+  s = conv3x3()
+  assert conv.halo_rows(s, conv.tiling(s, 1, 8, 1)) == (0, 2)
+  assert conv.halo_rows(s, conv.tiling(s, 1, 1, 1)) == (0, 0)
+
+
+def test_batch_norm_reduction_grows_with_log2_cores(cs2):
+  # 64 channels: a level sends (sum, sum of squares) in fp32 = 512 B over a link, 116.36 ns,
+  # plus one hop, 1 cycle = 0.909 ns: 117.27 ns. Up and down the tree: 2 x log2(cores) levels.
+  level = 512 / LINK + 1 / 1.1e9
+  assert conv.norm_reduce_s(64, 64, cs2, training=False) == pytest.approx(2 * 6 * level)
+  assert conv.norm_reduce_s(64, 64, cs2, training=False) == pytest.approx(1.4073e-6, rel=1e-4)
+  assert conv.norm_reduce_s(64, 4096, cs2, training=False) == pytest.approx(2 * 12 * level)
+  # Training reduces again in backward; one core has nothing to reduce.
+  assert conv.norm_reduce_s(64, 4096, cs2) == pytest.approx(4 * 12 * level)
+  assert conv.norm_reduce_s(64, 1, cs2) == 0
+
+
+def test_tiling_choice_fits_sram_and_uneven_tiles_cost(cs2):
+  # On 3,000 cores the 3x3 conv above needs channel groups to fit: 8 groups hold 3 x 3 x 64 x 8
+  # = 4,608 params x 8 B = 36,864 B of filters; 3,000 / 8 = 375 spatial tiles -> 19 x 19 of
+  # 3 x 3 outputs (57 > 56: the last row and column are short).
+  layer = ir.Layer("c", "matmul", 2.0 * 64 * 1806336, 4.0 * 64 * 1806336, 36864, 4 * 36864,
+                   4 * 36864, 8 * 36864, 56 * 56 * 64 * 2.0, spatial=(conv3x3(),))
+  c = conv.layer_cost(layer, 3000, cs2, 2)
+  assert c.fits and c.core_bytes <= cs2.sram_per_core_bytes
+  (o,) = c.ops
+  assert (o.tiling.rows, o.tiling.cols, o.tiling.groups) == (19, 19, 8)
+  # Evenness: ideal 115,605,504 / 3,000 = 38,535.2 MACs per core; the largest tile does
+  # 3 x 3 x 8 x 576 = 41,472: 92.9%.
+  assert c.tiling_efficiency == pytest.approx(38535.168 / 41472, rel=1e-6)
+  assert "19x19 tiles of 3x3 x 8 channel groups" in conv.describe(c)
+
+
+def test_layer_roundtrips_spatial_through_json():
+  layer = ir.Layer("c", "matmul", 1.0, 2.0, 0, 0, 0, 0, 0.0, spatial=(conv3x3(),))
+  g = ir.LayerGraph("g", (layer,), 1)
+  assert ir.LayerGraph.from_dict(g.to_dict()) == g
+
+
+# ---- TF-heavy: the reference CNN and a keras.applications model compile with conv costs ----
+
+def _compile(model, batch, strategy):
+  from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.cnn import foreign  # pylint: disable=import-outside-toplevel
+  tmp = tempfile.mkdtemp(prefix="cnn_costs_")
+  try:
+    est = CerebrasEstimator.from_keras_model(model, config=CSRunConfig(
+        model_dir=tmp, cs_config=CSConfig(engine="cs2", execution_strategy=strategy)))
+    result = est.compile(foreign.input_fn_for(model, batch))
+    report = open(os.path.join(est.compile_dir, "report.txt")).read()
+    return result, report
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_reference_cnn_report_lists_conv_tiling_and_halo():
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.cnn import model as cnn  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.params import load_params  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  params = load_params(os.path.join(root, "configs", "params_cnn_digits.yaml"))
+  model = cnn.build_keras_model(params["model"], params["optimizer"])
+  result, report = _compile(model, 32, "pipelined")
+  tf.keras.backend.clear_session()
+  convs = {l.name: l for l in result.graph.layers if l.spatial}
+  # conv0: 3x3 'same' on the 8x8x1 digit -> 16 channels (configs/params_cnn_digits.yaml).
+  (s,) = [s for s in convs["conv0"].spatial if s.op == "conv"]
+  assert (s.in_h, s.in_w, s.c_in, s.c_out, s.k_h, s.stride_h) == (8, 8, 1, 16, 3, 1)
+  assert result.plan.fits
+  assert "conv 3x3/1 8x8x1->8x8x16" in report and "B/core/sample" in report
+
+
+def test_keras_resnet50_compiles_with_conv_costs():
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.cnn import foreign  # pylint: disable=import-outside-toplevel
+  result, report = _compile(foreign.resnet50(), 8, "weight_streaming")
+  tf.keras.backend.clear_session()
+  kinds = {s.op for l in result.graph.layers for s in l.spatial}
+  assert {"conv", "batchnorm", "maxpool"} <= kinds
+  # The stem: 7x7 stride 2 on 96x96x3 (padded to 102x102 by ZeroPadding2D, 'valid') -> 48x48x64.
+  stem = [s for l in result.graph.layers for s in l.spatial if s.k_h == 7]
+  assert stem and (stem[0].in_h, stem[0].out_h, stem[0].c_out, stem[0].stride_h) == \
+      (102, 48, 64, 2)
+  assert result.plan.fits
+  assert "conv 7x7/2 102x102x3->48x48x64" in report and "norm reduce" in report
