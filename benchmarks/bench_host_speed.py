@@ -1,0 +1,189 @@
+"""Host training speed of the reference models: this tree vs an earlier commit, and each lever.
+
+Every measurement is a fresh process (TensorFlow reads its oneDNN switch once, at import) that
+trains one reference model with CerebrasEstimator.train(use_cs=True) on its shipped YAML and
+stamps every step; the first --warmup steps are dropped. Runs are interleaved round by round so
+machine noise hits every row alike; the tables give medians.
+
+  (a) before / after: BERT-tiny (the demo's config), Transformer-tiny, GPT-tiny at --before
+      (default 0df3b22, the commit before issue 14's levers; its code is taken with
+      `git archive`, and TF_ENABLE_ONEDNN_OPTS is left unset, as its users ran it) and at this
+      tree.
+  (b) BERT-tiny, each lever added in turn on this tree (a lever is switched off in the child
+      by putting back what it replaced; see LEVERS).
+
+    python benchmarks/bench_host_speed.py [--rounds 2] [--steps 60] [--only a|b]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TREE = os.path.dirname(HERE)
+BEFORE = "0df3b22"
+
+MODELS = {  # name -> (YAML in the tree, overrides) ; shipped recipes, short runs
+    "bert_tiny": ("configs/params_bert_tiny_msl128.yaml", ["train_input.batch_size=32"]),
+    "transformer_tiny": ("configs/params_transformer_tiny.yaml", []),
+    "gpt_tiny": ("configs/params_gpt_tiny.yaml", []),
+}
+
+# Lever rows for (b): (label, environment, switched-off levers). Each row adds one lever.
+XLA_FUSIBLE = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE"
+LEVERS = [
+    ("none (TF defaults: oneDNN off on AVX2; TF's fused xent op; ten-pass AdamW)",
+     {"TF_ENABLE_ONEDNN_OPTS": "0"}, ["xent", "adam"]),
+    ("+ oneDNN kernels (TF_ENABLE_ONEDNN_OPTS=1)", {"TF_ENABLE_ONEDNN_OPTS": "1"},
+     ["xent", "adam"]),
+    ("+ softmax-based cross-entropy with its own gradient (models/losses.py)",
+     {"TF_ENABLE_ONEDNN_OPTS": "1"}, ["adam"]),
+    ("+ AdamW through the fused ApplyAdam kernel (kept: this is the shipped code)",
+     {"TF_ENABLE_ONEDNN_OPTS": "1"}, []),
+    ("+ XLA auto-clustering of element-wise ops (tried, not kept)",
+     {"TF_ENABLE_ONEDNN_OPTS": "1", "TF_XLA_FLAGS": XLA_FUSIBLE}, []),
+]
+
+
+# --- child: one measurement -----------------------------------------------------------------
+
+def child(args):
+  sys.path.insert(0, args.tree)
+  os.chdir(args.tree)
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  tf1 = tf.compat.v1
+  tf1.logging.set_verbosity(tf1.logging.ERROR)
+  from cerebras_tf import params as params_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_tf import registry, runner  # pylint: disable=import-outside-toplevel
+  switch_off(args.off)
+  yaml_file, overrides = MODELS[args.model]
+  model_dir = tempfile.mkdtemp(prefix=f"bench_host_{args.model}_")
+  params = params_lib.load_params(os.path.join(args.tree, yaml_file), overrides + [
+      f"runconfig.model_dir={model_dir}", "runconfig.save_checkpoints_steps=1000000",
+      "runconfig.save_summary_steps=1000000", "runconfig.log_step_count_steps=1000000"])
+  model_fn, input_fn = registry.get_model(params["model"]["name"]).resolve()
+  est = runner.make_estimator(model_fn, params, runner.RunOptions())
+  train_input = lambda params: input_fn(params, "train")  # noqa: E731
+  est.compile(train_input)
+
+  class Stamp(tf1.train.SessionRunHook):
+    wall, cpu = [], []
+
+    def after_run(self, run_context, run_values):
+      self.wall.append(time.perf_counter())
+      self.cpu.append(time.process_time())
+
+  stamp = Stamp()
+  est.train(train_input, max_steps=args.steps, hooks=[stamp], use_cs=True)
+  w, c = stamp.wall[args.warmup:], stamp.cpu[args.warmup:]
+  batch = params["train_input"]["batch_size"]
+  print("RESULT " + json.dumps({
+      "examples_per_sec": (len(w) - 1) * batch / (w[-1] - w[0]),
+      "cpu_ms_per_step": 1000 * (c[-1] - c[0]) / (len(c) - 1), "batch": batch}))
+
+
+def switch_off(levers):
+  """Puts back what a lever replaced (only the levers this tree has)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if "xent" in levers:
+    from cerebras_tf.models import losses  # pylint: disable=import-outside-toplevel
+    losses.sparse_softmax_xent = lambda logits, labels: (
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32),
+                                                       logits=logits))
+  if "adam" in levers:
+    from cerebras_tf.models.bert import optimization  # pylint: disable=import-outside-toplevel
+    cls = optimization.AdamWeightDecayOptimizer
+    cls._resource_apply_dense = cls._apply  # pylint: disable=protected-access
+
+
+# --- parent ---------------------------------------------------------------------------------
+
+def measure(tree, model, env_over, off, steps, warmup):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=tree)
+  env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+  env.pop("TF_XLA_FLAGS", None)
+  env.update(env_over)
+  cmd = [sys.executable, os.path.abspath(__file__), "--child", "--tree", tree, "--model", model,
+         "--steps", str(steps), "--warmup", str(warmup)] + (["--off", *off] if off else [])
+  out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+  for line in out.stdout.splitlines():
+    if line.startswith("RESULT "):
+      return json.loads(line[len("RESULT "):])
+  raise RuntimeError(f"{model} in {tree} failed:\n{out.stderr[-3000:]}")
+
+
+def export_tree(commit):
+  dest = tempfile.mkdtemp(prefix=f"bench_host_{commit}_")
+  archive = subprocess.run(["git", "-C", TREE, "archive", commit], capture_output=True,
+                           check=True).stdout
+  subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+  data = os.path.join(TREE, "data_cache")
+  os.symlink(os.path.realpath(data), os.path.join(dest, "data_cache"))
+  return dest
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  ap.add_argument("--tree", default=TREE, help=argparse.SUPPRESS)
+  ap.add_argument("--off", nargs="*", default=[], help=argparse.SUPPRESS)
+  ap.add_argument("--model", default="bert_tiny", help=argparse.SUPPRESS)
+  ap.add_argument("--before", default=BEFORE)
+  ap.add_argument("--rounds", type=int, default=2)
+  ap.add_argument("--steps", type=int, default=60)
+  ap.add_argument("--warmup", type=int, default=15)
+  ap.add_argument("--only", choices=["a", "b"])
+  args = ap.parse_args()
+  if args.child:
+    return child(args)
+
+  from common import machine, median, print_table  # pylint: disable=import-outside-toplevel
+  title = (f"{args.steps} steps (first {args.warmup} dropped) x {args.rounds} rounds, "
+           f"interleaved; {machine()}")
+  if args.only != "b":
+    before = export_tree(args.before)
+    runs = {}
+    for _ in range(args.rounds):
+      for model in MODELS:
+        for label, tree in (("before", before), ("after", TREE)):
+          runs.setdefault((model, label), []).append(
+              measure(tree, model, {}, [], args.steps, args.warmup))
+    rows = []
+    for model in MODELS:
+      b = median([r["examples_per_sec"] for r in runs[(model, "before")]])
+      a = median([r["examples_per_sec"] for r in runs[(model, "after")]])
+      bc = median([r["cpu_ms_per_step"] for r in runs[(model, "before")]])
+      ac = median([r["cpu_ms_per_step"] for r in runs[(model, "after")]])
+      rows.append((model, runs[(model, "after")][0]["batch"], f"{b:.1f}", f"{a:.1f}",
+                   f"{a / b:.2f}x", f"{bc:.0f} -> {ac:.0f}"))
+    print_table(f"(a) host examples/s, {args.before} vs this tree, shipped YAMLs, use_cs=True; "
+                + title, ["model", "batch", f"before ({args.before})", "after", "ratio",
+                          "CPU ms per step"], rows)
+  if args.only != "a":
+    runs = {}
+    for _ in range(args.rounds):
+      for label, env, off in LEVERS:
+        runs.setdefault(label, []).append(
+            measure(TREE, "bert_tiny", env, off, args.steps, args.warmup))
+    base = median([r["examples_per_sec"] for r in runs[LEVERS[0][0]]])
+    rows = []
+    prev = base
+    for label, _, _ in LEVERS:
+      rate = median([r["examples_per_sec"] for r in runs[label]])
+      cpu = median([r["cpu_ms_per_step"] for r in runs[label]])
+      rows.append((label, f"{rate:.1f}", f"{rate / prev:.2f}x", f"{rate / base:.2f}x",
+                   f"{cpu:.0f}"))
+      if "not kept" not in label:
+        prev = rate
+    print_table("(b) BERT-tiny (demo config, batch 32, seq 128), levers added in turn; " + title,
+                ["lever", "examples/s", "vs previous kept row", "vs none", "CPU ms per step"],
+                rows)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
