@@ -105,7 +105,7 @@ class OpProfile(tf1.train.SessionRunHook):
     for dev in run_values.run_metadata.step_stats.dev_stats:
       for node in dev.node_stats:
         label = node.timeline_label.split(" = ")[-1].split("(")[0] or node.node_name
-        head = "cls/predictions" in node.node_name or "SoftmaxCrossEntropy" in node.node_name
+        head = "cls/predictions" in node.node_name or "softmax_xent" in node.node_name
         key = (label, head)
         self.by_type[key] = self.by_type.get(key, 0) + node.all_end_rel_micros
 

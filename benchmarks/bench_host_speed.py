@@ -12,7 +12,7 @@ machine noise hits every row alike; the tables give medians.
   (b) BERT-tiny, each lever added in turn on this tree (a lever is switched off in the child
       by putting back what it replaced; see LEVERS).
 
-    python benchmarks/bench_host_speed.py [--rounds 2] [--steps 60] [--only a|b]
+    python benchmarks/bench_host_speed.py [--rounds 2] [--steps 60] [--only a|b] [--quick]
 """
 
 import argparse
@@ -137,9 +137,12 @@ def main():
   ap.add_argument("--steps", type=int, default=60)
   ap.add_argument("--warmup", type=int, default=15)
   ap.add_argument("--only", choices=["a", "b"])
+  ap.add_argument("--quick", action="store_true", help="1 round of 40 steps (first 10 dropped)")
   args = ap.parse_args()
   if args.child:
     return child(args)
+  if args.quick:
+    args.rounds, args.steps, args.warmup = 1, 40, 10
 
   from common import machine, median, print_table  # pylint: disable=import-outside-toplevel
   title = (f"{args.steps} steps (first {args.warmup} dropped) x {args.rounds} rounds, "

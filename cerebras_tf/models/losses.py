@@ -28,10 +28,14 @@ def sparse_softmax_xent(logits, labels, smoothing: float = 0.0):
   Returns:
     [...] float32 losses. Gradient w.r.t. logits: (softmax(l) - (1 - s) onehot - s / V) * dy.
   """
+  with tf.name_scope("sparse_softmax_xent"):
+    return _xent(logits, labels, float(smoothing))
+
+
+def _xent(logits, labels, s):
   shape = tf.shape(labels)
   flat_logits = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
   flat_labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
-  s = float(smoothing)
 
   @tf.custom_gradient
   def xent(l):
