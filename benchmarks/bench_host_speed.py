@@ -54,6 +54,8 @@ LEVERS = [
 def child(args):
   sys.path.insert(0, args.tree)
   os.chdir(args.tree)
+  import cerebras_tf  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  # ^ first, as scripts/run.py does: this tree's TF settings apply (a no-op before issue 14)
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   tf1 = tf.compat.v1
   tf1.logging.set_verbosity(tf1.logging.ERROR)

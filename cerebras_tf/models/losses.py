@@ -5,9 +5,23 @@ gradient) at a fraction of its CPU cost. TF's fused CPU kernel is plain Eigen: f
 masked-LM head ([640, 30522] logits) it took 85 ms where a oneDNN softmax takes 23 ms
 (benchmarks/bench_bert_vs_google.py, per-op table). Here the forward pass is one softmax plus
 an argmax and three gathers, and the backward pass one multiply and a scatter of N elements.
+That is faster only with oneDNN's softmax: without it (TensorFlow imported before cerebras_tf,
+or TF_ENABLE_ONEDNN_OPTS=0) TF's own op is used, which was faster there
+(benchmarks/bench_host_speed.py).
 """
 
+import functools
+
 import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
+
+import cerebras_tf
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_active() -> bool:
+  """Whether TF runs oneDNN kernels in this process (decided when TensorFlow was imported)."""
+  return bool(_pywrap_util_port.IsMklEnabled()) and not cerebras_tf.ONEDNN_TOO_LATE
 
 
 def sparse_softmax_xent(logits, labels, smoothing: float = 0.0):
@@ -29,7 +43,21 @@ def sparse_softmax_xent(logits, labels, smoothing: float = 0.0):
     [...] float32 losses. Gradient w.r.t. logits: (softmax(l) - (1 - s) onehot - s / V) * dy.
   """
   with tf.name_scope("sparse_softmax_xent"):
+    if not onednn_active():
+      return _tf_xent(logits, labels, float(smoothing))
     return _xent(logits, labels, float(smoothing))
+
+
+def _tf_xent(logits, labels, s):
+  """The same loss from TF's fused op (and one mean over V when smoothing)."""
+  labels = tf.convert_to_tensor(labels)
+  loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32),
+                                                         logits=logits)
+  if s:
+    # -s mean_v log p_v = s (lse - mean_v l_v), and lse = loss + l[label].
+    at_label = tf.gather(logits, tf.cast(labels, tf.int32), batch_dims=len(labels.shape))
+    loss = loss - s * (tf.reduce_mean(logits, axis=-1) - at_label)
+  return loss
 
 
 def _xent(logits, labels, s):

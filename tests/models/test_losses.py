@@ -9,6 +9,13 @@ from cerebras_tf.models import losses
 tf1 = tf.compat.v1
 
 
+@pytest.fixture(autouse=True, params=["softmax-based", "tf-op"])
+def implementation(request, monkeypatch):
+  """Both forms: the softmax-based one (oneDNN on) and TF's fused op (oneDNN off)."""
+  monkeypatch.setattr(losses, "onednn_active", lambda: request.param == "softmax-based")
+  return request.param
+
+
 def _run(fetches, feed=None):
   with tf1.Session() as sess:
     return sess.run(fetches, feed)
