@@ -58,8 +58,9 @@ def main(argv) -> int:
   ensure_env()
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
   if argv[1] == "test":
-    rc = subprocess.call([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", *argv[2:]],
-                         cwd=ROOT, env=env)
+    # 2 pytest-xdist workers, a whole test file each (its module fixtures are built once).
+    rc = subprocess.call([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                          "--dist", "loadfile", "tests", *argv[2:]], cwd=ROOT, env=env)
     return 1 if rc == 5 else rc  # 5: no tests collected, which is a failure here
   if argv[1] == "run":
     return subprocess.call([PY, *argv[2:]], cwd=ROOT, env=env)

@@ -21,7 +21,8 @@ setup(
         "sacrebleu",                # BLEU of the Transformer's detokenized translations
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        # pytest-xdist: `dev.py test` runs the suite on 2 worker processes (2-core CI).
+        "test": ["pytest", "hypothesis", "pytest-xdist==3.8.0"],
         "data": ["pysword"],        # reads the Debian SWORD Bible modules (real text corpora)
     },
     entry_points={"console_scripts": ["cerebras-run = cerebras_tf.cli:run_main"]},

@@ -96,6 +96,14 @@ def test_weight_streaming_matches_pipelined(tmp_path, pipelined, systems):
   assert not any(_server_processes(f"127.0.0.1:{p}") for p in ports)
 
 
+# The kill tests: the kill lands once a checkpoint past step 0 exists (the first, at step
+# KILL_CKPT_STEPS; the test polls every 50 ms), and the run must still have steps left then so
+# that it meets the dead server (or is cut short). 250 steps after the first checkpoint are
+# seconds of weight-streaming MLP training, far more than the poll and the kill take.
+KILL_CKPT_STEPS = 50
+KILL_RUN_STEPS = 300
+
+
 def _server_processes(tag):
   out = []
   for pid in os.listdir("/proc"):
@@ -119,9 +127,9 @@ def test_weight_server_killed_mid_run_recovers_from_last_checkpoint(tmp_path):
   import time  # pylint: disable=import-outside-toplevel
   model_dir = tmp_path / "ws_kill"
   cmd = [sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
-         "--model_dir", str(model_dir), "--max_steps", "4000",
+         "--model_dir", str(model_dir), "--max_steps", str(KILL_RUN_STEPS),
          "--execution_strategy", "weight_streaming", "--num_wgt_servers", "2",
-         "--params_override", "runconfig.save_checkpoints_steps=100",
+         "--params_override", f"runconfig.save_checkpoints_steps={KILL_CKPT_STEPS}",
          "--params_override", "runconfig.log_step_count_steps=500"]
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -144,7 +152,7 @@ def test_weight_server_killed_mid_run_recovers_from_last_checkpoint(tmp_path):
   # TensorFlow's own lines go to the log file in the model_dir.
   log = (model_dir / "cerebras_tf.log").read_text()
   assert re.search(r"Restoring parameters from .*model\.ckpt-[1-9]\d*", log), log[-3000:]
-  assert "global_step=4000" in out
+  assert f"global_step={KILL_RUN_STEPS}" in out
   time.sleep(1)
   assert not _server_processes(f"--parent {proc.pid}")
 
@@ -159,9 +167,9 @@ def test_client_killed_mid_run_leaves_no_weight_server_and_rerun_resumes(tmp_pat
   import time  # pylint: disable=import-outside-toplevel
   model_dir = tmp_path / "ws_client_kill"
   cmd = [sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
-         "--model_dir", str(model_dir), "--max_steps", "1500",
+         "--model_dir", str(model_dir), "--max_steps", str(KILL_RUN_STEPS),
          "--execution_strategy", "weight_streaming", "--num_wgt_servers", "2",
-         "--params_override", "runconfig.save_checkpoints_steps=100",
+         "--params_override", f"runconfig.save_checkpoints_steps={KILL_CKPT_STEPS}",
          "--params_override", "runconfig.log_step_count_steps=500"]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -181,9 +189,9 @@ def test_client_killed_mid_run_leaves_no_weight_server_and_rerun_resumes(tmp_pat
     time.sleep(0.1)
   assert not _server_processes(f"--parent {proc.pid}"), "weight servers outlived the client"
   step = int(re.search(r'model\.ckpt-(\d+)"', ckpt.read_text().split("\n")[0]).group(1))
-  assert 0 < step < 1500
+  assert 0 < step < KILL_RUN_STEPS
   rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert re.search(rf"Restoring parameters from .*model\.ckpt-{step}\b",
                    (model_dir / "cerebras_tf.log").read_text())
-  assert "global_step=1500" in rerun.stdout
+  assert f"global_step={KILL_RUN_STEPS}" in rerun.stdout

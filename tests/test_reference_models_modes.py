@@ -50,11 +50,15 @@ def test_reference_model_trains_in_mode(model, mode, tmp_path):
   flags, runtime_line = MODES[mode]
   # The transformer's warm-up segment must fit in the run; a constant rate is enough here.
   lr = ["--params_override", "optimizer.learning_rate=0.0005"]
+  # One layer (per stack) of the real model: the same layer code, input pipeline, heads and
+  # optimizer through the mode, and a fraction of the graph to build, place and optimize (graph
+  # building, once per replica, and TF's first-step optimization dominated these runs).
+  layers = ["--params_override", "model.num_hidden_layers=1"]
   cmd = [sys.executable, "scripts/run.py", "--params", config, "--mode", "train",
          "--model_dir", str(tmp_path / "m"), "--max_steps", str(STEPS),
          "--params_override", "train_input.batch_size=8",
          "--params_override", "runconfig.log_step_count_steps=1",
-         "--params_override", f"runconfig.save_checkpoints_steps={STEPS}", *lr, *flags]
+         "--params_override", f"runconfig.save_checkpoints_steps={STEPS}", *lr, *layers, *flags]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
@@ -170,7 +171,7 @@ class CompileCache:
     os.makedirs(self.dir, exist_ok=True)
     blob = json.dumps(entry, default=_json_default)
     for key in keys:
-      tmp = self._path(key) + ".tmp"
+      tmp = _tmp_name(self._path(key))
       with open(tmp, "w") as fh:
         fh.write(blob)
       os.replace(tmp, self._path(key))
@@ -180,11 +181,18 @@ class CompileCache:
     published = {}
     for kind, src in kept.items():
       dst = os.path.join(self.compile_dir, os.path.basename(src))
-      tmp = dst + ".tmp"
+      tmp = _tmp_name(dst)
       shutil.copyfile(src, tmp)
       os.replace(tmp, dst)
       published[kind] = dst
     return published
+
+
+def _tmp_name(path: str) -> str:
+  """A temporary name beside `path` that no other process uses: the chief and the workers of
+  a multi-worker run share the model_dir's compile_dir and publish the same reports at once
+  (one fixed `.tmp` name let one process rename away the other's file)."""
+  return f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
 
 
 def result_from_entry(entry: dict, cache: CompileCache, seconds: float) -> CompileResult:

@@ -55,8 +55,11 @@ def main(argv=None) -> int:
   cluster = tf.train.ClusterSpec(json.loads(args.cluster))
   server = tf.distribute.Server(cluster, job_name=args.job, task_index=args.index, start=True)
   print(f"cerebras_tf task {args.job}:{args.index} serving at {server.target}", flush=True)
-  server.join()
-  return 0
+  # Wait in Python, not in server.join(): a thread blocked in C++ never returns to the
+  # interpreter, so the SIGTERM handler above never ran and every stop waited out the
+  # launcher's 10 s grace before SIGKILL (the server serves from its own threads meanwhile).
+  while True:
+    signal.pause()
 
 
 if __name__ == "__main__":
