@@ -16,6 +16,7 @@ import pytest
 
 from cerebras_tf import cli
 from cerebras_tf import registry
+from cerebras_tf.models.data import acquire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -199,6 +200,7 @@ def error_lines(err, tmp):
 
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
+  acquire.ensure_datasets(["vocab", "bert_pretrain"], data_dir=os.path.join(ROOT, "data_cache"))
   path = tmp_path_factory.mktemp("bad_inputs")
   make_fixtures(path)
   return path

@@ -18,6 +18,7 @@ from cerebras_tf.compiler import tokens
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
 from cerebras_tf.engine import perf
+from cerebras_tf.models.data import acquire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -147,9 +148,7 @@ def _en_es_lengths(vocab_path, tsv, max_source, max_target):
 
 @pytest.mark.slow
 def test_transformer_vts_speedup_matches_the_data(tmp_path):
-  tsv = os.path.join(DATA, "en_es", "train.tsv")
-  if not os.path.exists(tsv):
-    pytest.skip("no en-es data: run scripts/prepare_data.py --datasets en_es")
+  tsv = acquire.ensure_datasets(["en_es"], data_dir=DATA)["en_es"]["train_tsv"]
   from cerebras_tf.models.transformer import input as input_lib  # pylint: disable=import-outside-toplevel
   from cerebras_tf.engine import spec  # pylint: disable=import-outside-toplevel
   compile_dir = tmp_path / "cs_compile"  # shared: the VTS compile must not hit the padded entry
@@ -198,10 +197,8 @@ def test_transformer_vts_speedup_matches_the_data(tmp_path):
 
 @pytest.mark.slow
 def test_bert_vts_token_fraction_follows_its_padding_mask(tmp_path):
-  records = os.path.join(DATA, "bert_pretrain", "train.tfrecord")
-  vocab = os.path.join(DATA, "vocab", "bert_uncased_vocab.txt")
-  if not (os.path.exists(records) and os.path.exists(vocab)):
-    pytest.skip("no BERT data: run scripts/prepare_data.py --datasets vocab,bert_pretrain")
+  paths = acquire.ensure_datasets(["vocab", "bert_pretrain"], data_dir=DATA)
+  records, vocab = paths["bert_pretrain"]["train"], paths["vocab"]["vocab"]
   import re  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import tensorflow_text as tft  # pylint: disable=import-outside-toplevel
