@@ -1,7 +1,8 @@
 """Losses shared by the reference models.
 
 `sparse_softmax_xent` is `tf.nn.sparse_softmax_cross_entropy_with_logits` (same value, same
-gradient) at a fraction of its CPU cost. TF's fused CPU kernel is plain Eigen: for BERT-tiny's
+gradient) at a fraction of its CPU cost; `dense_sparse_softmax_xent` is the same loss of an
+output layer `x @ table^T + bias`, whose gradient never forms d(logits) (BERT's masked-LM head). TF's fused CPU kernel is plain Eigen: for BERT-tiny's
 masked-LM head ([640, 30522] logits) it took 85 ms where a oneDNN softmax takes 23 ms
 (benchmarks/bench_bert_vs_google.py, per-op table). Here the forward pass is one softmax plus
 an argmax and three gathers, and the backward pass one multiply and a scatter of N elements.
@@ -83,3 +84,48 @@ def _xent(logits, labels, s):
     return loss, grad
 
   return tf.reshape(xent(flat_logits), shape)
+
+
+def dense_sparse_softmax_xent(x, table, bias, labels):
+  """sparse_softmax_xent(x @ table^T + bias, labels), without a [N, V] gradient tensor.
+
+  With G = d(loss)/d(logits) = dy * (softmax - onehot), the output layer's gradients are
+  G @ table, G^T @ x and sum_n G: the onehot part is a gather and two scatters of N rows, and
+  dy folds into x, so only the softmax p itself is [N, V]:
+    dx = dy * (p @ table - table[labels]);   d_table = (dy x)^T-by-p, transposed, minus
+    scatter(labels, dy x);   d_bias = p^T dy - scatter(labels, dy).
+  d_table is computed as ((dy x)^T @ p)^T: oneDNN runs that [K, N] x [N, V] product faster
+  than p^T @ (dy x) (benchmarks/bench_host_speed.py, lever table). Without oneDNN the plain
+  logits and TF's op are used, as in sparse_softmax_xent.
+
+  Args:
+    x: [N, K] float32.  table: [V, K] float32 (e.g. a tied embedding).  bias: [V] float32.
+    labels: [N] int in [0, V).
+  Returns:
+    [N] float32 losses.
+  """
+  with tf.name_scope("sparse_softmax_xent"):
+    labels = tf.cast(labels, tf.int32)
+    if not onednn_active():
+      return _tf_xent(tf.nn.bias_add(tf.matmul(x, table, transpose_b=True), bias), labels, 0.0)
+
+    @tf.custom_gradient
+    def xent(x, table, bias):
+      logits = tf.nn.bias_add(tf.matmul(x, table, transpose_b=True), bias)
+      p = tf.nn.softmax(logits)
+      top = tf.argmax(logits, axis=-1, output_type=tf.int32)
+      lse = tf.gather(logits, top, batch_dims=1) - tf.math.log(tf.gather(p, top, batch_dims=1))
+      loss = lse - tf.gather(logits, labels, batch_dims=1)
+
+      def grad(dy):
+        at_label = labels[:, tf.newaxis]
+        dyx = dy[:, tf.newaxis] * x
+        dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - tf.gather(table, labels))
+        d_table = tf.transpose(tf.matmul(dyx, p, transpose_a=True))
+        d_table = tf.tensor_scatter_nd_sub(d_table, at_label, dyx)
+        d_bias = tf.tensor_scatter_nd_sub(tf.linalg.matvec(p, dy, transpose_a=True), at_label, dy)
+        return dx, d_table, d_bias
+
+      return loss, grad
+
+    return xent(tf.convert_to_tensor(x), tf.convert_to_tensor(table), tf.convert_to_tensor(bias))

@@ -65,3 +65,37 @@ def test_out_of_range_label_fails():
     ours = losses.sparse_softmax_xent(tf.zeros([2, 5]), [1, 5])
     with pytest.raises(tf.errors.InvalidArgumentError):
       _run(ours)
+
+
+def test_dense_form_matches_autodiff_of_the_output_layer():
+  # Labels repeat (rows 0, 3, 5 share label 7): the two scatters must add, not overwrite.
+  # Zero weights (padded prediction slots) must contribute nothing.
+  rng = np.random.RandomState(1)
+  n, k, v = 8, 6, 30
+  x = rng.randn(n, k).astype(np.float32)
+  table = (rng.randn(v, k) * 2).astype(np.float32)
+  bias = rng.randn(v).astype(np.float32)
+  labels = np.array([7, 1, 29, 7, 0, 7, 12, 3])
+  weights = rng.rand(n).astype(np.float32)
+  weights[4] = 0.0
+  with tf.Graph().as_default():
+    xt, tt, bt = tf.constant(x), tf.constant(table), tf.constant(bias)
+    ours = losses.dense_sparse_softmax_xent(xt, tt, bt, labels)
+    logits = tf.nn.bias_add(tf.matmul(xt, tt, transpose_b=True), bt)
+    ref = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=1)
+    g_ours = tf.gradients(tf.reduce_sum(ours * weights), [xt, tt, bt])
+    g_ref = tf.gradients(tf.reduce_sum(ref * weights), [xt, tt, bt])
+    o, r, go, gr = _run([ours, ref, g_ours, g_ref])
+  np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)
+  for name, a, b in zip(("x", "table", "bias"), go, gr):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
+  assert np.abs(gr[1][7]).max() > 0  # the repeated label's row really is in the check
+
+
+def test_dense_form_finite_where_the_label_probability_underflows():
+  x = np.ones((1, 1), np.float32)
+  table = np.array([[200.0], [0.0], [0.0]], np.float32)
+  with tf.Graph().as_default():
+    ours = losses.dense_sparse_softmax_xent(tf.constant(x), tf.constant(table), tf.zeros([3]), [2])
+    o = _run(ours)
+  np.testing.assert_allclose(o, [200.0 + np.log1p(2 * np.exp(-200.0))], rtol=1e-6)

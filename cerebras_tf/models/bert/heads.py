@@ -13,6 +13,8 @@ checkpoint's names and are simply left unmatched (freshly initialized) when warm
 Logits, log-probs and losses are float32 whatever the compute dtype.
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from cerebras_tf.models import losses
@@ -37,18 +39,24 @@ def gather_positions(sequence_output, positions):
   return tf.gather(tf.reshape(sequence_output, [-1, width]), flat_positions)
 
 
-def masked_lm_logits(sequence_output, positions, word_embeddings, config):
-  """Masked-LM head (scope `cls/predictions`).
+class MaskedLMHead(NamedTuple):
+  """The masked-LM head before its output layer: what the logits and the loss are made of."""
+  x: tf.Tensor          # [B*P, H] compute dtype: transformed hidden states at the positions
+  table: tf.Tensor      # [V, H] float32: the tied word embeddings
+  bias: tf.Variable     # [V] float32: cls/predictions/output_bias
+  scope: str            # "cls/predictions/": the output layer's ops belong to this layer
+
+
+def masked_lm_head(sequence_output, positions, word_embeddings, config) -> MaskedLMHead:
+  """Masked-LM head (scope `cls/predictions`) up to the output layer.
 
   Args:
     sequence_output: [B, S, H] compute dtype.
     positions: [B, P] int32 (`masked_lm_positions`).
     word_embeddings: [V, H] float32 variable from the backbone (tied output matrix).
     config: modeling.BertConfig.
-  Returns:
-    [B*P, V] float32 logits.
   """
-  with tf1.variable_scope("cls/predictions"):
+  with tf1.variable_scope("cls/predictions") as scope:
     x = gather_positions(sequence_output, positions)
     with tf1.variable_scope("transform"):
       x = modeling.dense(x, config.hidden_size, "dense", config.initializer_range,
@@ -56,24 +64,37 @@ def masked_lm_logits(sequence_output, positions, word_embeddings, config):
       x = tf.cast(modeling.layer_norm(x, config.layer_norm_epsilon), config.compute_dtype)
     bias = tf1.get_variable("output_bias", [config.vocab_size],
                             initializer=tf1.zeros_initializer())
-    logits = tf.matmul(x, tf.cast(word_embeddings, x.dtype), transpose_b=True)
-    return tf.nn.bias_add(tf.cast(logits, tf.float32), bias)
+    return MaskedLMHead(x, word_embeddings, bias, scope.original_name_scope)
 
 
-def masked_lm_loss(logits, label_ids, label_weights):
+def masked_lm_logits(head: MaskedLMHead):
+  """[B*P, V] float32 logits: x @ table^T + bias."""
+  with tf1.name_scope(head.scope):
+    logits = tf.matmul(head.x, tf.cast(head.table, head.x.dtype), transpose_b=True)
+    return tf.nn.bias_add(tf.cast(logits, tf.float32), head.bias)
+
+
+def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits=None):
   """google-bert's weighted masked-LM loss.
 
   Args:
-    logits: [B*P, V] float32 (log-probs work too: softmax is shift-invariant).
+    head: from masked_lm_head.
     label_ids: [B, P] int (`masked_lm_ids`).
     label_weights: [B, P] float, 0 for padded prediction slots.
+    logits: [B*P, V] float32 already computed (evaluation), or None: then the loss comes from
+      the output layer directly, whose float32 gradient skips the [B*P, V] d(logits) tensor
+      (training; losses.dense_sparse_softmax_xent).
   Returns:
     (loss scalar, per_example_loss [B*P]). loss = sum(w * l) / (sum(w) + 1e-5).
   """
   ids = tf.reshape(label_ids, [-1])
   weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
-  # Not a gather from log_softmax: that costs a [B*P*V] scatter in the backward pass.
-  per_example = losses.sparse_softmax_xent(logits, ids)
+  if logits is None and head.x.dtype == tf.float32:
+    with tf1.name_scope(head.scope):
+      per_example = losses.dense_sparse_softmax_xent(head.x, head.table, head.bias, ids)
+  else:
+    per_example = losses.sparse_softmax_xent(
+        masked_lm_logits(head) if logits is None else logits, ids)
   loss = tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
   return loss, per_example
 

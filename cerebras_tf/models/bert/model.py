@@ -39,8 +39,9 @@ def _task(model_params: Mapping[str, Any]) -> str:
 
 def _pretraining(features, outputs, config, training):
   """MLM + NSP heads; returns (total_loss, tensors dict)."""
-  mlm_logits = heads.masked_lm_logits(outputs["sequence_output"], features["masked_lm_positions"],
-                                      outputs["word_embeddings"], config)
+  head = heads.masked_lm_head(outputs["sequence_output"], features["masked_lm_positions"],
+                              outputs["word_embeddings"], config)
+  mlm_logits = heads.masked_lm_logits(head)  # the loss does not read it in training
   mlm_log_probs = tf.nn.log_softmax(mlm_logits, axis=-1)  # [B*P, V]
   nsp_log_probs = tf.nn.log_softmax(
       heads.next_sentence_logits(outputs["pooled_output"], config), axis=-1)  # [B, 2]
@@ -56,8 +57,9 @@ def _pretraining(features, outputs, config, training):
   }
   if "masked_lm_ids" not in features:  # PREDICT without labels
     return None, t
-  mlm_loss, mlm_example = heads.masked_lm_loss(mlm_logits, features["masked_lm_ids"],
-                                               features["masked_lm_weights"])
+  mlm_loss, mlm_example = heads.masked_lm_loss(head, features["masked_lm_ids"],
+                                               features["masked_lm_weights"],
+                                               logits=None if training else mlm_logits)
   nsp_labels = tf.reshape(features["next_sentence_label"], [-1])
   nsp_example = -tf.gather(nsp_log_probs, tf.cast(nsp_labels, tf.int32), batch_dims=1)
   nsp_loss = tf.reduce_mean(nsp_example)
