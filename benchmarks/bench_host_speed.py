@@ -9,7 +9,8 @@ machine noise hits every row alike; the tables give medians.
       (default 0df3b22, the commit before issue 14's levers; its code is taken with
       `git archive`, and TF_ENABLE_ONEDNN_OPTS is left unset, as its users ran it) and at this
       tree.
-  (b) BERT-tiny, each lever added in turn on this tree (a lever is switched off in the child
+  (b) BERT-tiny at batch 32 with dropout 0.1 (the goal config), each lever added in turn on this
+      tree (a lever is switched off in the child
       by putting back what it replaced; see LEVERS).
 
     python benchmarks/bench_host_speed.py [--rounds 2] [--steps 60] [--only a|b] [--quick]
@@ -31,19 +32,27 @@ MODELS = {  # name -> (YAML in the tree, overrides) ; shipped recipes, short run
     "bert_tiny": ("configs/params_bert_tiny_msl128.yaml", ["train_input.batch_size=32"]),
     "transformer_tiny": ("configs/params_transformer_tiny.yaml", []),
     "gpt_tiny": ("configs/params_gpt_tiny.yaml", []),
+    # (b): issue 14's goal config, google-bert's dropout 0.1 (the demo trains without dropout)
+    "bert_tiny_dropout": ("configs/params_bert_tiny_msl128.yaml", [
+        "train_input.batch_size=32", "model.dropout_rate=0.1", "model.attention_dropout_rate=0.1"]),
 }
+BEFORE_AFTER = ("bert_tiny", "transformer_tiny", "gpt_tiny")
 
 # Lever rows for (b): (label, environment, switched-off levers). Each row adds one lever.
 XLA_FUSIBLE = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE"
 LEVERS = [
     ("none (TF defaults: oneDNN off on AVX2; TF's fused xent op; ten-pass AdamW)",
-     {"TF_ENABLE_ONEDNN_OPTS": "0"}, ["xent", "adam"]),
+     {"TF_ENABLE_ONEDNN_OPTS": "0"}, ["xent", "adam", "head", "dropout"]),
     ("+ oneDNN kernels (TF_ENABLE_ONEDNN_OPTS=1)", {"TF_ENABLE_ONEDNN_OPTS": "1"},
-     ["xent", "adam"]),
+     ["xent", "adam", "head", "dropout"]),
     ("+ softmax-based cross-entropy with its own gradient (models/losses.py)",
-     {"TF_ENABLE_ONEDNN_OPTS": "1"}, ["adam"]),
-    ("+ AdamW through the fused ApplyAdam kernel (kept: this is the shipped code)",
-     {"TF_ENABLE_ONEDNN_OPTS": "1"}, []),
+     {"TF_ENABLE_ONEDNN_OPTS": "1"}, ["adam", "head", "dropout"]),
+    ("+ AdamW through the fused ApplyAdam kernel", {"TF_ENABLE_ONEDNN_OPTS": "1"},
+     ["head", "dropout"]),
+    ("+ MLM output layer and loss with one gradient, no [640, V] d(logits)",
+     {"TF_ENABLE_ONEDNN_OPTS": "1"}, ["dropout"]),
+    ("+ dropout from half the random numbers, one-multiply gradient (models/dropout.py; kept: "
+     "the shipped code)", {"TF_ENABLE_ONEDNN_OPTS": "1"}, []),
     ("+ XLA auto-clustering of element-wise ops (tried, not kept)",
      {"TF_ENABLE_ONEDNN_OPTS": "1", "TF_XLA_FLAGS": XLA_FUSIBLE}, []),
 ]
@@ -91,15 +100,26 @@ def child(args):
 def switch_off(levers):
   """Puts back what a lever replaced (only the levers this tree has)."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  if "xent" in levers:
-    from cerebras_tf.models import losses  # pylint: disable=import-outside-toplevel
-    losses.sparse_softmax_xent = lambda logits, labels: (
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32),
-                                                       logits=logits))
+  from cerebras_tf.models import losses  # pylint: disable=import-outside-toplevel
+  if "xent" in levers:  # TF's op, in both loss functions
+    losses.onednn_active = lambda: False
+  if "head" in levers and hasattr(losses, "dense_sparse_softmax_xent"):
+    losses.dense_sparse_softmax_xent = lambda x, table, bias, labels: losses.sparse_softmax_xent(
+        tf.nn.bias_add(tf.matmul(x, table, transpose_b=True), bias), labels)
+  if "dropout" in levers and hasattr(modeling_dropout(), "dropout"):
+    modeling_dropout().dropout = lambda x, rate: tf.nn.dropout(x, rate=rate)
   if "adam" in levers:
     from cerebras_tf.models.bert import optimization  # pylint: disable=import-outside-toplevel
     cls = optimization.AdamWeightDecayOptimizer
     cls._resource_apply_dense = cls._apply  # pylint: disable=protected-access
+
+
+def modeling_dropout():
+  import importlib  # pylint: disable=import-outside-toplevel
+  try:
+    return importlib.import_module("cerebras_tf.models.dropout")
+  except ModuleNotFoundError:  # a tree before the lever
+    return None
 
 
 # --- parent ---------------------------------------------------------------------------------
@@ -153,12 +173,12 @@ def main():
     before = export_tree(args.before)
     runs = {}
     for _ in range(args.rounds):
-      for model in MODELS:
+      for model in BEFORE_AFTER:
         for label, tree in (("before", before), ("after", TREE)):
           runs.setdefault((model, label), []).append(
               measure(tree, model, {}, [], args.steps, args.warmup))
     rows = []
-    for model in MODELS:
+    for model in BEFORE_AFTER:
       b = median([r["examples_per_sec"] for r in runs[(model, "before")]])
       a = median([r["examples_per_sec"] for r in runs[(model, "after")]])
       bc = median([r["cpu_ms_per_step"] for r in runs[(model, "before")]])
@@ -173,7 +193,7 @@ def main():
     for _ in range(args.rounds):
       for label, env, off in LEVERS:
         runs.setdefault(label, []).append(
-            measure(TREE, "bert_tiny", env, off, args.steps, args.warmup))
+            measure(TREE, "bert_tiny_dropout", env, off, args.steps, args.warmup))
     base = median([r["examples_per_sec"] for r in runs[LEVERS[0][0]]])
     rows = []
     prev = base
@@ -184,7 +204,8 @@ def main():
                    f"{cpu:.0f}"))
       if "not kept" not in label:
         prev = rate
-    print_table("(b) BERT-tiny (demo config, batch 32, seq 128), levers added in turn; " + title,
+    print_table("(b) BERT-tiny (demo config at batch 32 with google-bert's dropout 0.1, seq 128),"
+                " levers added in turn; " + title,
                 ["lever", "examples/s", "vs previous kept row", "vs none", "CPU ms per step"],
                 rows)
   return 0

@@ -155,7 +155,7 @@ def _table() -> Dict[str, Kernel]:
   add(("Cast", "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
        "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "SelectV2", "OnesLike", "Fill",
        "IsFinite", "StopGradient", "PreventGradient", "Dropout", "RandomUniform",
-       "RandomStandardNormal", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
+       "RandomUniformInt", "RandomStandardNormal", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
        "StatelessRandomGetKeyCounterAlg", "TruncatedNormal", "OneHot", "ArgMax", "ArgMin",
        "InTopKV2", "BroadcastTo", "Tile", "CheckNumerics", "ZerosLike"), ELEMENTWISE, "out",
       layers="casts, masks, Dropout, comparisons")
@@ -179,7 +179,7 @@ def _table() -> Dict[str, Kernel]:
   add(("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "Shape", "ShapeN", "Size",
        "Rank", "Const", "Placeholder", "PlaceholderWithDefault", "NoOp", "ReadVariableOp",
        "VarHandleOp", "VariableV2", "Variable", "Enter", "Exit", "BroadcastGradientArgs",
-       "Snapshot", "EnsureShape"), FREE, "zero",
+       "Snapshot", "EnsureShape", "Bitcast"), FREE, "zero",
       layers="Flatten, Reshape, Input, variables")
   return t
 

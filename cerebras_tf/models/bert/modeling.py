@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Mapping
 
 import tensorflow as tf
 
+from cerebras_tf.models import dropout as dropout_lib
+
 tf1 = tf.compat.v1
 
 ATTENTION_MASK_ADDER = -10000.0
@@ -122,10 +124,10 @@ def initializer(initializer_range: float):
 
 
 def dropout(x, rate: float, training: bool):
-  """Dropout that is the identity outside training or at rate 0."""
+  """Dropout that is the identity outside training or at rate 0 (models/dropout.py)."""
   if not training or not rate:
     return x
-  return tf.nn.dropout(x, rate=rate)
+  return dropout_lib.dropout(x, rate)
 
 
 def layer_norm(x, epsilon: float, name: str = "LayerNorm"):
