@@ -3,8 +3,11 @@
 A layer with image ops (`ir.Layer.spatial`) placed on a region of n cores tiles each op's
 output spatially into `rows x cols` tiles, and the remaining factor of n over output-channel
 `groups` (each group of cores holds 1/groups of the filters and computes those channels for
-its tile). Per core and sample:
-  MACs      tile_h x tile_w x c_group x k_h x k_w x c_in (conv; depthwise and pooling: no c_in)
+its tile). A conv whose filters overflow a core at every such tiling also splits its input
+channels over `splits` cores (each holds c_in / splits of every filter of its group and
+computes a partial sum of its output tile; `split_reduce_s`). Per core and sample:
+  MACs      tile_h x tile_w x c_group x k_h x k_w x c_split (conv, c_split = c_in / splits;
+            depthwise and pooling: no c_in)
   halo      a k x k window with stride s reads k - s input rows (and columns) beyond its own
             tile's s x tile rows: those border rows come from the neighbouring cores. They
             cross the fabric in two phases (rows from the cores above and below, then columns
@@ -17,6 +20,10 @@ its tile). Per core and sample:
   batch norm  per-channel mean and variance over the whole region: a tree all-reduce of 2
             fp32 partial sums per channel, ceil(log2 n) levels up and as many down, each one
             link message plus a router hop; training does a second one in backward.
+  input-channel split  the splits' partial output tiles (fp32, the partial-sum width of seed
+            003's "double-wide add") sum up a tree of ceil(log2 splits) levels, each one link
+            message of the tile plus a router hop; training broadcasts the output gradient
+            tile (fp16) back down the same tree, since every split needs it for its dX and dW.
   memory    the group's filters and their gradient accumulators (the layer's weight + gradient
             bytes per parameter), the optimizer state spread over the region, and the largest
             op's input tile with its halo plus its output tile. More than a core's SRAM:
@@ -46,23 +53,27 @@ class Tiling:
   tile_h: int
   tile_w: int
   c_group: int
+  splits: int = 1     # input-channel splits (conv only)
+  c_split: int = 0    # input channels per core (conv: ceil(c_in / splits))
 
   @property
   def cores(self) -> int:
-    return self.rows * self.cols * self.groups
+    return self.rows * self.cols * self.groups * self.splits
 
 
-def tiling(s: ir.Spatial, rows: int, cols: int, groups: int) -> Tiling:
-  """The tiles of `s`'s output for a rows x cols x groups split (clipped to the output)."""
+def tiling(s: ir.Spatial, rows: int, cols: int, groups: int, splits: int = 1) -> Tiling:
+  """The tiles of `s`'s output for a rows x cols x groups split (clipped to the output),
+  with a conv's input channels split `splits` ways (other ops: 1)."""
   rows, cols = max(1, min(rows, s.out_h)), max(1, min(cols, s.out_w))
   groups = max(1, min(groups, s.c_out))
+  splits = max(1, min(splits, s.c_in)) if s.op == "conv" else 1
   return Tiling(rows, cols, groups, math.ceil(s.out_h / rows), math.ceil(s.out_w / cols),
-                math.ceil(s.c_out / groups))
+                math.ceil(s.c_out / groups), splits, math.ceil(s.c_in / splits))
 
 
 def macs_per_core(s: ir.Spatial, t: Tiling) -> float:
   """Forward multiply-adds (window steps for pooling) of the core with the largest tile."""
-  per_out = s.k_h * s.k_w * (s.c_in if s.op == "conv" else 1)
+  per_out = s.k_h * s.k_w * (t.c_split if s.op == "conv" else 1)
   return float(t.tile_h * t.tile_w * t.c_group * per_out)
 
 
@@ -79,8 +90,9 @@ def halo_rows(s: ir.Spatial, t: Tiling) -> Tuple[int, int]:
 
 
 def _in_channels(s: ir.Spatial, t: Tiling) -> int:
-  """Input channels a core needs: all of them for a conv, its group's for the rest."""
-  return s.c_in if s.op == "conv" else t.c_group
+  """Input channels a core needs: its split's for a conv (all of them unsplit), its
+  group's for the rest."""
+  return t.c_split if s.op == "conv" else t.c_group
 
 
 def halo_elements(s: ir.Spatial, t: Tiling, channels: int) -> Tuple[float, float]:
@@ -127,11 +139,26 @@ def norm_reduce_s(channels: int, cores: int, engine, training: bool = True) -> f
   return (2 if training else 1) * 2.0 * math.ceil(math.log2(cores)) * level
 
 
+def split_reduce_s(t: Tiling, engine, dtype_bytes: int, training: bool = True) -> float:
+  """Seconds per sample to sum an input-channel split's partial output tiles: ceil(log2
+  splits) tree levels, each a link message of the tile in fp32 plus a router hop; training
+  sends the output gradient tile (dtype) back down the tree. 0 unsplit."""
+  if t.splits <= 1:
+    return 0.0
+  levels = math.ceil(math.log2(t.splits))
+  elems = t.tile_h * t.tile_w * t.c_group
+  hop = 1.0 / engine.clock_hz
+  out = levels * (elems * _FP32 / link_bytes_per_s(engine) + hop)
+  if training:
+    out += levels * (elems * dtype_bytes / link_bytes_per_s(engine) + hop)
+  return out
+
+
 def weight_params(s: ir.Spatial, t: Tiling) -> int:
-  """Filter parameters one core holds (its group's; pooling and norms: the norm's scale and
-  shift per channel)."""
+  """Filter parameters one core holds (its group's and split's; pooling and norms: the
+  norm's scale and shift per channel)."""
   if s.op == "conv":
-    return s.k_h * s.k_w * s.c_in * t.c_group
+    return s.k_h * s.k_w * t.c_split * t.c_group
   if s.op == "depthwise":
     return s.k_h * s.k_w * t.c_group
   return 2 * t.c_group if s.op == "batchnorm" else 0
@@ -156,10 +183,11 @@ class OpCost:
   reduce_s: float         # batch norm's all-reduce, per sample
   weight_bytes: float     # per core: filters + gradient accumulators
   tile_bytes: float       # per core: input tile with halo + output tile
+  split_s: float = 0.0    # input-channel split's partial-sum tree, per sample
 
   @property
   def time_extra_s(self) -> float:
-    return self.halo_s + self.reduce_s
+    return self.halo_s + self.reduce_s + self.split_s
 
 
 def op_cost(s: ir.Spatial, t: Tiling, engine, dtype_bytes: int, state_per_param: float,
@@ -169,7 +197,8 @@ def op_cost(s: ir.Spatial, t: Tiling, engine, dtype_bytes: int, state_per_param:
       if s.op == "batchnorm" else 0.0
   return OpCost(s, t, macs_per_core(s, t), halo_bytes(s, t, dtype_bytes, training),
                 halo_time_s(s, t, engine, dtype_bytes, training), reduce,
-                weight_params(s, t) * state_per_param, tile_bytes(s, t, dtype_bytes))
+                weight_params(s, t) * state_per_param, tile_bytes(s, t, dtype_bytes),
+                split_reduce_s(t, engine, dtype_bytes, training))
 
 
 def candidates(s: ir.Spatial, cores: int):
@@ -183,15 +212,37 @@ def candidates(s: ir.Spatial, cores: int):
     g *= 2
 
 
+def split_candidates(s: ir.Spatial, cores: int):
+  """A conv's tilings with its input channels also split in powers of two (2 .. c_in), the
+  output-channel groups and the spatial tiles as in `candidates` on the rest."""
+  if s.op != "conv":
+    return
+  p = 2
+  while p <= max(1, min(s.c_in, cores)):
+    g = 1
+    while g <= max(1, min(s.c_out, cores // p)):
+      spatial = max(1, cores // (g * p))
+      rows = max(1, min(s.out_h, math.isqrt(spatial)))
+      yield tiling(s, rows, max(1, min(s.out_w, spatial // rows)), g, p)
+      g *= 2
+    p *= 2
+
+
 def best_op_cost(s: ir.Spatial, cores: int, engine, dtype_bytes: int, state_per_param: float,
                  budget: float, training: bool = True) -> Tuple[OpCost, bool]:
   """(the fastest tiling's cost, fits) among `candidates` whose per-core bytes fit `budget`;
-  none fitting: the smallest one, fits=False."""
+  a conv none of them fits tries `split_candidates` (a split costs a reduction, so it is the
+  fallback, not a choice); none fitting: the smallest one, fits=False."""
   rate = engine.flops_per_core_per_s * engine.efficiency(plans.PIPELINED)
   passes = 3.0 if training else 1.0
+  fit = lambda c: c.weight_bytes + c.tile_bytes <= budget
   costs = [op_cost(s, t, engine, dtype_bytes, state_per_param, training)
            for t in candidates(s, cores)]
-  fitting = [c for c in costs if c.weight_bytes + c.tile_bytes <= budget]
+  fitting = [c for c in costs if fit(c)]
+  if not fitting:
+    costs += [op_cost(s, t, engine, dtype_bytes, state_per_param, training)
+              for t in split_candidates(s, cores)]
+    fitting = [c for c in costs if fit(c)]
   if not fitting:
     return min(costs, key=lambda c: c.weight_bytes + c.tile_bytes), False
   return min(fitting, key=lambda c: 2 * passes * c.macs_per_core / rate + c.time_extra_s), True
@@ -247,8 +298,12 @@ def describe(c: LayerConvCost) -> str:
     parts.append(f"{s.op} {s.k_h}x{s.k_w}/{s.stride_h} {s.in_h}x{s.in_w}x{s.c_in}->"
                  f"{s.out_h}x{s.out_w}x{s.c_out}: {t.rows}x{t.cols} tiles of "
                  f"{t.tile_h}x{t.tile_w}" + (f" x {t.groups} channel groups" if t.groups > 1
-                                              else ""))
+                                              else "") +
+                 (f" x {t.splits} input-channel splits" if t.splits > 1 else ""))
   return (f"{'; '.join(parts)}; halo {c.halo_bytes:,.0f} B/core/sample "
           f"({sum(o.halo_s for o in c.ops) * 1e6:.3f} us), norm reduce "
-          f"{sum(o.reduce_s for o in c.ops) * 1e6:.3f} us, {c.core_bytes / 1024:.1f} KB/core, "
+          f"{sum(o.reduce_s for o in c.ops) * 1e6:.3f} us" +
+          (f", split reduce {sum(o.split_s for o in c.ops) * 1e6:.3f} us"
+           if any(o.split_s for o in c.ops) else "") +
+          f", {c.core_bytes / 1024:.1f} KB/core, "
           f"tiles {c.tiling_efficiency:.0%} even")

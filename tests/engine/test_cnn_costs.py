@@ -112,6 +112,52 @@ def test_tiling_choice_fits_sram_and_uneven_tiles_cost(cs2):
   assert "19x19 tiles of 3x3 x 8 channel groups" in conv.describe(c)
 
 
+def test_input_channel_split_when_no_output_tiling_fits(cs2):
+  # A 3x3 'same' conv 4x4x1024 -> 4x4x512 (a ResNet conv5-like layer on a small image):
+  # P = 3 x 3 x 1024 x 512 = 4,718,592 params; weight + gradient 8 B/param, Adam 8 B/param.
+  # On 8,192 cores (= its 4 x 4 x 512 outputs) the optimizer share is 4,718,592 x 8 / 8,192
+  # = 4,608 B per core, leaving 44,544 B. Without an input split the smallest filter share is
+  # one output channel: 3 x 3 x 1024 x 8 B = 73,728 B: no output/spatial tiling fits.
+  s = ir.Spatial("conv", 4, 4, 4, 4, 1024, 512, 3, 3, 1, 1, "SAME")
+  p = 9 * 1024 * 512
+  macs = 4 * 4 * 512 * 9 * 1024
+  layer = ir.Layer("c", "matmul", 2.0 * macs, 4.0 * macs, p, 4 * p, 4 * p, 8 * p,
+                   4 * 4 * 512 * 2.0, spatial=(s,))
+  assert all(conv.weight_params(s, t) * 8 > 44544 for t in conv.candidates(s, 8192))
+  c = conv.layer_cost(layer, 8192, cs2, 2)
+  assert c.fits
+  (o,) = c.ops
+  # Chosen: the whole 4 x 4 output on one tile (no halo), 512 groups of 1 output channel, the
+  # 1024 inputs split 16 ways (64 each): 1 x 1 x 512 x 16 = 8,192 cores, 4 x 4 x 1 x 9 x 64
+  # = 9,216 MACs per core = 75,497,472 / 8,192 (even). Per core: filters 3 x 3 x 64 x 8 B
+  # = 4,608 B; input tile with its 1-pixel border (6 x 6 x 64 x 2 B) 4,608 B + output 4 x 4
+  # x 2 B = 32 B; + the 4,608 B optimizer share = 13,856 B.
+  t = o.tiling
+  assert (t.rows, t.cols, t.groups, t.splits, t.c_split) == (1, 1, 512, 16, 64)
+  assert o.macs_per_core == 9216 and c.tiling_efficiency == 1.0
+  assert c.core_bytes == 13856
+  # The partial-sum tree: log2 16 = 4 levels, each the 16-element output tile in fp32 (64 B,
+  # 14.545 ns at 4.4e9 B/s) + one hop (0.909 ns); training sends the fp16 gradient tile back
+  # down (32 B, 7.273 ns + 0.909 ns): 4 x 15.455 + 4 x 8.182 = 94.55 ns per sample.
+  assert o.split_s == pytest.approx(4 * (64 / LINK + 1 / 1.1e9) + 4 * (32 / LINK + 1 / 1.1e9))
+  assert o.split_s == pytest.approx(94.55e-9, rel=1e-3)
+  assert o.halo_s == 0
+  # Why 16 ways: 4 ways (2 x 2 tiles of 2 x 2, 256 channels each) also fits (31,240 B), but
+  # its halo, (1 x 2 + 1 x 4) x 256 x 2 B = 3,072 B over a link = 698 ns, costs more than the
+  # tree; 32 ways halves the groups and has 5 levels of 32 elements: 227.3 ns.
+  t4 = conv.tiling(s, 2, 2, 512, 4)
+  assert conv.halo_time_s(s, t4, cs2, 2, training=False) == pytest.approx(3072 / LINK)
+  t32 = conv.tiling(s, 1, 1, 256, 32)
+  assert conv.split_reduce_s(t32, cs2, 2) == pytest.approx(227.27e-9, rel=1e-3)
+  assert "x 16 input-channel splits" in conv.describe(c) and "split reduce 0.095 us" in \
+      conv.describe(c)
+  # A conv an output tiling already fits is never split (a split only adds a reduction).
+  small = conv.layer_cost(ir.Layer("c", "matmul", 2.0 * 64 * 1806336, 4.0 * 64 * 1806336,
+                                   36864, 4 * 36864, 4 * 36864, 8 * 36864,
+                                   56 * 56 * 64 * 2.0, spatial=(conv3x3(),)), 3000, cs2, 2)
+  assert small.ops[0].tiling.splits == 1 and small.ops[0].split_s == 0
+
+
 def test_layer_roundtrips_spatial_through_json():
   layer = ir.Layer("c", "matmul", 1.0, 2.0, 0, 0, 0, 0, 0.0, spatial=(conv3x3(),))
   g = ir.LayerGraph("g", (layer,), 1)

@@ -109,3 +109,23 @@ def test_io_bound_when_the_input_is_big(cs2):
   perf_ = perf.simulate(get_planner("pipelined").plan(g, cs2, opts), g, cs2, opts)
   assert perf_.samples_per_sec == pytest.approx(1144409.2, rel=1e-6)
   assert perf_.bottleneck == "io: 12 x 100 GbE host links"
+
+
+def test_cs3_core_is_eight_wide():
+  # cs3.yaml: WSE-3 has an 8-wide FP16 SIMD where WSE-2 has 4 (The Next Platform, 2024-03-14):
+  # 8 FMACs x 2 FLOPs = 16 FLOPs/cycle/core; peak 900,000 x 16 x 1.0 GHz = 14.4 PFLOP/s.
+  # The same dense layer on 75,696 cores, pipelined, CS-2's efficiency 0.4196 (inherited):
+  #   CS-3 per core 16 x 1.0e9 x 0.4196 = 6.7136e9 FLOP/s; compute 6,291,456 / (75,696 x
+  #   6.7136e9) = 12.380 ns; latency 495.8 cycles / 1.0 GHz = 495.8 ns; total 508.180 ns.
+  #   CS-2 per core 8 x 1.1e9 x 0.4196 = 3.69248e9: 22.509 ns + 450.727 ns = 473.236 ns.
+  # The wider datapath shows in the compute term (22.509 x 8.8 / 16 = 12.380 ns); the latency
+  # term is cycles, and WSE-3's slower clock makes it longer.
+  cs2, cs3 = spec.load_engine("cs2"), spec.load_engine("cs3")
+  assert cs3.flops_per_core_per_cycle == 16 == 2 * cs2.flops_per_core_per_cycle
+  assert cs3.peak_flops == pytest.approx(900_000 * 16 * 1.0e9)
+  layer = dense_graph().layers[0]
+  g = dense_graph()
+  t3 = perf.pipelined_sample_time(layer, 75_696, g, cs3)
+  t2 = perf.pipelined_sample_time(layer, 75_696, g, cs2)
+  assert t3 == pytest.approx(508.180e-9, rel=1e-4)
+  assert t2 == pytest.approx(473.236e-9, rel=1e-4)

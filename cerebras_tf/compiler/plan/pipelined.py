@@ -242,9 +242,10 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, bat
   cnn = [conv.layer_cost(l, r.cores, engine, graph.dtype_bytes, perf.training(options))
          for l, r in zip(layers, regions)]
   # A conv whose output- and spatial-tilings all overflow a core (a 3x3x512->512 filter is
-  # 72 KB with its state) is not refused: the region holds the layer's memory (the floors
-  # above), and the tiler does not model splitting input channels, which would spread it.
-  # The report's detail says so.
+  # 72 KB with its state) splits its input channels too (conv.py `split_candidates`, costed
+  # by its partial-sum tree). One that overflows even so (a region too small to spread it)
+  # is not refused: the region holds the layer's memory in aggregate (the floors above); the
+  # report's detail says so.
   times = [perf.pipelined_sample_time(l, r.cores, graph, engine, options)
            for l, r in zip(layers, regions)]
   interval = max([t for t in times if math.isfinite(t)], default=0.0)
@@ -258,8 +259,8 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, bat
         pe_utilization=perf.pe_utilization(f * perf.vts_scale(l, options)[0], r.cores,
                                            interval, engine),
         detail=("" if c is None else conv.describe(c) + (
-            "" if c.fits else "; filters overflow a core at every output/spatial tiling: "
-            "assumes an input-channel split (not modelled)"))))
+            "" if c.fits else "; filters overflow a core at every output, spatial and "
+            "input-channel tiling of this region: priced as if the region's memory held them"))))
   return tuple(out), ""
 
 
