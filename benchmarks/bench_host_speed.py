@@ -100,6 +100,8 @@ def child(args):
 def switch_off(levers):
   """Puts back what a lever replaced (only the levers this tree has)."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if not levers:  # also the tree before issue 14, which has no models/losses.py
+    return
   from cerebras_tf.models import losses  # pylint: disable=import-outside-toplevel
   if "xent" in levers:  # TF's op, in both loss functions
     losses.onednn_active = lambda: False

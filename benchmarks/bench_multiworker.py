@@ -16,6 +16,7 @@ columns that matter are the loss agreement and the all-reduce overhead per step.
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -45,9 +46,16 @@ def _launch(n, flags):
   return proc.stdout
 
 
+def _fresh(path):
+  """A model_dir with nothing in it: a checkpoint left by an earlier run would resume at
+  max_steps and train nothing (what broke this script's second run)."""
+  shutil.rmtree(path, ignore_errors=True)
+  return path
+
+
 def losses(n, steps, batch, out_dir):
   """The chief's loss at every step of an n-worker cluster."""
-  out = _launch(n, _flags(os.path.join(out_dir, f"agree{n}"), steps, batch, 1))
+  out = _launch(n, _flags(_fresh(os.path.join(out_dir, f"agree{n}")), steps, batch, 1))
   found = {int(s) - 1: float(l) for s, l in
            re.findall(r"\[chief:0\] .*?step (\d+)(?:/\d+)?  loss (\S+)", out)}
   assert sorted(found) == list(range(steps)), sorted(found)[-5:]
@@ -56,7 +64,7 @@ def losses(n, steps, batch, out_dir):
 
 def steps_per_sec(n, steps, batch, out_dir):
   """The chief's last global_step/sec (tf.estimator's StepCounterHook) of an n-worker run."""
-  out = _launch(n, _flags(os.path.join(out_dir, f"speed{n}"), steps, batch, LOG_EVERY))
+  out = _launch(n, _flags(_fresh(os.path.join(out_dir, f"speed{n}")), steps, batch, LOG_EVERY))
   rates = re.findall(r"\[chief:0\] .*global_step/sec: ([\d.]+)", out)
   assert rates, out[-2000:]
   return float(rates[-1])
@@ -68,7 +76,7 @@ def simulated(n, batch):
                          "--compile_only", "--execution_strategy", "weight_streaming",
                          "--num_csx", str(n), "--params_override",
                          f"train_input.batch_size={batch}", "--model_dir",
-                         os.path.join(common.ROOT, "..", "runs", f"bench_mw_sim{n}")],
+                         _fresh(os.path.join(common.ROOT, "..", "runs", f"bench_mw_sim{n}"))],
                         cwd=common.ROOT, capture_output=True, text=True, timeout=600,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   m = re.search(r"([\d,.]+) samples/s predicted", proc.stdout)
