@@ -11,7 +11,9 @@ or TF_ENABLE_ONEDNN_OPTS=0) TF's own op is used, which was faster there
 (benchmarks/bench_host_speed.py).
 """
 
+import contextlib
 import functools
+from typing import Optional
 
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
@@ -86,7 +88,7 @@ def _xent(logits, labels, s):
   return tf.reshape(xent(flat_logits), shape)
 
 
-def dense_sparse_softmax_xent(x, table, bias, labels):
+def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sparse_softmax_xent"):
   """sparse_softmax_xent(x @ table^T + bias, labels), without a [N, V] gradient tensor.
 
   With G = d(loss)/d(logits) = dy * (softmax - onehot), the output layer's gradients are
@@ -99,19 +101,23 @@ def dense_sparse_softmax_xent(x, table, bias, labels):
   logits and TF's op are used, as in sparse_softmax_xent.
 
   Args:
-    x: [N, K] float32.  table: [V, K] float32 (e.g. a tied embedding).  bias: [V] float32.
-    labels: [N] int in [0, V).
+    x: [N, K] float32.  table: [V, K] float32 (e.g. a tied embedding).  bias: [V] float32, or
+    None for a layer without one.  labels: [N] int in [0, V).
+    scope: the ops' name scope, None for the caller's (the compiler names a layer that owns no
+      variables by its ops' scope: GPT's tied `gpt/lm_head`).
   Returns:
     [N] float32 losses.
   """
-  with tf.name_scope("sparse_softmax_xent"):
+  with tf.name_scope(scope) if scope else contextlib.nullcontext():
     labels = tf.cast(labels, tf.int32)
     if not onednn_active():
-      return _tf_xent(tf.nn.bias_add(tf.matmul(x, table, transpose_b=True), bias), labels, 0.0)
+      logits = tf.matmul(x, table, transpose_b=True)
+      return _tf_xent(logits if bias is None else tf.nn.bias_add(logits, bias), labels, 0.0)
 
-    @tf.custom_gradient
-    def xent(x, table, bias):
-      logits = tf.nn.bias_add(tf.matmul(x, table, transpose_b=True), bias)
+    def forward(x, table, bias):
+      logits = tf.matmul(x, table, transpose_b=True)
+      if bias is not None:
+        logits = tf.nn.bias_add(logits, bias)
       p = tf.nn.softmax(logits)
       top = tf.argmax(logits, axis=-1, output_type=tf.int32)
       lse = tf.gather(logits, top, batch_dims=1) - tf.math.log(tf.gather(p, top, batch_dims=1))
@@ -123,9 +129,14 @@ def dense_sparse_softmax_xent(x, table, bias, labels):
         dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - tf.gather(table, labels))
         d_table = tf.transpose(tf.matmul(dyx, p, transpose_a=True))
         d_table = tf.tensor_scatter_nd_sub(d_table, at_label, dyx)
+        if bias is None:
+          return dx, d_table
         d_bias = tf.tensor_scatter_nd_sub(tf.linalg.matvec(p, dy, transpose_a=True), at_label, dy)
         return dx, d_table, d_bias
 
       return loss, grad
 
-    return xent(tf.convert_to_tensor(x), tf.convert_to_tensor(table), tf.convert_to_tensor(bias))
+    x, table = tf.convert_to_tensor(x), tf.convert_to_tensor(table)
+    if bias is None:
+      return tf.custom_gradient(lambda x, table: forward(x, table, None))(x, table)
+    return tf.custom_gradient(forward)(x, table, tf.convert_to_tensor(bias))

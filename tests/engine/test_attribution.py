@@ -51,7 +51,8 @@ def test_cross_attention_gets_its_own_flops():
     assert bare not in names or g.layer(bare).num_params == 0
 
 
-def test_tied_lm_head_is_its_own_layer():
+@pytest.mark.parametrize("path", ["logits", "training loss"])
+def test_tied_lm_head_is_its_own_layer(path):
   # A GPT whose head multiplies by the word embeddings (tied) used to land in "gpt" or
   # "gpt/ln_f". By hand, per sample: 6 positions x 2 x 16 hidden x 40 vocab = 7,680 forward
   # FLOPs in "gpt/lm_head", which owns no weights (they stay with the embeddings).
@@ -61,9 +62,13 @@ def test_tied_lm_head_is_its_own_layer():
   graph = tf.Graph()
   with graph.as_default():
     ids = tf.compat.v1.placeholder(tf.int32, [4, 6], "input_ids")
-    logits = gpt.gpt_model(ids, tf.ones_like(ids), cfg, training=True)
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids,
-                                                                         logits=logits))
+    if path == "logits":
+      logits = gpt.gpt_model(ids, tf.ones_like(ids), cfg, training=True)
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids,
+                                                                           logits=logits))
+    else:  # what model_fn trains: the loss straight from the hidden states (no logits tensor)
+      hidden = gpt.gpt_hidden(ids, tf.ones_like(ids), cfg, training=True)
+      loss = tf.reduce_mean(gpt.lm_xent(hidden, ids, cfg))
     train_op = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
   cap = capture.CapturedGraph(graph=graph, loss=loss, train_op=train_op,
                               inputs={"input_ids": ids}, batch_size=4,
@@ -71,8 +76,12 @@ def test_tied_lm_head_is_its_own_layer():
   g = lower.lower(cap, name="gpt", seq_len=6)
   head = g.layer("gpt/lm_head")
   assert head.num_params == 0
-  assert head.fwd_flops == pytest.approx(6 * 2 * 16 * 40, rel=0.01)
-  assert head.bwd_flops == pytest.approx(2 * head.fwd_flops, rel=0.05)
+  if path == "logits":
+    assert head.fwd_flops == pytest.approx(6 * 2 * 16 * 40, rel=0.01)
+    assert head.bwd_flops == pytest.approx(2 * head.fwd_flops, rel=0.05)
+  else:  # the loss joins the head: its softmax, argmax, gathers, < 8 FLOPs per logit
+    assert 6 * 2 * 16 * 40 < head.fwd_flops < 6 * 2 * 16 * 40 + 8 * 6 * 40
+    assert head.bwd_flops == pytest.approx(2 * 6 * 2 * 16 * 40, rel=0.1)
   assert "gpt/lm_head" in [l.name for l in g.layers[-3:]]
   # What stays in ln_f is a layer norm's: about 8 FLOPs per element of 6 x 16 = 768, not the
   # head's 7,680; nothing is left in the bare "gpt" scope but reshapes.

@@ -67,7 +67,8 @@ def test_out_of_range_label_fails():
       _run(ours)
 
 
-def test_dense_form_matches_autodiff_of_the_output_layer():
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_dense_form_matches_autodiff_of_the_output_layer(with_bias):
   # Labels repeat (rows 0, 3, 5 share label 7): the two scatters must add, not overwrite.
   # Zero weights (padded prediction slots) must contribute nothing.
   rng = np.random.RandomState(1)
@@ -79,12 +80,16 @@ def test_dense_form_matches_autodiff_of_the_output_layer():
   weights = rng.rand(n).astype(np.float32)
   weights[4] = 0.0
   with tf.Graph().as_default():
-    xt, tt, bt = tf.constant(x), tf.constant(table), tf.constant(bias)
+    xt, tt = tf.constant(x), tf.constant(table)
+    bt = tf.constant(bias) if with_bias else None
     ours = losses.dense_sparse_softmax_xent(xt, tt, bt, labels)
-    logits = tf.nn.bias_add(tf.matmul(xt, tt, transpose_b=True), bt)
+    logits = tf.matmul(xt, tt, transpose_b=True)
+    if with_bias:
+      logits = tf.nn.bias_add(logits, bt)
     ref = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=1)
-    g_ours = tf.gradients(tf.reduce_sum(ours * weights), [xt, tt, bt])
-    g_ref = tf.gradients(tf.reduce_sum(ref * weights), [xt, tt, bt])
+    wrt = [xt, tt, bt] if with_bias else [xt, tt]
+    g_ours = tf.gradients(tf.reduce_sum(ours * weights), wrt)
+    g_ref = tf.gradients(tf.reduce_sum(ref * weights), wrt)
     o, r, go, gr = _run([ours, ref, g_ours, g_ref])
   np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)
   for name, a, b in zip(("x", "table", "bias"), go, gr):

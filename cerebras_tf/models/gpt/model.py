@@ -13,9 +13,8 @@ from cerebras_tf.models.gpt import modeling
 tf1 = tf.compat.v1
 
 
-def lm_loss(logits, labels, weights):
-  """Weighted mean next-token cross-entropy.  logits [B,S,V], labels/weights [B,S] -> scalar."""
-  xent = losses.sparse_softmax_xent(logits, labels)
+def lm_loss(xent, weights):
+  """Weighted mean of the per-position cross-entropy.  xent/weights [B,S] -> scalar."""
   weights = tf.cast(weights, tf.float32)
   return tf.reduce_sum(xent * weights) / (tf.reduce_sum(weights) + 1e-6)
 
@@ -23,23 +22,26 @@ def lm_loss(logits, labels, weights):
 def model_fn(features, labels, mode, params):
   config = modeling.GPTConfig.from_params(params["model"])
   training = mode == tf.estimator.ModeKeys.TRAIN
-  logits = modeling.gpt_model(features["token_ids"], features["padding_mask"], config, training)
+  hidden = modeling.gpt_hidden(features["token_ids"], features["padding_mask"], config, training)
+  weights = features["padding_mask"]
+  if training:  # no logits tensor: the head's loss and gradient come from the hidden states
+    loss = lm_loss(modeling.lm_xent(hidden, labels, config), weights)
+    total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
+    train_op, logs = optimization.build_train_op(loss, params["optimizer"], total_steps)
+    tf1.summary.scalar("learning_rate", logs["learning_rate"])
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+  logits = modeling.lm_logits(hidden, config)
   predictions = {"next_token": tf.argmax(logits, axis=-1, output_type=tf.int32)}
   if mode == tf.estimator.ModeKeys.PREDICT:
     predictions["log_probs"] = tf.nn.log_softmax(logits[:, -1])
     return tf.estimator.EstimatorSpec(mode, predictions=predictions)
-  weights = features["padding_mask"]
-  loss = lm_loss(logits, labels, weights)
+  loss = lm_loss(losses.sparse_softmax_xent(logits, labels), weights)
   if mode == tf.estimator.ModeKeys.EVAL:
     metrics = {
         "accuracy": tf1.metrics.accuracy(labels, predictions["next_token"], weights=weights),
         "perplexity": _perplexity(loss),
     }
-    return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
-  total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
-  train_op, logs = optimization.build_train_op(loss, params["optimizer"], total_steps)
-  tf1.summary.scalar("learning_rate", logs["learning_rate"])
-  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+  return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
 
 
 def _perplexity(loss):

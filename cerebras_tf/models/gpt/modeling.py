@@ -9,11 +9,12 @@ Variable scopes: `gpt/embeddings/{word,position}_embeddings`, `gpt/decoder/layer
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
+from cerebras_tf.models import losses
 from cerebras_tf.models.bert.modeling import dense, dropout, gelu, initializer, layer_norm
 
 tf1 = tf.compat.v1
@@ -116,6 +117,14 @@ def decoder_layer(x, bias, batch: int, seq: int, config: GPTConfig, training: bo
   return x + mlp(_ln(x, "ln_2", config), config, training)
 
 
+class Hidden(NamedTuple):
+  """The decoder's output before the LM head."""
+  h: tf.Tensor                  # [B*S, H] compute dtype, after ln_f
+  word_embeddings: tf.Variable  # [V, H] float32
+  batch: int
+  seq: int
+
+
 def gpt_model(token_ids, padding_mask, config: GPTConfig, training: bool):
   """Token ids -> next-token logits.
 
@@ -125,6 +134,11 @@ def gpt_model(token_ids, padding_mask, config: GPTConfig, training: bool):
   Returns:
     logits [B, S, V] float32.
   """
+  return lm_logits(gpt_hidden(token_ids, padding_mask, config, training), config)
+
+
+def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hidden:
+  """Token ids [B, S] -> the final hidden states (scope `gpt`); see gpt_model."""
   batch, seq = token_ids.shape.as_list()
   if seq > config.max_position_embeddings:
     raise ValueError(f"sequence length {seq} exceeds max_position_embeddings "
@@ -148,14 +162,38 @@ def gpt_model(token_ids, padding_mask, config: GPTConfig, training: bool):
         with tf1.variable_scope(f"layer_{i}"):
           h = decoder_layer(h, bias, batch, seq, config, training)
     h = _ln(h, "ln_f", config)
-    if config.share_embedding_weights:
-      # Its own layer in the compiler's report (tied weights); the fp32 logits it hands to the
-      # loss are made in the same scope, so they are counted once, as the head's.
-      with tf.name_scope("lm_head"):
-        logits = tf.matmul(h, tf.cast(word, h.dtype), transpose_b=True)
-        return tf.reshape(tf.cast(logits, tf.float32), [batch, seq, config.vocab_size])
-    logits = dense(h, config.vocab_size, "lm_head", config.initializer_range)
-    return tf.reshape(tf.cast(logits, tf.float32), [batch, seq, config.vocab_size])
+  return Hidden(h, word, batch, seq)
+
+
+# The tied head's name scope: its own layer in the compiler's report (its weights stay with the
+# embeddings); the fp32 logits, or the loss made from them, are made in it, so counted once.
+LM_HEAD_SCOPE = "gpt/lm_head/"
+
+
+def lm_logits(hidden: Hidden, config: GPTConfig):
+  """[B, S, V] float32 next-token logits (tied to the word embeddings, or `gpt/lm_head`)."""
+  if config.share_embedding_weights:
+    with tf1.name_scope(LM_HEAD_SCOPE):
+      logits = tf.matmul(hidden.h, tf.cast(hidden.word_embeddings, hidden.h.dtype),
+                         transpose_b=True)
+  else:  # gpt/lm_head/{kernel,bias}, its ops in gpt/lm_head/ as before the split
+    with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):
+      logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range)
+  return tf.reshape(tf.cast(logits, tf.float32), [hidden.batch, hidden.seq, config.vocab_size])
+
+
+def lm_xent(hidden: Hidden, labels, config: GPTConfig):
+  """Per-position next-token cross-entropy [B, S] from the hidden states.
+
+  A tied float32 head takes losses.dense_sparse_softmax_xent: its gradient never forms the
+  [B*S, V] d(logits). Otherwise the logits are made and losses.sparse_softmax_xent applied.
+  """
+  if config.share_embedding_weights and hidden.h.dtype == tf.float32:
+    with tf1.name_scope(LM_HEAD_SCOPE):
+      xent = losses.dense_sparse_softmax_xent(hidden.h, hidden.word_embeddings, None,
+                                              tf.reshape(labels, [-1]), scope=None)
+    return tf.reshape(xent, [hidden.batch, hidden.seq])
+  return losses.sparse_softmax_xent(lm_logits(hidden, config), labels)
 
 
 def num_parameters(config: GPTConfig) -> int:
