@@ -63,11 +63,12 @@ def losses(n, steps, batch, out_dir):
 
 
 def steps_per_sec(n, steps, batch, out_dir):
-  """The chief's last global_step/sec (tf.estimator's StepCounterHook) of an n-worker run."""
+  """The chief's steps/s over the last LOG_EVERY steps of an n-worker run (its progress line:
+  `step N/M  loss L  host X examples/s ...`, X over the steps since the previous line)."""
   out = _launch(n, _flags(_fresh(os.path.join(out_dir, f"speed{n}")), steps, batch, LOG_EVERY))
-  rates = re.findall(r"\[chief:0\] .*global_step/sec: ([\d.]+)", out)
+  rates = re.findall(r"\[chief:0\] step \d+/\d+ .*?host ([\d,.]+) examples/s", out)
   assert rates, out[-2000:]
-  return float(rates[-1])
+  return float(rates[-1].replace(",", "")) / batch
 
 
 def simulated(n, batch):

@@ -94,13 +94,14 @@ class _CerebrasMethods:
     self._cs_run = {"result": result, "last_step": run_max_steps or last_step,
                     "every": self._config.log_step_count_steps or 100}
     try:
-      with self._runtime_for(result.plan) as runtime:
+      with self._runtime_for(result.plan) as (runtime, runtime_hooks):
+        hooks = list(hooks or []) + runtime_hooks
         input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch)
         if runtime.replicas == 1 and result.plan.execution_strategy == plans.PIPELINED:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
-          hooks = list(hooks or []) + [tf.data.experimental.CheckpointInputPipelineHook(
+          hooks = hooks + [tf.data.experimental.CheckpointInputPipelineHook(
               self, external_state_policy="warn")]
         return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
                                             max_steps=max_steps,
@@ -296,7 +297,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   @contextlib.contextmanager
   def _runtime_for(self, plan):
-    """Trains one call with the plan's runtime (runtime/strategies.py); yields it."""
+    """Trains one call with the plan's runtime (runtime/strategies.py); yields it and the
+    hooks its scope asks the train call to add."""
     runtime = strategies.runtime_for(plan, self.config, self.model_dir, self.cs_config)
     # tf.estimator copies these four out of its RunConfig when it is built; a train call with
     # another runtime swaps them, and puts them back after.
@@ -306,8 +308,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._config, self._train_distribution = cfg, cfg.train_distribute
     self._session_config, self._device_fn = cfg.session_config, cfg.device_fn
     try:
-      with runtime.scope():
-        yield runtime
+      with runtime.scope() as scope_hooks:
+        yield runtime, list(scope_hooks or [])
     finally:
       self._config, self._train_distribution, self._session_config, self._device_fn = saved
 

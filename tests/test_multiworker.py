@@ -301,3 +301,23 @@ def test_each_worker_takes_every_nth_batch():
   # step 1 of 3 workers sees batches 0, 1, 2: samples 0..5, the first global batch of 6.
   assert got == [[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]]
   assert strategies.shard_for_input_pipeline(ds, None) is ds
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_peer_watch_stands_down_when_the_training_loop_ends(ended, monkeypatch, tmp_path):
+  # A peer unreachable for lost_after_s ends this task mid-run; after this task's last step
+  # (the hook's end()), a peer that has finished and left is not an error (3-worker runs).
+  from cerebras_tf.runtime import multiworker, peers  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(peers, "reachable", lambda address: False)
+  cluster = tf_config.parse(json.dumps({
+      "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
+      "task": {"type": "worker", "index": 0}}))
+  exits = []
+  watch = multiworker.PeerWatch(cluster, str(tmp_path), lost_after_s=1.0,
+                                exit_fn=exits.append)
+  if ended:
+    watch.hook().end(session=None)
+  watch.start()
+  time.sleep(3.5)
+  watch.stop()
+  assert exits == ([] if ended else [multiworker.EXIT_PEER_LOST])

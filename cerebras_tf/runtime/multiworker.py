@@ -116,6 +116,12 @@ class PeerWatch:
     if self._thread is not None:
       self._thread.join(5)
 
+  def hook(self) -> tf.compat.v1.train.SessionRunHook:
+    """Stands the watch down once this task's training loop has ended normally: no collective
+    follows, and a peer that took its last step too may leave (a 3-worker run's slower task
+    called a finished peer lost, bench_multiworker)."""
+    return _StandDownAtEnd(self._stop)
+
   def _run(self) -> None:
     down_since = {}
     while not self._stop.wait(1.0):
@@ -135,17 +141,27 @@ class PeerWatch:
           return
 
 
+class _StandDownAtEnd(tf.compat.v1.train.SessionRunHook):
+
+  def __init__(self, stop: threading.Event):
+    self._stop = stop
+
+  def end(self, session):
+    del session
+    self._stop.set()
+
+
 @contextlib.contextmanager
 def worker_context(dist: tf.distribute.Strategy, cluster: tf_config.TFConfig, model_dir: str,
-                   session_config) -> Iterator[None]:
+                   session_config) -> Iterator[list]:
   """Runs `Estimator.train` as one task of the cluster (what train_and_evaluate's coordinator
-  does), with the peers watched."""
+  does), with the peers watched; yields the hooks the train call must add."""
   spec = _training_spec(cluster)
   ctx = dc._WorkerContext(dist, spec, cluster.task_type, cluster.task_index,  # pylint: disable=protected-access
                           session_config=session_config, rpc_layer="grpc")
   watch = PeerWatch(cluster, model_dir).start()
   try:
     with ctx:
-      yield
+      yield [watch.hook()]
   finally:
     watch.stop()

@@ -122,6 +122,7 @@ class Runtime:
   per_replica_batch: int     # what each input_fn call must return
   description: str
   # Entered around Estimator.train: the cluster's worker context (multi-worker), else nothing.
+  # It yields the hooks the train call adds (a list), or None.
   scope: Callable[[], ContextManager] = contextlib.nullcontext
 
 
