@@ -172,14 +172,16 @@ LM_HEAD_SCOPE = "gpt/lm_head/"
 
 def lm_logits(hidden: Hidden, config: GPTConfig):
   """[B, S, V] float32 next-token logits (tied to the word embeddings, or `gpt/lm_head`)."""
+  shape = [hidden.batch, hidden.seq, config.vocab_size]
   if config.share_embedding_weights:
-    with tf1.name_scope(LM_HEAD_SCOPE):
+    with tf1.name_scope(LM_HEAD_SCOPE):  # the cast too: one tensor leaves the layer
       logits = tf.matmul(hidden.h, tf.cast(hidden.word_embeddings, hidden.h.dtype),
                          transpose_b=True)
-  else:  # gpt/lm_head/{kernel,bias}, its ops in gpt/lm_head/ as before the split
-    with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):
-      logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range)
-  return tf.reshape(tf.cast(logits, tf.float32), [hidden.batch, hidden.seq, config.vocab_size])
+      return tf.reshape(tf.cast(logits, tf.float32), shape)
+  # gpt/lm_head/{kernel,bias}, the ops in gpt/ as before the split
+  with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):
+    logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range)
+    return tf.reshape(tf.cast(logits, tf.float32), shape)
 
 
 def lm_xent(hidden: Hidden, labels, config: GPTConfig):
