@@ -74,27 +74,27 @@ def masked_lm_logits(head: MaskedLMHead):
     return tf.nn.bias_add(tf.cast(logits, tf.float32), head.bias)
 
 
-def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits=None):
+def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, training: bool):
   """google-bert's weighted masked-LM loss.
 
   Args:
     head: from masked_lm_head.
     label_ids: [B, P] int (`masked_lm_ids`).
     label_weights: [B, P] float, 0 for padded prediction slots.
-    logits: [B*P, V] float32 already computed (evaluation), or None: then the loss comes from
-      the output layer directly, whose float32 gradient skips the [B*P, V] d(logits) tensor
-      (training; losses.dense_sparse_softmax_xent).
+    logits: [B*P, V] float32, from masked_lm_logits(head).
+    training: a float32 head then takes its loss from the output layer directly
+      (losses.dense_sparse_softmax_xent), whose gradient skips the [B*P, V] d(logits); the
+      logits are left unused.
   Returns:
     (loss scalar, per_example_loss [B*P]). loss = sum(w * l) / (sum(w) + 1e-5).
   """
   ids = tf.reshape(label_ids, [-1])
   weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
-  if logits is None and head.x.dtype == tf.float32:
+  if training and head.x.dtype == tf.float32:
     with tf1.name_scope(head.scope):
       per_example = losses.dense_sparse_softmax_xent(head.x, head.table, head.bias, ids)
   else:
-    per_example = losses.sparse_softmax_xent(
-        masked_lm_logits(head) if logits is None else logits, ids)
+    per_example = losses.sparse_softmax_xent(logits, ids)
   loss = tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
   return loss, per_example
 

@@ -41,7 +41,7 @@ def _pretraining(features, outputs, config, training):
   """MLM + NSP heads; returns (total_loss, tensors dict)."""
   head = heads.masked_lm_head(outputs["sequence_output"], features["masked_lm_positions"],
                               outputs["word_embeddings"], config)
-  mlm_logits = heads.masked_lm_logits(head)  # the loss does not read it in training
+  mlm_logits = heads.masked_lm_logits(head)  # the fp32 training loss does not read it
   mlm_log_probs = tf.nn.log_softmax(mlm_logits, axis=-1)  # [B*P, V]
   nsp_log_probs = tf.nn.log_softmax(
       heads.next_sentence_logits(outputs["pooled_output"], config), axis=-1)  # [B, 2]
@@ -59,7 +59,7 @@ def _pretraining(features, outputs, config, training):
     return None, t
   mlm_loss, mlm_example = heads.masked_lm_loss(head, features["masked_lm_ids"],
                                                features["masked_lm_weights"],
-                                               logits=None if training else mlm_logits)
+                                               mlm_logits, training)
   nsp_labels = tf.reshape(features["next_sentence_label"], [-1])
   nsp_example = -tf.gather(nsp_log_probs, tf.cast(nsp_labels, tf.int32), batch_dims=1)
   nsp_loss = tf.reduce_mean(nsp_example)
