@@ -88,9 +88,11 @@ class _CerebrasMethods:
                        run_max_steps):
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
+    current = self._current_step()
     last_step = max_steps
     if last_step is None and steps is not None:
-      last_step = self._current_step() + steps
+      last_step = current + steps
+    self._log_engine_time(result, current, run_max_steps or last_step)
     self._cs_run = {"result": result, "last_step": run_max_steps or last_step,
                     "every": self._config.log_step_count_steps or 100}
     try:
@@ -401,6 +403,19 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     tf.compat.v1.logging.info("cerebras_tf: %s in %.2fs; reports in %s\n%s", how, result.seconds,
                               result.compile_dir,
                               report.format_summary(result.plan, result.performance))
+
+  def _log_engine_time(self, result, current: int, last_step: Optional[int]):
+    """What a user buying time on the hardware asks first: how long this run would take."""
+    if last_step is None or last_step <= current:
+      return
+    t = report.engine_time(result.plan, result.graph, result.performance, last_step - current)
+    if t is not None:
+      host = ("; steps this short are likely paced by the host, see report.txt"
+              if report.host_may_pace(result.performance) else "")
+      tf.compat.v1.logging.info(
+          "cerebras_tf: steps %d -> %d (%s samples) would take %s on %d x %s, predicted "
+          "engine time%s; this machine's own ETA is in the progress lines", current, last_step,
+          f"{t.samples:,}", t.text(), result.plan.num_csx, result.plan.engine, host)
 
   def _raise_unless_fits(self, result):
     if not result.plan.fits:

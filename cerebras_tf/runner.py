@@ -18,6 +18,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional
 
 from cerebras_tf import registry
+from cerebras_tf.engine import report as engine_report
 from cerebras_tf.errors import ConfigError, FitError, ParamsError
 from cerebras_tf.runtime import tf_config
 from cerebras_tf.runtime.ckpt_files import latest_step, list_checkpoints
@@ -135,6 +136,9 @@ def run(params: dict, opts: RunOptions,
     if plan is not None and not plan.fits:
       raise FitError(f"model does not fit {plan.engine} in {plan.execution_strategy} mode: "
                      f"{plan.reason}")
+    if plan is not None and max_steps and result.performance is not None:
+      summary["engine_time"] = engine_report.engine_time(plan, result.graph, result.performance,
+                                                         max_steps)
     return summary
 
   use_cs = opts.use_cs and rc["use_cs"]
@@ -319,6 +323,10 @@ def format_summary(summary: dict) -> str:
                    f"{plan.num_replicas} replica(s)"
                    + (f", {perf.samples_per_sec:.1f} samples/s predicted, bottleneck "
                       f"{perf.bottleneck}" if perf is not None else ""))
+      t = summary.get("engine_time")
+      if t is not None:
+        lines.append(f"{t.steps:,} steps ({t.samples:,} samples) would take {t.text()} on "
+                     f"{plan.num_csx} x {plan.engine} (predicted engine time, from step 0)")
       report = getattr(result, "compile_dir", None)
       if report:
         lines.append(f"reports in {report}")

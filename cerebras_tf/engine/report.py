@@ -216,18 +216,94 @@ def plan_json(graph, plan, perf, engine, options=None) -> dict:
 HOST_STEP_S = (0.5e-3, 5e-3)
 
 
+def host_may_pace(perf) -> bool:
+  """True when a step is as short as the host steps of published tiny-model runs."""
+  return perf is not None and 0 < perf.step_time_s < HOST_STEP_S[1]
+
+
 def host_lines(perf) -> List[str]:
   """The "host:" caveat for a short step, unless the model's own short-step note (perf.py
   `short_step_note`, which also gives the assumed fixed cost's share) already says it: one
   line, not two saying the same, and never "shorter than" a range the step falls inside."""
   lo, hi = HOST_STEP_S
   step = perf.step_time_s
-  if not 0 < step < hi or any(n.startswith("short step") for n in perf.notes):
+  if not host_may_pace(perf) or any(n.startswith("short step") for n in perf.notes):
     return []
   where = "shorter than" if step < lo else "inside"
   return [f"host:             a {step * 1e3:.3f} ms step is {where} the {lo * 1e3:g}-"
           f"{hi * 1e3:g} ms per step published tiny-model runs spent on the host (FC-MNIST, "
           f"validation/published.yaml); the host, not the wafer, may set the pace"]
+
+
+def fmt_duration(seconds: float) -> str:
+  """"42 s", "5.5 min", "8.0 h", "3.2 days": a length of time a person budgets with."""
+  if not math.isfinite(seconds) or seconds < 0:
+    return "-"
+  for unit, size, above in (("days", 86400.0, 2 * 86400.0), ("h", 3600.0, 3600.0),
+                            ("min", 60.0, 60.0)):
+    if seconds >= above:
+      return f"{seconds / size:,.1f} {unit}"
+  return f"{seconds:.3g} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineTime:
+  """How long `steps` training steps take on the engine: the prediction and its band.
+
+  low_s / high_s bracket the measurement as the band's samples/s do (`band`); None without a
+  band class for the model.
+  """
+
+  steps: int
+  samples: int
+  seconds: float
+  low_s: Optional[float] = None
+  high_s: Optional[float] = None
+
+  def scaled(self, factor: float) -> "EngineTime":
+    """The same rate over `factor` times the work."""
+    return EngineTime(
+        steps=int(round(self.steps * factor)), samples=int(round(self.samples * factor)),
+        seconds=self.seconds * factor,
+        low_s=None if self.low_s is None else self.low_s * factor,
+        high_s=None if self.high_s is None else self.high_s * factor)
+
+  def text(self) -> str:
+    out = fmt_duration(self.seconds)
+    if self.low_s is not None:
+      out += f" (band {fmt_duration(self.low_s)} - {fmt_duration(self.high_s)})"
+    return out
+
+
+def engine_time(plan: plans.Plan, graph: ir.LayerGraph, performance: plans.Performance,
+                steps: int, bands: Optional[List[dict]] = None) -> Optional[EngineTime]:
+  """`steps` steps of the plan's global batch at the predicted rate; None if it does not run.
+
+  Engine time only: compiling on the real system, loading the data and checkpointing are not
+  modelled (the report's `host:` line says when the host may set the pace instead).
+  """
+  if performance is None or not plan.fits or performance.samples_per_sec <= 0 or steps <= 0:
+    return None
+  samples = int(steps) * plan.batch_size
+  b = band(plan, graph, performance, bands)
+  return EngineTime(steps=int(steps), samples=samples,
+                    seconds=samples / performance.samples_per_sec,
+                    low_s=samples / b["high"] if b else None,
+                    high_s=samples / b["low"] if b else None)
+
+
+def time_line(graph: ir.LayerGraph, plan: plans.Plan, performance: plans.Performance,
+              bands: Optional[List[dict]] = None) -> List[str]:
+  """report.txt's "time:" line: 1,000 steps and, for a sequence model, a billion (padded)
+  tokens, the units people budget hardware time in."""
+  per_k = engine_time(plan, graph, performance, 1000, bands)
+  if per_k is None:
+    return []
+  out = f"time:             1,000 steps of batch {plan.batch_size} in {per_k.text()}"
+  if graph.seq_len > 0:
+    per_b = per_k.scaled(1e9 / (1000 * plan.batch_size * graph.seq_len))
+    out += f"; 1e9 tokens (sequence {graph.seq_len}) in {per_b.text()}"
+  return [out + "; engine time only (compiling, data loading and checkpoints not modelled)"]
 
 
 def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> List[str]:
@@ -244,7 +320,10 @@ def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> Li
     out.append(f"band:             {b['low']:,.1f} - {b['high']:,.1f} samples/s: the "
                f"validation error of {b['class']} models ({b['n']} published runs: "
                f"{b['lowest']:+.0%} to {b['highest']:+.0%}, median |error| "
-               f"{b['median_abs']:.0%}; benchmarks/bench_fidelity.py)")
+               f"{b['median_abs']:.0%}; benchmarks/bench_fidelity.py)"
+               + ("; wafer-bound runs only: a step this short may be paced by the host"
+                  if host_may_pace(perf) else ""))
+  out.extend(time_line(graph, plan, perf))
   sens = sensitivity(plan, graph, engine, options)
   if sens:
     out.append("sensitive to:     " + ", ".join(

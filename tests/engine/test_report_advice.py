@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from cerebras_tf import runner
 from cerebras_tf.analysis import analytic
 from cerebras_tf.compiler.plan import advisor, get_planner
 from cerebras_tf.core import plans
@@ -112,6 +113,14 @@ def test_tiny_step_warns_that_the_host_sets_the_pace(cs2):
   text = report.report_text(g, plan, pf, cs2, opts, advice=False)
   assert ("host:" in text) + ("short step" in text) == 1
   assert "0.5-5 ms" in text
+  # The band comes from wafer-bound runs; it says so when the host may set the pace.
+  band = next(l for l in text.splitlines() if l.startswith("band:"))
+  assert band.endswith("wafer-bound runs only: a step this short may be paced by the host")
+  g = analytic.bert_large(seq=128, batch=1024)                  # a ~0.16 s step: no caveat
+  opts, plan, pf = compile_(g, cs2, batch_size=1024)
+  band = next(l for l in report.report_text(g, plan, pf, cs2, opts, advice=False).splitlines()
+              if l.startswith("band:"))
+  assert "host" not in band
 
 
 def test_eval_phase_costs_forward_only(cs2):
@@ -154,3 +163,50 @@ def test_host_line_without_the_short_step_note():
   assert "is inside the 0.5-5 ms" in report.host_lines(mk(2e-3))[0]
   assert "is shorter than the 0.5-5 ms" in report.host_lines(mk(0.3e-3))[0]
   assert report.host_lines(mk(6e-3)) == []
+
+
+# --- engine time: what a user buying time on the hardware budgets with ----------------------
+
+@pytest.mark.parametrize("seconds, text", [
+    (4.25, "4.25 s"), (42.0, "42 s"), (330.0, "5.5 min"), (8 * 3600.0, "8.0 h"),
+    (36 * 3600.0, "36.0 h"), (3 * 86400.0, "3.0 days"), (math.inf, "-")])
+def test_fmt_duration(seconds, text):
+  assert report.fmt_duration(seconds) == text
+
+
+def test_engine_time_by_hand(cs2):
+  g = analytic.bert_large(seq=128, batch=1024)
+  _, plan, pf = compile_(g, cs2, batch_size=1024)
+  # A band whose published runs came out 10% slower to 20% faster than predicted:
+  # measured rate in [p / 1.2, p / 0.9], so the time is in [0.9, 1.2] x predicted.
+  bands = [{"class": "pipelined", "modes": ["pipelined"], "min_params": 0, "max_params": None,
+            "n": 3, "lowest": -0.1, "highest": 0.2, "median_abs": 0.1}]
+  t = report.engine_time(plan, g, pf, 5000, bands)
+  assert t.samples == 5000 * 1024
+  assert t.seconds == pytest.approx(5000 * 1024 / pf.samples_per_sec)
+  assert (t.low_s, t.high_s) == (pytest.approx(0.9 * t.seconds), pytest.approx(1.2 * t.seconds))
+  assert "(band " in t.text()
+  assert report.engine_time(plan, g, pf, 5000, bands=[]).low_s is None   # no class: no band
+  assert report.engine_time(plan, g, pf, 0) is None
+
+
+def test_report_time_line_counts_a_billion_tokens(cs2):
+  g = analytic.gpt3_xl(seq=2048, batch=512)
+  opts, plan, pf = compile_(g, cs2, batch_size=512, execution_strategy="weight_streaming")
+  line = next(l for l in report.report_text(g, plan, pf, cs2, opts).splitlines()
+              if l.startswith("time:"))
+  per_k = 1000 * 512 / pf.samples_per_sec                  # 1,000 steps of 512 samples
+  per_b = 1e9 / (pf.samples_per_sec * 2048)                 # 1e9 tokens at 2,048 per sample
+  assert f"1,000 steps of batch 512 in {report.fmt_duration(per_k)}" in line
+  assert f"1e9 tokens (sequence 2048) in {report.fmt_duration(per_b)}" in line
+
+
+def test_compile_only_says_how_long_max_steps_would_take(cs2):
+  g = analytic.bert_base(seq=128, batch=256)
+  _, plan, pf = compile_(g, cs2, batch_size=256)
+  result = type("Result", (), dict(plan=plan, performance=pf, graph=g, compile_dir="/c"))
+  t = report.engine_time(plan, g, pf, 100_000)
+  text = runner.format_summary({"mode": "compile_only", "model": "bert", "model_dir": "m",
+                                "compile": result, "engine_time": t})
+  assert (f"100,000 steps (25,600,000 samples) would take "
+          f"{report.fmt_duration(25_600_000 / pf.samples_per_sec)}") in text
