@@ -691,7 +691,10 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
       out.append(dataclasses.replace(c, bound=bound))
     passes = 2 if training(options) else 1
     lat = len(graph.layers) * hop * (passes * k + (1 if training(options) else 0))
-    per_layer = k * working * engine.weight_streaming_layer_overhead_s
+    # The YAML's figure is for the 3 training passes (cs2.yaml derives it per pass); a
+    # forward-only step fills and drains each layer once.
+    per_layer = (k * working * engine.weight_streaming_layer_overhead_s *
+                 (WS_PASSES if training(options) else 1) / WS_PASSES)
     fixed = per_layer + engine.weight_streaming_step_overhead_s
     kept = m_eff * (act.minimum if recompute else act.full)
     onwafer = wbuf + m_eff * act.working + kept

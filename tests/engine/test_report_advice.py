@@ -138,6 +138,14 @@ def test_eval_phase_costs_forward_only(cs2):
   # Weight streaming forward only streams each weight once and keeps no activations.
   assert perf.ws_activations(g, ev_opts).full == 0.0
   assert dataclasses.replace(ev_opts, phase="train").phase == "train"
+  # The per-layer fixed cost is cs2.yaml's 11 us for the 3 training passes; forward only
+  # pays one pass: (layers with work) x 11 us / 3 per micro-batch.
+  ws = dict(batch_size=1024, execution_strategy="weight_streaming", micro_batch_size=1024)
+  costs = {phase: dict(perf.ws_cost(g, cs2, plans.PlanOptions(phase=phase, **ws)).time_by_bound)
+           for phase in ("train", "eval")}
+  working = sum(1 for l in g.layers if l.flops > 0 or l.num_params > 0)
+  assert costs["train"]["per-layer overhead"] == pytest.approx(working * 11e-6)
+  assert costs["eval"]["per-layer overhead"] == pytest.approx(working * 11e-6 / 3)
 
 
 def test_a_short_step_is_caveated_once(cs2):
