@@ -322,7 +322,11 @@ def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> Li
                f"{b['lowest']:+.0%} to {b['highest']:+.0%}, median |error| "
                f"{b['median_abs']:.0%}; benchmarks/bench_fidelity.py)"
                + ("; wafer-bound runs only: a step this short may be paced by the host"
-                  if host_may_pace(perf) else ""))
+                  if host_may_pace(perf) else "")
+               + ("; no CNN throughput has been published for any Cerebras system "
+                  "(validation/README.md), so this band is from transformers: the image "
+                  "layers' costs are checked by hand calculations only"
+                  if any(l.spatial for l in graph.layers) else ""))
   out.extend(time_line(graph, plan, perf))
   sens = sensitivity(plan, graph, engine, options)
   if sens:

@@ -195,6 +195,9 @@ def test_reference_cnn_report_lists_conv_tiling_and_halo():
   assert (s.in_h, s.in_w, s.c_in, s.c_out, s.k_h, s.stride_h) == (8, 8, 1, 16, 3, 1)
   assert result.plan.fits
   assert "conv 3x3/1 8x8x1->8x8x16" in report and "B/core/sample" in report
+  # No CNN rate was ever published (validation/README.md): the band says it is not a CNN's.
+  band = next(l for l in report.splitlines() if l.startswith("band:"))
+  assert "no CNN throughput has been published" in band
 
 
 def test_keras_resnet50_compiles_with_conv_costs():
