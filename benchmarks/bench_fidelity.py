@@ -83,7 +83,7 @@ def main(argv=None) -> int:
   for name in ("calibration", "validation"):
     for key, label in (("throughput", "throughput, all"),
                        ("throughput_wafer", "throughput, wafer-bound"),
-                       ("ratio", "scaling / CS-3:CS-2 ratios")):
+                       ("ratio", "scaling / CS-3:CS-2 / release ratios")):
       table.append([name, label] + stat_cells(s[name][key]))
     f = s[name]["fit"]
     table.append([name, "fit verdicts agree", str(f["n"]), f"{f['agree']} of {f['n']}", "", "",

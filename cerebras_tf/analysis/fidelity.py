@@ -69,6 +69,8 @@ ASSUMED = {
         batch=1, seq=2048, layers=44, hidden=6144, heads=64, ffn=24576, vocab=50432,
         why="shape not given: GPT-NeoX-20B (44 x 6144, 64 heads, MSL 2048); batch 1"),
     "alcf-llama3-8b-cs3-runs-ws": dict(batch=960, why="as the Llama-3-8B throughput figure"),
+    "cerebras-blog-r20-vs-r19-large-gpt": dict(
+        why="the blog names no model: GPT-J 6B, the ALCF sample (2 CS-2, batch 120)"),
 }
 
 # Run configuration the logs state (inputs to the simulator, not fitted).
@@ -78,6 +80,8 @@ RUN_CONFIG = {
 }
 
 _PIPELINED, _WS = plans.PIPELINED, plans.WEIGHT_STREAMING
+# Figures that are a ratio of two runs: more systems, CS-3 over CS-2, a release over the last.
+RATIO_KINDS = ("scaling_ratio", "system_ratio", "release_ratio")
 
 
 def load(path: str = REGISTRY) -> Tuple[dict, ...]:
@@ -247,8 +251,26 @@ def _ratio_parts(fig, by_id) -> Tuple[dict, dict]:
   return by_id[ids[0]], by_id[ids[1]]
 
 
+def predict_release_ratio(fig, overrides=None) -> Tuple[float, str]:
+  """A release-over-release speedup ("R2.0 vs R1.9"): the figure's graph and batch under each
+  release's execution options (`_release_options`), newer / older."""
+  newer, older = (r.strip() for r in str(fig["release"]).split(" vs "))
+  model, batch = _shape(fig), _batch(fig)
+  g = graph_for(model, batch)
+  eng = engine(fig["system"], (overrides or {}).get(fig["system"]))
+  rates = []
+  for rel in (newer, older):
+    opts = _release_options(dict(fig, release=rel))
+    _, pf = run(g, eng, fig["mode"], batch, fig["num_systems"], **opts)
+    rates.append(pf.samples_per_sec if pf else 0.0)
+  return ((rates[0] / rates[1] if rates[1] > 0 else math.inf),
+          f"{newer} {rates[0]:,.1f} / {older} {rates[1]:,.1f} samples/s")
+
+
 def predict_ratio(fig, by_id, overrides=None) -> Tuple[float, str]:
   """A scaling or CS-3/CS-2 ratio as the same ratio of two predictions."""
+  if fig["kind"] == "release_ratio":
+    return predict_release_ratio(fig, overrides)
   if fig["id"] == "seed004-bert-base-multireplica-1p7x":
     g = analytic.bert_base(seq=128, batch=256)
     e = engine("cs2", (overrides or {}).get("cs2"))
@@ -325,7 +347,7 @@ def evaluate(figs=None, overrides=None) -> List[Row]:
     if f["kind"] == "throughput":
       r.predicted, r.detail = predict_throughput(f, overrides)
       r.error = r.predicted / f["value"] - 1.0
-    elif f["kind"] in ("scaling_ratio", "system_ratio"):
+    elif f["kind"] in RATIO_KINDS:
       r.predicted, r.detail = predict_ratio(f, by_id, overrides)
       r.error = r.predicted / f["value"] - 1.0
     else:
@@ -375,7 +397,7 @@ def summary(rows: List[Row]) -> Dict[str, Dict[str, Dict[str, float]]]:
     out[s] = {
         "throughput": stats(thr),
         "throughput_wafer": stats([r for r in thr if not r.host_bound]),
-        "ratio": stats([r for r in mine if r.kind in ("scaling_ratio", "system_ratio")]),
+        "ratio": stats([r for r in mine if r.kind in RATIO_KINDS]),
         "fit": {"n": len(fits), "agree": sum(1 for r in fits if r.agree)},
     }
   return out
