@@ -85,11 +85,8 @@ def sensitivity(plan: plans.Plan, graph: ir.LayerGraph, engine,
     v = getattr(engine, k, 0.0)
     if not v:
       continue
-    try:
-      e = dataclasses.replace(engine, **{k: v * 1.1})
-      sps = perf_model.simulate(plan, graph, e, options).samples_per_sec
-    except Exception:  # pylint: disable=broad-except
-      continue
+    e = dataclasses.replace(engine, **{k: v * 1.1})
+    sps = perf_model.simulate(plan, graph, e, options).samples_per_sec
     if sps > 0:
       out.append((k, math.log(sps / base) / math.log(1.1)))
   out.sort(key=lambda kv: -abs(kv[1]))
