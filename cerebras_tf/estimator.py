@@ -70,9 +70,9 @@ class _CerebrasMethods:
     self._restore_from = checkpoints.latest(self.model_dir)
     try:
       if not self._resolve_use_cs(use_cs):
-        return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
-                                            max_steps=max_steps,
-                                            saving_listeners=saving_listeners)
+        return tf.estimator.Estimator.train(
+            self, input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
+            saving_listeners=self._listeners(saving_listeners, input_checkpointed=False))
       return self._train_on_engine(input_fn, hooks, steps, max_steps, saving_listeners,
                                    run_max_steps)
     except (tf.compat.v1.train.NanLossDuringTrainingError, NonFiniteLossError) as e:
@@ -88,6 +88,12 @@ class _CerebrasMethods:
                        run_max_steps):
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
+    # Only a single-replica pipelined run saves its input pipeline's position (below).
+    input_checkpointed = (result.plan.execution_strategy == plans.PIPELINED
+                          and result.plan.batching.host_replicas_per_worker == 1)
+    if input_checkpointed:
+      checkpoints.align_input_state(self.model_dir)
+      self._restore_from = checkpoints.latest(self.model_dir)
     current = self._current_step()
     last_step = max_steps
     if last_step is None and steps is not None:
@@ -99,15 +105,15 @@ class _CerebrasMethods:
       with self._runtime_for(result.plan) as (runtime, runtime_hooks):
         hooks = list(hooks or []) + runtime_hooks
         input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch)
-        if runtime.replicas == 1 and result.plan.execution_strategy == plans.PIPELINED:
+        if input_checkpointed:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
           hooks = hooks + [tf.data.experimental.CheckpointInputPipelineHook(
               self, external_state_policy="warn")]
-        return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
-                                            max_steps=max_steps,
-                                            saving_listeners=saving_listeners)
+        return tf.estimator.Estimator.train(
+            self, input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
+            saving_listeners=self._listeners(saving_listeners, input_checkpointed))
     except tf.compat.v1.train.NanLossDuringTrainingError:
       # tf.estimator's NanTensorHook checks every step, ours only fetches on logging steps.
       hook = self._cs_run.get("hook")
@@ -116,6 +122,13 @@ class _CerebrasMethods:
       raise NonFiniteLossError(float("nan"), hook.last_run_step()) from None
     finally:
       self._cs_run = None
+
+  def _listeners(self, saving_listeners, input_checkpointed: bool):
+    """The caller's saving listeners, plus the input-state retirer for a run that saves no
+    input positions (its model checkpoints then outrun the last saved input position)."""
+    if input_checkpointed:
+      return saving_listeners
+    return list(saving_listeners or []) + [checkpoints.InputStateRetirer(self.model_dir)]
 
   def _after_nan(self, error) -> str:
     """Moves non-finite checkpoints aside; the message says which checkpoint is now latest."""

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import cli
+from cerebras_tf.runtime import checkpoints
 
 MLP = "configs/params_mlp.yaml"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,3 +171,63 @@ def test_warm_start_reuses_what_matches_in_a_new_model_dir(tmp_path, capsys):
   out = capsys.readouterr().out
   assert "warm start from" in out and "(3 of 6 trainable)" in out, out
   assert latest_step(new) == 4
+
+
+def _fake_checkpoints(model_dir, model_steps, input_steps):
+  """model.ckpt-N for each model step and input.ckpt-N (with its `checkpoint_input` state
+  file, as CheckpointInputPipelineHook writes them) for each input step."""
+  with tf.Graph().as_default():
+    tf.compat.v1.train.get_or_create_global_step()
+    tf.compat.v1.get_variable("w", [2])
+    saver = tf.compat.v1.train.Saver(max_to_keep=None)
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      for step in model_steps:
+        saver.save(sess, str(model_dir / "model.ckpt"), global_step=step)
+      for step in input_steps:
+        saver.save(sess, str(model_dir / "input.ckpt"), global_step=step,
+                   latest_filename=checkpoints.INPUT_STATE)
+
+
+def test_torn_model_and_input_pair_resumes_from_the_step_with_both(tmp_path):
+  _fake_checkpoints(tmp_path, [10, 20], [10])  # killed between the model's and input's save 20
+  chosen = checkpoints.align_input_state(str(tmp_path), log=lambda _: None)
+  assert checkpoints.step_of(chosen) == 10 and latest_step(tmp_path) == 10
+  assert (tmp_path / "model.ckpt-20.index").exists()  # not deleted
+
+
+def test_a_run_without_input_state_retires_it_instead_of_being_rolled_back(tmp_path):
+  _fake_checkpoints(tmp_path, [10, 20], [10])
+  assert not checkpoints.retire_input_state(str(tmp_path), 10, log=lambda _: None)
+  # A weight-streaming run (no input positions) wrote model.ckpt-40: the step-10 input state
+  # is retired, so the next pipelined run resumes the model at 40, not at 10.
+  _fake_checkpoints(tmp_path, [40], [])
+  assert checkpoints.retire_input_state(str(tmp_path), 40, log=lambda _: None)
+  assert (tmp_path / "checkpoint_input.retired").exists()
+  assert not (tmp_path / "checkpoint_input").exists() and (tmp_path / "input.ckpt-10.index").exists()
+  assert checkpoints.step_of(checkpoints.align_input_state(str(tmp_path))) == 40
+  assert latest_step(tmp_path) == 40
+
+
+def test_switching_pipelined_to_weight_streaming_keeps_every_runs_steps(tmp_path, capsys):
+  """pipelined (saves input positions) -> weight_streaming -> weight_streaming -> pipelined on
+  one model_dir: each run resumes where the previous one stopped (the bug: every run after
+  the first restarted from the pipelined run's last input position, step 4)."""
+  model_dir = tmp_path / "m"
+  every = ["--params_override", "runconfig.save_checkpoints_steps=2"]
+  assert run(model_dir, "--max_steps", "4", *every) == 0
+  assert (model_dir / "checkpoint_input").exists()
+  for last in (8, 12):
+    capsys.readouterr()
+    assert run(model_dir, "--max_steps", str(last), "--execution_strategy", "weight_streaming",
+               *every) == 0
+    err = capsys.readouterr().err
+    assert "resuming both from step" not in err, err
+    assert latest_step(model_dir) == last
+  assert (model_dir / "checkpoint_input.retired").exists()
+  capsys.readouterr()
+  assert run(model_dir, "--max_steps", "14", *every) == 0
+  with open(model_dir / "cerebras_tf.log") as fh:
+    log = fh.read()
+  assert "model.ckpt-12" in log.rsplit("Restoring parameters from", 1)[1].splitlines()[0]
+  assert latest_step(model_dir) == 14 and (model_dir / "checkpoint_input").exists()

@@ -8,7 +8,9 @@ a checkpoint of another model, and non-finite checkpoints after a NaN.
 * The model and the input pipeline (tf.data.experimental.CheckpointInputPipelineHook) are saved
   one after the other, so a kill between the two leaves the model a save ahead of the input.
   Resuming then would repeat a stretch of batches; instead both resume from the newest step
-  that has both.
+  that has both (`align_input_state`, for the runs that save input positions). A run that
+  saves none (weight streaming, multi-replica) retires the input state once it writes a model
+  checkpoint past it, so a later run never rolls its steps back.
 * An empty or unparsable `checkpoint` state file makes TF either raise or silently start from
   scratch (and overwrite the checkpoints of the same steps). It is renamed
   `checkpoint.corrupt` and rebuilt from the `.index` files on disk.
@@ -68,7 +70,7 @@ def _paths(model_dir: str, latest_filename: Optional[str] = None) -> List[str]:
 
 
 def ensure_restorable(model_dir: str, log=tf.compat.v1.logging.warning) -> Optional[str]:
-  """Makes `model_dir` resume from an intact, consistent checkpoint; returns its prefix.
+  """Makes `model_dir` resume from an intact checkpoint; returns its prefix.
 
   Returns None when there is no checkpoint (a fresh run).
 
@@ -89,24 +91,69 @@ def ensure_restorable(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
                       f"{model_dir} reads back; move the model_dir aside to start over")
     log(f"cerebras_tf: checkpoint {os.path.basename(chosen)} is corrupt ({why}); renamed it "
         f"*.corrupt and resuming from {os.path.basename(good[-1])}")
-    paths, chosen = good, good[-1]
+    chosen = good[-1]
+    tf.compat.v1.train.update_checkpoint_state(model_dir, chosen, good)
+  return chosen
+
+
+def align_input_state(model_dir: str, log=tf.compat.v1.logging.warning) -> Optional[str]:
+  """For a run that checkpoints its input pipeline: model and input resume from the newest
+  step that has both (a kill between the two saves leaves the model one save ahead). Returns
+  the model checkpoint the run resumes from.
+
+  Only the input-checkpointing runs call this: a run that does not save input positions must
+  not be rolled back to one, and `InputStateRetirer` retires the input state once such a run
+  writes a model checkpoint past it, so its steps are never undone by a later run.
+  """
+  paths = _paths(model_dir)
   inputs = _paths(model_dir, INPUT_STATE)
-  if inputs:
-    input_steps = {step_of(p): p for p in inputs}
-    both = [p for p in paths if step_of(p) in input_steps]
-    if both and both[-1] != chosen:
-      log(f"cerebras_tf: the input pipeline was saved at step {max(input_steps)}, the model at "
-          f"{step_of(chosen)}; resuming both from step {step_of(both[-1])}")
-      chosen = both[-1]
-    if both and step_of(chosen) != max(input_steps):  # rewrite only what changes
-      step = step_of(chosen)
-      tf.compat.v1.train.update_checkpoint_state(
-          model_dir, input_steps[step], [p for s, p in sorted(input_steps.items()) if s <= step],
-          latest_filename=INPUT_STATE)
-  if chosen != paths[-1] or why is not None:
+  if not paths or not inputs:
+    return paths[-1] if paths else None
+  chosen = paths[-1]
+  input_steps = {step_of(p): p for p in inputs}
+  both = [p for p in paths if step_of(p) in input_steps]
+  if not both:
+    return chosen
+  if both[-1] != chosen:
+    log(f"cerebras_tf: the input pipeline was saved at step {max(input_steps)}, the model at "
+        f"{step_of(chosen)}; resuming both from step {step_of(both[-1])}")
+    chosen = both[-1]
     tf.compat.v1.train.update_checkpoint_state(
         model_dir, chosen, [p for p in paths if step_of(p) <= step_of(chosen)])
+  if step_of(chosen) != max(input_steps):  # rewrite only what changes
+    step = step_of(chosen)
+    tf.compat.v1.train.update_checkpoint_state(
+        model_dir, input_steps[step], [p for s, p in sorted(input_steps.items()) if s <= step],
+        latest_filename=INPUT_STATE)
   return chosen
+
+
+def retire_input_state(model_dir: str, step: int, log=tf.compat.v1.logging.info) -> bool:
+  """Renames the input state file `checkpoint_input.retired` when a model checkpoint newer than
+  its latest input position (`step`) was written by a run that saves no input positions
+  (weight streaming, multi-replica, the plain Estimator). The `input.ckpt-*` files stay.
+  Returns whether it did."""
+  state_file = os.path.join(model_dir, INPUT_STATE)
+  inputs = _paths(model_dir, INPUT_STATE) if tf.io.gfile.exists(state_file) else []
+  if not inputs or step_of(inputs[-1]) >= step:
+    return False
+  tf.io.gfile.rename(state_file, state_file + ".retired", overwrite=True)
+  log(f"cerebras_tf: model checkpoint {step} was written by a run that does not save the input "
+      f"pipeline's position; the input position of step {step_of(inputs[-1])} is retired "
+      f"({INPUT_STATE}.retired) and a later pipelined run starts its input afresh")
+  return True
+
+
+class InputStateRetirer(tf.estimator.CheckpointSaverListener):
+  """Saving listener of the runs that do not checkpoint their input: `retire_input_state`
+  after each model save (a no-op once retired)."""
+
+  def __init__(self, model_dir: str):
+    self._model_dir = model_dir
+
+  def after_save(self, session, global_step_value):
+    del session
+    retire_input_state(self._model_dir, int(global_step_value))
 
 
 def repair_state(model_dir: str, log=tf.compat.v1.logging.warning) -> None:
