@@ -25,7 +25,7 @@ from cerebras_tf.errors import CerebrasTFError, ConfigError
 from cerebras_tf import params as params_lib
 from cerebras_tf import runner
 from cerebras_tf import schema
-from cerebras_tf.runtime import tf_config
+from cerebras_tf.runtime import logs, tf_config
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
           "Flags override the YAML; --params_override SECTION.KEY=VALUE sets any params key.")
@@ -201,7 +201,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 LOG_FILE = "cerebras_tf.log"
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def log_file_name() -> str:
@@ -224,10 +223,6 @@ class _LogFile(logging.FileHandler):
       super().emit(record)
 
 
-def _ours(record: logging.LogRecord) -> bool:
-  return record.pathname.startswith(_PACKAGE_DIR)
-
-
 @contextlib.contextmanager
 def routed_logs(model_dir: str):
   """TensorFlow's Python log (INFO and up, and Python warnings) goes to
@@ -245,9 +240,9 @@ def routed_logs(model_dir: str):
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     handlers.append(to_file)
   out = logging.StreamHandler(sys.stdout)
-  out.addFilter(lambda r: _ours(r) and r.levelno < logging.WARNING)
+  out.addFilter(lambda r: logs.ours(r) and r.levelno < logging.WARNING)
   err = logging.StreamHandler(sys.stderr)
-  err.addFilter(lambda r: _ours(r) and r.levelno >= logging.WARNING)
+  err.addFilter(lambda r: logs.ours(r) and r.levelno >= logging.WARNING)
   for h in (out, err):
     h.setFormatter(logging.Formatter("%(message)s"))
   tf_logger.handlers = handlers + [out, err]

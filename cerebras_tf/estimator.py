@@ -30,7 +30,7 @@ from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
 from cerebras_tf.errors import ConfigError, FitError, NonFiniteLossError, TrainingError
 from cerebras_tf.run_config import CSConfig, CSRunConfig
-from cerebras_tf.runtime import checkpoints, strategies
+from cerebras_tf.runtime import checkpoints, logs, strategies
 from cerebras_tf.runtime.hooks import CSProgressHook
 
 ModeKeys = tf.estimator.ModeKeys
@@ -54,9 +54,21 @@ def batch_size_for_mode(params: dict, mode: str) -> Optional[int]:
   return None
 
 
+def _shows_our_info(method):
+  """Our INFO lines (fit, engine time, progress) reach the terminal during `method` even at
+  TensorFlow's default WARN verbosity (runtime/logs.py)."""
+
+  @functools.wraps(method)
+  def wrapped(*args, **kwargs):
+    with logs.our_info_shown():
+      return method(*args, **kwargs)
+  return wrapped
+
+
 class _CerebrasMethods:
   """train/evaluate/predict with `use_cs`; a mixin so tf.estimator accepts the subclass."""
 
+  @_shows_our_info
   def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None,
             use_cs=None, *, run_max_steps=None):
     """Trains; with use_cs=True compiles for the engine first and fails fast if it won't fit.
@@ -160,6 +172,7 @@ class _CerebrasMethods:
             f"were removed; free some space (or choose another --model_dir) and rerun the "
             f"same command to resume")
 
+  @_shows_our_info
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None,
                use_cs=None):
     """Evaluates a checkpoint (refused when there is none: the metrics of an untrained model
@@ -375,6 +388,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   # --- compile ----------------------------------------------------------------------------
 
+  @_shows_our_info
   def compile(self, input_fn, validate_only=False, mode=ModeKeys.TRAIN):
     """Compiles the model for the engine in the configured execution strategy.
 

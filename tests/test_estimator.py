@@ -120,6 +120,27 @@ def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, capl
     explicit.train(_train_input, max_steps=2, use_cs=True)
 
 
+def test_our_lines_show_at_tensorflows_default_verbosity(tmp_path, caplog):
+  """A user's own script leaves TensorFlow's logger at WARN: the compile summary, the engine
+  time and the progress lines still show (they are why one calls train with use_cs=True);
+  TensorFlow's own INFO stays hidden, and the logger is as it was afterwards."""
+  logger = logging.getLogger("tensorflow")
+  saved = logger.level
+  logger.setLevel(logging.WARN)
+  try:
+    est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+    est.train(_train_input, max_steps=12, use_cs=True)
+    est.evaluate(_eval_input, steps=2, use_cs=True)
+    assert logger.level == logging.WARN and not logger.filters
+  finally:
+    logger.setLevel(saved)
+  infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+  assert any(m.startswith("cerebras_tf: compiled in") for m in infos), infos
+  assert any(m.startswith("cerebras_tf: steps 0 -> 12 ") for m in infos), infos
+  assert any(m.startswith("step 10/12  loss") for m in infos), infos
+  assert not any("Saving checkpoints" in m or "Restoring parameters" in m for m in infos), infos
+
+
 def test_constructor_use_cs_keyword_reaches_train(tmp_path):
   est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS, use_cs=True)
   est.train(_train_input, max_steps=2)
