@@ -25,11 +25,13 @@ from cerebras_tf.engine import perf as perf_model
 _GB = 1e9
 BANDS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs",
                           "fidelity_bands.yaml")
-# Calibration constants and engine figures the sensitivity analysis perturbs.
+# Calibration constants, assumed fixed costs and engine figures the sensitivity analysis
+# perturbs (the fixed per-step and per-layer costs are what a small model's step is made of).
 SENSITIVE = ("pipelined_efficiency", "pipelined_token_latency_cycles",
              "weight_streaming_efficiency", "memoryx_bandwidth_bytes_per_s",
              "sparsity_partial_sum_cycles", "io_link_bits_per_s", "swarmx_hop_latency_s",
-             "fabric_link_bits_per_cycle")
+             "fabric_link_bits_per_cycle", "pipelined_step_overhead_s",
+             "weight_streaming_step_overhead_s", "weight_streaming_layer_overhead_s")
 _ADVISORS: List[Callable] = []
 
 

@@ -123,6 +123,20 @@ def test_tiny_step_warns_that_the_host_sets_the_pace(cs2):
   assert "host" not in band
 
 
+def test_a_tiny_models_sensitivity_names_the_assumed_step_overhead(cs2):
+  # FC-MNIST's pipelined step is ~1.12 ms, 1 ms of it the assumed host per-step cost: that
+  # is what its prediction hangs on. The step is t = o + r, o added once per step, so
+  # o -> 1.1 o gives d ln(rate) / d ln(o) = ln(t / (t + 0.1 o)) / ln(1.1) (~ -0.89).
+  g = analytic.mlp_graph([784, 500, 300, 10], 256)
+  opts, plan, pf = compile_(g, cs2, batch_size=256)
+  (top, e), *_ = report.sensitivity(plan, g, cs2, opts)
+  t, o = pf.step_time_s, cs2.pipelined_step_overhead_s
+  assert top == "pipelined_step_overhead_s"
+  assert e == pytest.approx(math.log(t / (t + 0.1 * o)) / math.log(1.1), rel=1e-6)
+  assert "sensitive to:     pipelined_step_overhead_s" in report.report_text(
+      g, plan, pf, cs2, opts, advice=False)
+
+
 def test_eval_phase_costs_forward_only(cs2):
   # Pipelined, forward only: FLOPs are the forward ones, state is the weights, no drain.
   g = analytic.bert_large()
