@@ -124,6 +124,14 @@ def _fmt_bytes(n: float) -> str:
   return f"{n:.0f} B"
 
 
+def fmt_share(x: float) -> str:
+  """A share as a percentage with one decimal, or two significant digits below 0.1% (a tiny
+  model's utilization is 0.0045%, not "0.0%")."""
+  if 0 < x < 1e-3:
+    return f"{x * 100:.2g}%"
+  return f"{x:.1%}"
+
+
 def _fmt_rate(x: float) -> str:
   return "inf" if not math.isfinite(x) else f"{x:,.1f}"
 
@@ -145,7 +153,7 @@ def format_summary(plan: plans.Plan, perf: plans.Performance) -> str:
   why = (f"\n  auto chose it: {plan.reason}"
          if any(n.startswith("auto: chose") for n in plan.notes) else "")
   return (head + f"\n  predicted {perf.samples_per_sec:,.1f} samples/s "
-          f"({perf.step_time_s * 1e3:.2f} ms/step), utilization {perf.utilization:.1%}"
+          f"({perf.step_time_s * 1e3:.2f} ms/step), utilization {fmt_share(perf.utilization)}"
           f"{vts}\n  bottleneck: {perf.bottleneck}{why}")
 
 
@@ -309,7 +317,7 @@ def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> Li
   """The lines after the header: PE utilization, eval rate, band, sensitivity, advice."""
   if perf is None or not plan.fits:
     return advice_lines(graph, plan, perf, engine, options) if advice else []
-  out = [f"PE utilization:   {perf.pe_utilization:.1%} (the layers' cores computing at the "
+  out = [f"PE utilization:   {fmt_share(perf.pe_utilization)} (the layers' cores computing at the "
          f"calibrated rate, per layer below; vendor compile reports call it PE utilization)"]
   ev = eval_performance(plan, graph, engine, options)
   if ev is not None and ev.samples_per_sec > 0:
@@ -357,7 +365,7 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
       if perf and perf.samples_per_sec > 0 else "padded samples/s: -",
       f"step time:        {perf.step_time_s * 1e3:.3f} ms" if perf and
       math.isfinite(perf.step_time_s) else "step time:        -",
-      f"utilization:      {perf.utilization:.1%} of peak" if perf else "utilization:      -",
+      f"utilization:      {fmt_share(perf.utilization)} of peak" if perf else "utilization:      -",
       f"bottleneck:       {perf.bottleneck}" if perf else "bottleneck:       -",
   ]
   lines += prediction_lines(graph, plan, perf, engine, options, advice)
@@ -474,7 +482,7 @@ def draw_wafer(path: str, graph, plan, perf, engine) -> None:
   else:
     ax.text(w / 2, h / 2, "does not fit\n" + _wrap(plan.reason, 50), ha="center",
             va="center", fontsize=10, color="darkred")
-  sps = f"{perf.samples_per_sec:,.0f} samples/s, {perf.utilization:.1%} util" \
+  sps = f"{perf.samples_per_sec:,.0f} samples/s, {fmt_share(perf.utilization)} util" \
       if perf and plan.fits else "no prediction"
   ax.set_title(f"{graph.name} on {engine.name} ({plan.execution_strategy}): "
                f"{'fits' if plan.fits else 'does NOT fit'}, {sps}\n"

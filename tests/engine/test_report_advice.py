@@ -232,3 +232,9 @@ def test_compile_only_says_how_long_max_steps_would_take(cs2):
                                 "compile": result, "engine_time": t})
   assert (f"100,000 steps (25,600,000 samples) would take "
           f"{report.fmt_duration(25_600_000 / pf.samples_per_sec)}") in text
+
+
+def test_tiny_shares_keep_two_significant_digits():
+  assert report.fmt_share(4.5e-5) == "0.0045%"   # a tiny CNN's utilization, not "0.0%"
+  assert report.fmt_share(0.123) == "12.3%" and report.fmt_share(0.0) == "0.0%"
+  assert report.fmt_share(1e-3) == "0.1%"
