@@ -82,9 +82,10 @@ class _CerebrasMethods:
     self._restore_from = checkpoints.latest(self.model_dir)
     try:
       if not self._resolve_use_cs(use_cs):
-        return tf.estimator.Estimator.train(
-            self, input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
-            saving_listeners=self._listeners(saving_listeners, input_checkpointed=False))
+        self._retire_input_state()
+        return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
+                                            max_steps=max_steps,
+                                            saving_listeners=saving_listeners)
       return self._train_on_engine(input_fn, hooks, steps, max_steps, saving_listeners,
                                    run_max_steps)
     except (tf.compat.v1.train.NanLossDuringTrainingError, NonFiniteLossError) as e:
@@ -106,6 +107,8 @@ class _CerebrasMethods:
     if input_checkpointed:
       checkpoints.align_input_state(self.model_dir)
       self._restore_from = checkpoints.latest(self.model_dir)
+    else:
+      self._retire_input_state()
     current = self._current_step()
     last_step = max_steps
     if last_step is None and steps is not None:
@@ -123,9 +126,9 @@ class _CerebrasMethods:
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
           hooks = hooks + [tf.data.experimental.CheckpointInputPipelineHook(
               self, external_state_policy="warn")]
-        return tf.estimator.Estimator.train(
-            self, input_fn, hooks=hooks, steps=steps, max_steps=max_steps,
-            saving_listeners=self._listeners(saving_listeners, input_checkpointed))
+        return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
+                                            max_steps=max_steps,
+                                            saving_listeners=saving_listeners)
     except tf.compat.v1.train.NanLossDuringTrainingError:
       # tf.estimator's NanTensorHook checks every step, ours only fetches on logging steps.
       hook = self._cs_run.get("hook")
@@ -135,12 +138,11 @@ class _CerebrasMethods:
     finally:
       self._cs_run = None
 
-  def _listeners(self, saving_listeners, input_checkpointed: bool):
-    """The caller's saving listeners, plus the input-state retirer for a run that saves no
-    input positions (its model checkpoints then outrun the last saved input position)."""
-    if input_checkpointed:
-      return saving_listeners
-    return list(saving_listeners or []) + [checkpoints.InputStateRetirer(self.model_dir)]
+  def _retire_input_state(self) -> None:
+    """A run that saves no input position: the chief retires the last one saved (see
+    checkpoints.retire_input_state); other tasks of a cluster share the model_dir."""
+    if self._config.is_chief:
+      checkpoints.retire_input_state(self.model_dir)
 
   def _after_nan(self, error) -> str:
     """Moves non-finite checkpoints aside; the message says which checkpoint is now latest."""

@@ -198,11 +198,11 @@ def test_torn_model_and_input_pair_resumes_from_the_step_with_both(tmp_path):
 
 def test_a_run_without_input_state_retires_it_instead_of_being_rolled_back(tmp_path):
   _fake_checkpoints(tmp_path, [10, 20], [10])
-  assert not checkpoints.retire_input_state(str(tmp_path), 10, log=lambda _: None)
-  # A weight-streaming run (no input positions) wrote model.ckpt-40: the step-10 input state
-  # is retired, so the next pipelined run resumes the model at 40, not at 10.
+  # A weight-streaming run (no input positions) starts, then writes model.ckpt-40: the step-10
+  # input state is retired, so the next pipelined run resumes the model at 40, not at 10.
+  assert checkpoints.retire_input_state(str(tmp_path), log=lambda _: None)
+  assert not checkpoints.retire_input_state(str(tmp_path), log=lambda _: None)  # once
   _fake_checkpoints(tmp_path, [40], [])
-  assert checkpoints.retire_input_state(str(tmp_path), 40, log=lambda _: None)
   assert (tmp_path / "checkpoint_input.retired").exists()
   assert not (tmp_path / "checkpoint_input").exists() and (tmp_path / "input.ckpt-10.index").exists()
   assert checkpoints.step_of(checkpoints.align_input_state(str(tmp_path))) == 40

@@ -9,8 +9,8 @@ a checkpoint of another model, and non-finite checkpoints after a NaN.
   one after the other, so a kill between the two leaves the model a save ahead of the input.
   Resuming then would repeat a stretch of batches; instead both resume from the newest step
   that has both (`align_input_state`, for the runs that save input positions). A run that
-  saves none (weight streaming, multi-replica) retires the input state once it writes a model
-  checkpoint past it, so a later run never rolls its steps back.
+  saves none (weight streaming, multi-replica) retires the input state as it starts, so a
+  later run never rolls its steps back.
 * An empty or unparsable `checkpoint` state file makes TF either raise or silently start from
   scratch (and overwrite the checkpoints of the same steps). It is renamed
   `checkpoint.corrupt` and rebuilt from the `.index` files on disk.
@@ -102,8 +102,8 @@ def align_input_state(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
   the model checkpoint the run resumes from.
 
   Only the input-checkpointing runs call this: a run that does not save input positions must
-  not be rolled back to one, and `InputStateRetirer` retires the input state once such a run
-  writes a model checkpoint past it, so its steps are never undone by a later run.
+  not be rolled back to one, and it retires the input state as it starts
+  (`retire_input_state`), so its steps are never undone by a later run.
   """
   paths = _paths(model_dir)
   inputs = _paths(model_dir, INPUT_STATE)
@@ -128,33 +128,23 @@ def align_input_state(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
   return chosen
 
 
-def retire_input_state(model_dir: str, step: int, log=tf.compat.v1.logging.info) -> bool:
-  """Renames the input state file `checkpoint_input.retired` when a model checkpoint newer than
-  its latest input position (`step`) was written by a run that saves no input positions
-  (weight streaming, multi-replica, the plain Estimator). The `input.ckpt-*` files stay.
-  Returns whether it did."""
+def retire_input_state(model_dir: str, log=tf.compat.v1.logging.info) -> bool:
+  """Renames the input state file `checkpoint_input.retired` as a training run that saves no
+  input positions starts (weight streaming, multi-replica, the plain Estimator): the model
+  checkpoints it writes do not pair with the last input position, which would otherwise roll
+  a later pipelined run back to it. The `input.ckpt-*` files stay. Returns whether it did.
+
+  At the start, not after the run's first save: tf.estimator takes no saving listener under a
+  distribution strategy. A run that dies before saving anything costs only the input's place
+  (a later pipelined run starts its input afresh), never model steps."""
   state_file = os.path.join(model_dir, INPUT_STATE)
-  inputs = _paths(model_dir, INPUT_STATE) if tf.io.gfile.exists(state_file) else []
-  if not inputs or step_of(inputs[-1]) >= step:
+  if not tf.io.gfile.exists(state_file):
     return False
   tf.io.gfile.rename(state_file, state_file + ".retired", overwrite=True)
-  log(f"cerebras_tf: model checkpoint {step} was written by a run that does not save the input "
-      f"pipeline's position; the input position of step {step_of(inputs[-1])} is retired "
-      f"({INPUT_STATE}.retired) and a later pipelined run starts its input afresh")
+  log(f"cerebras_tf: this run does not save the input pipeline's position, so the one an "
+      f"earlier pipelined run saved no longer pairs with the model's checkpoints: retired it "
+      f"({INPUT_STATE}.retired); a later pipelined run starts its input afresh")
   return True
-
-
-class InputStateRetirer(tf.estimator.CheckpointSaverListener):
-  """Saving listener of the runs that do not checkpoint their input: `retire_input_state`
-  after each model save (a no-op once retired)."""
-
-  def __init__(self, model_dir: str):
-    self._model_dir = model_dir
-
-  def after_save(self, session, global_step_value):
-    del session
-    retire_input_state(self._model_dir, int(global_step_value))
-
 
 def repair_state(model_dir: str, log=tf.compat.v1.logging.warning) -> None:
   """An empty or unparsable `checkpoint` state file beside checkpoints: renamed

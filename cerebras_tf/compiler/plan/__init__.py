@@ -47,8 +47,9 @@ def get_planner(strategy: str) -> base.Planner:
 
 
 # Pipelined predictions are within -7%..+3% of published runs (specs/fidelity_bands.yaml): a
-# predicted gain under 5% is not evidence that the other strategy is faster.
-AUTO_MIN_GAIN = 1.05
+# predicted gain under 5% is not evidence that the other strategy is faster. The advisor's
+# threshold, so auto picks a strategy exactly when the advisor would suggest it.
+AUTO_MIN_GAIN = advisor.MIN_GAIN
 
 
 class AutoPlanner(base.Planner):

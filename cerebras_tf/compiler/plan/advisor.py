@@ -14,7 +14,7 @@ from typing import List, Optional
 from cerebras_tf.core import batching, ir, plans
 from cerebras_tf.engine import perf
 
-MIN_GAIN = 1.05   # suggest a change that buys at least 5% (or makes the model fit)
+MIN_GAIN = 1.05   # suggest a change that buys at least 5% (or makes the model fit); auto's too
 MAX_ADVICE = 4
 
 
