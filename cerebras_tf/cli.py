@@ -81,7 +81,8 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_boolean("no_cs", False, "run as a plain Estimator on CPU/GPU: no engine, no "
                        "compile (runconfig.use_cs=false)", **kw)
   flags.DEFINE_multi_string("params_override", [], "SECTION.KEY=VALUE (repeatable), e.g. "
-                            "train_input.batch_size=64", **kw)
+                            "train_input.batch_size=64; a list entry: "
+                            "optimizer.learning_rate[1].steps=5000", **kw)
   return fv
 
 

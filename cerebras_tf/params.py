@@ -42,7 +42,19 @@ class Override(NamedTuple):
   source: str
 
 
-_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*"
+_KEY_RE = re.compile(rf"^{_NAME}(\.{_NAME})+$")
+
+
+def _key_parts(key: str) -> tuple:
+  """`optimizer.learning_rate[1].steps` -> ('optimizer', 'learning_rate', 1, 'steps'): the
+  path form the validator and its error messages use (list entries are ints)."""
+  out = []
+  for name in key.split("."):
+    word, *indices = re.split(r"\[", name)
+    out.append(word)
+    out.extend(int(i.rstrip("]")) for i in indices)
+  return tuple(out)
 
 
 def parse_override(text: str) -> Override:
@@ -53,8 +65,8 @@ def parse_override(text: str) -> Override:
   key, _, value_text = text.partition("=")
   key = key.strip()
   if not _KEY_RE.match(key):
-    raise ParamsError(f"{source}: key must be SECTION.KEY such as model.hidden_size, got "
-                      f"{key!r}")
+    raise ParamsError(f"{source}: key must be SECTION.KEY such as model.hidden_size (a list "
+                      f"entry: optimizer.learning_rate[1].steps), got {key!r}")
   try:
     node = yaml.compose(value_text, Loader=yaml.SafeLoader) if value_text.strip() else None
     _check_tags(node, source, lines=False)
@@ -223,21 +235,32 @@ def _node_kind(node) -> str:
 
 
 def _apply_override(raw: dict, origins: Dict[tuple, str], ov: Override):
-  parts = tuple(ov.key.split("."))
+  parts = _key_parts(ov.key)
   if parts[0] not in SCHEMA:
     raise ParamsError(f"{ov.source}: unknown section '{parts[0]}'{_suggest(parts[0], SCHEMA)}; "
                       f"sections: {', '.join(SCHEMA)}")
   node = raw
-  for i, part in enumerate(parts[:-1]):
-    child = node.get(part)
+  for i, part in enumerate(parts):
+    last = i == len(parts) - 1
+    if isinstance(part, int):
+      if not isinstance(node, list):
+        raise ParamsError(f"{ov.source}: cannot set '{ov.key}': {_dotted(parts[:i])} is not a "
+                          f"list")
+      if part >= len(node):
+        raise ParamsError(f"{ov.source}: cannot set '{ov.key}': {_dotted(parts[:i])} has "
+                          f"{len(node)} entr{'y' if len(node) == 1 else 'ies'} (indices from 0); "
+                          f"to add one, override the whole list")
+    elif not isinstance(node, dict):
+      raise ParamsError(f"{ov.source}: cannot set '{ov.key}': {_dotted(parts[:i])} is not a "
+                        "mapping")
+    if last:
+      node[part] = ov.value
+      break
+    child = node[part] if isinstance(part, int) else node.get(part)
     if child is None:
       child = node[part] = {}
       origins.setdefault(parts[:i + 1], ov.source)
-    elif not isinstance(child, dict):
-      raise ParamsError(f"{ov.source}: cannot set '{ov.key}': {_dotted(parts[:i + 1])} is not a "
-                        "mapping")
     node = child
-  node[parts[-1]] = ov.value
   origins[parts] = ov.source
   # Anything below the replaced value no longer comes from the file.
   for p in [p for p in origins if len(p) > len(parts) and p[:len(parts)] == parts]:

@@ -95,6 +95,29 @@ def test_overrides_are_typed_and_relative_to_cwd(tmp_path, monkeypatch):
   assert p["runconfig"]["use_cs"] is False
 
 
+def test_override_reaches_a_list_entry(tmp_path):
+  """`optimizer.learning_rate[0].steps=...` changes one schedule segment, is validated like the
+  file's own entries, and names itself in errors (the file's line otherwise)."""
+  schedule = ("optimizer:\n  learning_rate:\n"
+              "    - {scheduler: Linear, initial_learning_rate: 0.0, end_learning_rate: 0.01, "
+              "steps: 10}\n"
+              "    - {scheduler: Constant, learning_rate: 0.01}\n")
+  text = GOOD.split("optimizer:")[0] + schedule + "runconfig:" + GOOD.split("runconfig:")[1]
+  path = _write(tmp_path, text)
+  p = params_lib.load_params(path, ["optimizer.learning_rate[0].steps=20",
+                                    "optimizer.learning_rate[1].learning_rate=0.02"])
+  first, second = p["optimizer"]["learning_rate"]
+  assert first["steps"] == 20 and first["end_learning_rate"] == 0.01
+  assert second["learning_rate"] == 0.02
+  assert _error(path, ["optimizer.learning_rate[2].steps=5"]) == (
+      "override 'optimizer.learning_rate[2].steps=5': cannot set "
+      "'optimizer.learning_rate[2].steps': optimizer.learning_rate has 2 entries (indices from "
+      "0); to add one, override the whole list")
+  assert _error(path, ["optimizer.learning_rate[0].stepz=5"]).startswith(
+      "override 'optimizer.learning_rate[0].stepz=5': unknown key 'stepz' in "
+      "optimizer.learning_rate[0]")
+
+
 def test_replicas_imply_multi_replica(tmp_path):
   path = _write(tmp_path, GOOD.replace("  execution_strategy: pipelined\n", "  num_replicas: 4\n"))
   p = params_lib.load_params(path)
@@ -262,8 +285,11 @@ BAD_CASES = [
     ("override no =", None, ["model.hidden_size"],
      "override 'model.hidden_size': expected SECTION.KEY=VALUE, e.g. train_input.batch_size=64"),
     ("override no section", None, ["batch_size=3"],
-     "override 'batch_size=3': key must be SECTION.KEY such as model.hidden_size, got "
-     "'batch_size'"),
+     "override 'batch_size=3': key must be SECTION.KEY such as model.hidden_size (a list "
+     "entry: optimizer.learning_rate[1].steps), got 'batch_size'"),
+    ("override index into a scalar", None, ["train_input.batch_size[0]=3"],
+     "override 'train_input.batch_size[0]=3': cannot set 'train_input.batch_size[0]': "
+     "train_input.batch_size is not a list"),
     ("override bad value type", None, ["train_input.batch_size=abc"],
      "override 'train_input.batch_size=abc': train_input.batch_size must be an int in [1, 2147483647], got "
      "'abc'"),
