@@ -199,3 +199,56 @@ def test_client_killed_mid_run_leaves_no_weight_server_and_rerun_resumes(tmp_pat
   assert re.search(rf"Restoring parameters from .*model\.ckpt-{step}\b",
                    (model_dir / "cerebras_tf.log").read_text())
   assert f"global_step={KILL_RUN_STEPS}" in rerun.stdout
+
+
+# Runs run.py's main in a child process whose weight server is SIGKILLed once a second until
+# the watchdog gives up on it (MAX_RESTARTS), with a 5 s grace instead of 120 s.
+_KILL_FOR_GOOD = """
+import os, signal, sys, threading, time
+from cerebras_tf import cli
+from cerebras_tf.runtime import cluster
+cluster.SESSION_TIMEOUT_S = 5
+def kill():
+  while cluster._CLIENT is None or not os.path.exists(os.path.join(sys.argv[1], "checkpoint")):
+    time.sleep(0.1)
+  while cluster._CLIENT.local.failed is None:
+    for p in list(cluster._CLIENT.local.procs):
+      try:
+        os.kill(p.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    time.sleep(1.0)
+threading.Thread(target=kill, daemon=True).start()
+sys.exit(cli.main(["run.py", "--params", "configs/params_mlp.yaml", "--model_dir", sys.argv[1],
+                   "--max_steps", "1000000", "--execution_strategy", "weight_streaming",
+                   "--params_override", "runconfig.save_checkpoints_steps=50"]))
+"""
+
+
+@pytest.mark.slow
+def test_weight_server_gone_for_good_ends_the_run_with_one_line(tmp_path):
+  """A weight server that keeps dying: after MAX_RESTARTS the run used to hang forever
+  (TensorFlow's session close waits on the dead task); now, a grace period later, one error
+  line names the server, its log and the intact checkpoint, the process exits with the
+  TrainingError code, no server is left, and the rerun resumes."""
+  _needs_planner("weight_streaming")
+  model_dir = tmp_path / "ws_gone"
+  proc = subprocess.Popen([sys.executable, "-c", _KILL_FOR_GOOD, str(model_dir)], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 2, err[-3000:]
+  error = [l for l in err.splitlines() if l.startswith("error: ")]
+  assert len(error) == 1, err[-3000:]
+  step = re.search(r"checkpoints up to model\.ckpt-(\d+) in ", error[0])
+  assert step and "weight server ps:0 died 4 times" in error[0], error[0]
+  assert "rerun the same command to resume" in error[0]
+  assert not _server_processes(f"--parent {proc.pid}")
+  rerun = subprocess.run([sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
+                          "--model_dir", str(model_dir), "--max_steps",
+                          str(int(step.group(1)) + 10), "--execution_strategy",
+                          "weight_streaming"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert re.search(rf"Restoring parameters from .*model\.ckpt-{step.group(1)}\b",
+                   (model_dir / "cerebras_tf.log").read_text())

@@ -10,6 +10,7 @@ are its devices, the input pipeline runs here, and the graph's variables and opt
 the ps tasks, so updates are synchronous and match the other execution strategies.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -20,8 +21,9 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from cerebras_tf.errors import ConfigError
+from cerebras_tf.errors import ConfigError, TrainingError
 from cerebras_tf.runtime import tf_config
+from cerebras_tf.runtime.ckpt_files import list_checkpoints
 
 CLIENT_JOB = "localhost"
 READY_TIMEOUT_S = 60.0
@@ -87,6 +89,7 @@ class LocalCluster:
     self._closing = threading.Event()
     self.restarts = 0
     self.failed: Optional[str] = None
+    self._training_dir: Optional[str] = None  # the model_dir of the training call under way
 
   def __enter__(self) -> "LocalCluster":
     for attempt in range(3):
@@ -139,14 +142,45 @@ class LocalCluster:
         if p.poll() is None or self._closing.is_set():
           continue
         if self.restarts >= MAX_RESTARTS:
-          self.failed = (f"weight server ps:{i} died {self.restarts + 1} times (last exit code "
-                         f"{p.returncode}); see {self.log_dir}/ps_{i}.log")
+          if self.failed is None:
+            self.failed = (f"weight server ps:{i} died {self.restarts + 1} times (last exit "
+                           f"code {p.returncode}); see {self.log_dir}/ps_{i}.log")
+            timer = threading.Timer(SESSION_TIMEOUT_S, self._abandon)
+            timer.daemon = True
+            timer.start()
           continue
         self.restarts += 1
         print(f"cerebras_tf: weight server ps:{i} exited with code {p.returncode}; restarting it "
               f"({self.restarts}/{MAX_RESTARTS}); training resumes from the last checkpoint",
               file=sys.stderr, flush=True)
         self.procs[i] = self._start(i)
+
+  @contextlib.contextmanager
+  def training(self, model_dir: str):
+    """Marks a training call under way (the weight-streaming runtime's scope); yields no
+    hooks."""
+    self._training_dir = model_dir
+    try:
+      yield []
+    finally:
+      self._training_dir = None
+
+  def _abandon(self) -> None:
+    """A weight server is gone for good and a training call is still under way
+    SESSION_TIMEOUT_S later: TensorFlow cannot end that call (closing its session waits on the
+    dead task with no deadline, measured: forever), so say why in one line, end the other
+    weight servers and exit. The checkpoints are the client's, written before: intact."""
+    model_dir = self._training_dir
+    if model_dir is None or self._closing.is_set():
+      return
+    kept = list_checkpoints(model_dir)
+    saved = (f"checkpoints up to {os.path.basename(kept[-1])} in {model_dir} are intact" if kept
+             else "no checkpoint was written")
+    print(f"error: {self.failed}; training stopped (TensorFlow cannot end a session whose "
+          f"weight server is gone, so this process exits); {saved}; fix what stops the weight "
+          f"server and rerun the same command to resume", file=sys.stderr, flush=True)
+    self.close()
+    os._exit(TrainingError.exit_code)  # pylint: disable=protected-access
 
   def _wait_ready(self) -> None:
     deadline = time.monotonic() + self.ready_timeout_s

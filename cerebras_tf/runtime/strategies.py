@@ -121,7 +121,8 @@ class Runtime:
   replicas: int              # data-parallel replicas of this worker
   per_replica_batch: int     # what each input_fn call must return
   description: str
-  # Entered around Estimator.train: the cluster's worker context (multi-worker), else nothing.
+  # Entered around Estimator.train: the cluster's worker context (multi-worker), the weight
+  # servers' watch of the training call (weight streaming), else nothing.
   # It yields the hooks the train call adds (a list), or None.
   scope: Callable[[], ContextManager] = contextlib.nullcontext
 
@@ -151,6 +152,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
                          session_creation_timeout_secs=cluster_lib.SESSION_TIMEOUT_S,
                          **placement)
     where = f"{len(client.cluster['ps'])} weight server(s) {', '.join(client.cluster['ps'])}"
+    scope = lambda: client.local.training(model_dir)  # noqa: E731
   elif multi_worker:
     cluster = tf_config.current()
     dist = multiworker.strategy(cluster)
