@@ -128,7 +128,8 @@ def fmt_share(x: float) -> str:
   """A share as a percentage with one decimal, or two significant digits below 0.1% (a tiny
   model's utilization is 0.0045%, not "0.0%")."""
   if 0 < x < 1e-3:
-    return f"{x * 100:.2g}%"
+    pct = x * 100
+    return f"{pct:.{1 - math.floor(math.log10(pct))}f}%"  # fixed point, never 2.2e-06%
   return f"{x:.1%}"
 
 

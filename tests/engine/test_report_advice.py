@@ -238,3 +238,4 @@ def test_tiny_shares_keep_two_significant_digits():
   assert report.fmt_share(4.5e-5) == "0.0045%"   # a tiny CNN's utilization, not "0.0%"
   assert report.fmt_share(0.123) == "12.3%" and report.fmt_share(0.0) == "0.0%"
   assert report.fmt_share(1e-3) == "0.1%"
+  assert report.fmt_share(2.2e-8) == "0.0000022%"  # a 2-layer Keras MLP's: not "2.2e-06%"
