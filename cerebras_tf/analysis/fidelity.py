@@ -554,8 +554,8 @@ BAND_CLASSES = (
 
 def bands(rows: List[Row]) -> List[dict]:
   """Per class: the validation set's wafer-bound throughput errors (n, median |error|, the
-  lowest and highest error). A prediction p then brackets the measurement in
-  [p / (1 + highest), p / (1 + lowest)]."""
+  lowest and highest error) and the model families they come from. A prediction p then
+  brackets the measurement in [p / (1 + highest), p / (1 + lowest)]."""
   out = []
   for name, modes, lo, hi in BAND_CLASSES:
     mine = [r for r in rows if r.set == "validation" and r.kind == "throughput" and
@@ -569,5 +569,6 @@ def bands(rows: List[Row]) -> List[dict]:
                 "max_params": None if math.isinf(hi) else hi, "n": len(errs),
                 "median_abs": round(sorted(abs(e) for e in errs)[(len(errs) - 1) // 2], 4),
                 "median": round(mid, 4), "lowest": round(errs[0], 4),
-                "highest": round(errs[-1], 4), "figures": [r.id for r in mine]})
+                "highest": round(errs[-1], 4), "figures": [r.id for r in mine],
+                "families": sorted({r.family for r in mine})})
   return out

@@ -325,8 +325,9 @@ def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> Li
     out.append(f"eval samples/s:   {ev.samples_per_sec:,.1f} (forward only, same placement)")
   b = band(plan, graph, perf)
   if b:
+    of = f" of {', '.join(b['families'])}" if b.get("families") else ""
     out.append(f"band:             {b['low']:,.1f} - {b['high']:,.1f} samples/s: the "
-               f"validation error of {b['class']} models ({b['n']} published runs: "
+               f"validation error of {b['class']} models ({b['n']} published runs{of}: "
                f"{b['lowest']:+.0%} to {b['highest']:+.0%}, median |error| "
                f"{b['median_abs']:.0%}; benchmarks/bench_fidelity.py)"
                + ("; wafer-bound runs only: a step this short may be paced by the host"

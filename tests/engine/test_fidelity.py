@@ -93,6 +93,6 @@ def test_report_bands_are_the_current_validation_errors(rows):
   fresh = fidelity.bands(rows)
   assert [b["class"] for b in stored] == [b["class"] for b in fresh]
   for a, b in zip(stored, fresh):
-    assert a["figures"] == b["figures"]
+    assert a["figures"] == b["figures"] and a["families"] == b["families"]
     for k in ("lowest", "highest", "median_abs"):
       assert a[k] == pytest.approx(b[k], abs=1e-3), (a["class"], k)

@@ -75,6 +75,9 @@ def test_report_has_band_sensitivity_eval_and_advice(cs2):
   assert b["high"] == pytest.approx(p / (1 + b["lowest"]))
   assert b["low"] < p < b["high"]
   assert "band:" in text and f"{b['low']:,.1f} - {b['high']:,.1f} samples/s" in text
+  # It says which models the class's published runs were (GPT-J, LLaMA, DiT here), so a user
+  # can judge how near their model is.
+  assert f"({b['n']} published runs of dit, gptj, llama: " in text
   # Sensitivity: a compute-bound weight-streaming step moves ~1:1 with its efficiency.
   (top, e), *_ = report.sensitivity(plan, g, cs2, opts)
   assert top == "weight_streaming_efficiency" and 0.8 < e <= 1.0
