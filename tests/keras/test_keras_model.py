@@ -177,3 +177,25 @@ def test_keras_model_path_and_bad_input(tmp_path):
     CerebrasEstimator.from_keras_model(tf.keras.Sequential([L.Dense(2)]))
   with pytest.raises(ConfigError, match="exactly one"):
     CerebrasEstimator.from_keras_model(model, keras_model_path=path)
+
+
+def test_params_reach_the_input_fn(tmp_path):
+  """`from_keras_model(..., params=)` as for any CerebrasEstimator: the input_fn reads the
+  global batch from params['batch_size'] (tf.estimator used to refuse params here: the Keras
+  model_fn took no `params` argument)."""
+  x, y = _data()
+  model = sequential()
+  est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path),
+                                           params={"batch_size": 8, "note": "kept"})
+  seen = []
+
+  def input_fn(params):
+    seen.append(dict(params))
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(
+        params["batch_size"], drop_remainder=True)
+
+  result = est.compile(input_fn)
+  assert result.plan.batching.global_batch == 8
+  est.train(input_fn, max_steps=2, use_cs=True)
+  assert est.get_variable_value("global_step") == 2
+  assert all(p["batch_size"] == 8 and p["note"] == "kept" for p in seen)
