@@ -93,7 +93,7 @@ def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, capl
   """auto picks multi_replica for this MLP at batch 256 (R copies fit the wafer and gain 12%,
   more than the 5% auto asks; at batch 16 they gain 0.7% and auto keeps pipelined); the host asks
   for 2 logical CPUs. When TensorFlow already runs with one CPU (a notebook), auto plans the
-  host side for one device, with a warning, and trains; an explicit multi_replica keeps the
+  host side for one device, with an INFO line, and trains; an explicit multi_replica keeps the
   error. The plan carries the host's numbers (plan.batching), the runtime reads them."""
   asked = []
 
@@ -115,7 +115,9 @@ def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, capl
   logged = caplog.text
   assert f"R={plan.num_replicas} replicas on the engine (chosen by auto); the host trains them " \
          f"as 1 replica(s) of 256 samples" in logged
-  assert "needs 2 CPU devices" in logged and "the host trains on the devices it has" in logged
+  assert "TensorFlow already started with 1 CPU device(s); if auto picks a data-parallel " \
+         "mode the host trains on the devices it has" in logged
+  assert "for 2 host replicas, run in a fresh process" in logged
   explicit = CerebrasEstimator(model_fn, config=_config(
       tmp_path / "mr", cs_config=CSConfig(execution_strategy="multi_replica")), params=params)
   with pytest.raises(ConfigError, match="needs 2 CPU devices"):

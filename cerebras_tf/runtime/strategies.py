@@ -56,7 +56,7 @@ def host_devices(cs_config) -> dict:
   Reserves the logical CPUs the configured strategy may use first (so call it before anything
   starts TensorFlow's runtime; CerebrasEstimator.compile does). `auto` that cannot get them
   (TensorFlow already started with one CPU, as in a notebook) plans for the devices there are,
-  with a warning; an explicit multi_replica or weight_streaming plans for the devices it asked
+  with an INFO line; an explicit multi_replica or weight_streaming plans for the devices it asked
   for, so compiling works anywhere and training it raises the ConfigError that says how to fix
   it.
   """
@@ -76,12 +76,17 @@ def host_devices(cs_config) -> dict:
   if want > 1:
     try:
       reserve_logical_cpus(want)
-    except ConfigError as e:
+    except ConfigError:
       if strategy != plans.AUTO:
         return {"num_workers": 1, "host_devices": want}
-      tf.compat.v1.logging.warning(
-          "cerebras_tf: auto may choose a data-parallel mode, but %s; the host trains on the "
-          "devices it has (the same update on the same global batch)", e)
+      # INFO, not WARNING: the update is the same on any number of host devices, and most
+      # plans auto picks here (pipelined) use one; a data-parallel pick logs its own line.
+      have = logical_cpu_count()
+      tf.compat.v1.logging.info(
+          "cerebras_tf: TensorFlow already started with %d CPU device(s); if auto picks a "
+          "data-parallel mode the host trains on the devices it has (the same update on the "
+          "same global batch); for %d host replicas, run in a fresh process or call "
+          "cerebras_tf.runtime.strategies.reserve_logical_cpus(%d) first", have, want, want)
   return {"num_workers": 1, "host_devices": logical_cpu_count()}
 
 
