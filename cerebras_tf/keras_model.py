@@ -79,7 +79,7 @@ def model_fn_from_keras(keras_model, custom_objects=None, metric_names_map=None,
 
   subclassed = not keras_model._is_graph_network  # pylint: disable=protected-access
 
-  def model_fn(features, labels, mode, params):
+  def model_fn(features, labels, mode, params=None):
     # `params` is taken (and left to the input_fn) so that `from_keras_model(..., params=)`
     # works: tf.estimator refuses params for a model_fn without the argument.
     del params
