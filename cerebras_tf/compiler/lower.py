@@ -226,15 +226,19 @@ def _attr(op, name, default=None):
   return v.decode() if isinstance(v, bytes) else v
 
 
-def op_spatial(op) -> Optional[ir.Spatial]:
+def op_spatial(op, batch: int = 0) -> Optional[ir.Spatial]:
   """The per-sample spatial shape of a forward image op (engine/conv.py costs it), or None
-  (another op, unknown shapes, or a dilated conv)."""
+  (another op, unknown shapes, a dilated conv, or a norm whose leading dimension is not the
+  `batch`: Keras's LayerNormalization runs FusedBatchNorm on the whole batch reshaped to
+  [1, batch x positions, features, 1], a per-position norm, not an image)."""
   kind = _SPATIAL_OPS.get(op.type)
   if kind is None or not op.outputs:
     return None
   try:
     x, y = op.inputs[0].shape.as_list(), op.outputs[0].shape.as_list()
     if len(x) != 4 or len(y) != 4 or None in x[1:] or None in y[1:]:
+      return None
+    if kind == "batchnorm" and batch and x[0] is not None and x[0] != batch:
       return None
     nchw = _attr(op, "data_format", "NHWC") in ("NCHW", "NCDHW")
     hwc = lambda d: (d[2], d[3], d[1]) if nchw else (d[1], d[2], d[3])  # noqa: E731
@@ -305,13 +309,29 @@ def user_source(op) -> str:
   return ""
 
 
+def _variable_read(op, depth: int = 3) -> Optional[str]:
+  """The name of the variable `op` reads whole, possibly behind a few casts/identities/
+  transposes (None when it reads none). A gather of some rows (an embedding lookup) is an
+  activation, not a read of the weights: the first layer after the embeddings reads it."""
+  if op.type in ("VariableV2", "VarHandleOp"):
+    return op.name
+  if op.type == "ReadVariableOp":
+    handle = op.inputs[0].op if op.inputs else None
+    return handle.name if handle is not None and handle.type in ("VarHandleOp",
+                                                                 "VariableV2") else op.name
+  if depth and op.type in ("Cast", "Identity", "Transpose", "Reshape") and op.inputs:
+    return _variable_read(op.inputs[0].op, depth - 1)
+  return None
+
+
 def _reads_variable(op, depth: int = 3) -> bool:
   """True when `op` is a variable read, possibly behind a few casts/identities/transposes."""
-  if op.type in ("ReadVariableOp", "VariableV2", "VarHandleOp", "ResourceGather"):
-    return True
-  if depth and op.type in ("Cast", "Identity", "Transpose", "Reshape") and op.inputs:
-    return _reads_variable(op.inputs[0].op, depth - 1)
-  return False
+  return _variable_read(op, depth) is not None
+
+
+def _within(scope: str, owner: str) -> bool:
+  """True when `scope` is `owner` or nested in it."""
+  return scope == owner or scope.startswith(owner + "/")
 
 
 def forward_ops(captured: CapturedGraph) -> List[tf.Operation]:
@@ -455,10 +475,18 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
 
   # A matmul reading weights owned by another scope (a tied LM head multiplying by the word
   # embeddings) in a name scope of its own is its own layer, not the container around it.
-  tied = {s for s in (canonical(_scope(op.name)) for op in fwd
-                      if kernels.category(op.type) == kernels.MATMUL and
-                      any(_reads_variable(t.op) for t in op.inputs))
-          if s and s not in known}
+  # Weights of an enclosing scope are the layer's own: Keras runs a Dense kernel in
+  # "dense/Tensordot" and an EinsumDense one in "mha/query/einsum".
+  def reads_foreign_weights(op, scope: str) -> bool:
+    names = [_variable_read(t.op) for t in op.inputs]
+    return any(n is not None and not _within(scope, canonical(_scope(n))) for n in names)
+
+  tied = set()
+  for op in fwd:
+    if kernels.category(op.type) == kernels.MATMUL:
+      s = canonical(_scope(op.name))
+      if s and s not in known and reads_foreign_weights(op, s):
+        tied.add(s)
 
   def layer_of(scope: str) -> str:
     scope = canonical(scope)
@@ -523,7 +551,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         order[layer], heaviest[layer] = i, f
         heaviest_shape[layer] = op.outputs[0].shape if op.outputs else tf.TensorShape(None)
       fwd_flops[layer] += f
-      sp = op_spatial(op)
+      sp = op_spatial(op, batch)
       if sp is not None:
         spatial[layer].append(sp)
       if kernels.category(op.type) == kernels.LOOP:

@@ -13,7 +13,7 @@ def _lowered(model):
   fn = keras_model.model_fn_from_keras(model)
 
   def input_fn():
-    x = tf.zeros([B] + model.inputs[0].shape.as_list()[1:])
+    x = tf.zeros([B] + model.inputs[0].shape.as_list()[1:], model.inputs[0].dtype)
     return tf.data.Dataset.from_tensors(({model.input_names[0]: x}, tf.zeros([B], tf.int32)))
   cap = capture.capture(input_fn, lambda f, l: fn(f, l, tf.estimator.ModeKeys.TRAIN), B)
   return lower.lower(cap, "m")
@@ -41,3 +41,33 @@ def test_residual_gradient_sums_stay_with_their_layers():
   # Every backward FLOP is somewhere: the matmul gradients of h (2 x 8 x 16 for dW only:
   # no gradient flows into the input) and a (2 x 2 x 16 x 16) are in the total.
   assert g.layer("h").bwd_flops >= 2 * 8 * 16 and g.layer("a").bwd_flops >= 2 * 2 * 16 * 16
+
+
+def test_a_keras_encoder_block_is_its_keras_layers():
+  """Embedding -> MultiHeadAttention -> LayerNormalization -> Dense on [B, S, D], as a user
+  writes a text model in Keras. Keras runs a Dense kernel on 3-D input in "dense/Tensordot",
+  an EinsumDense one in "mha/query/einsum", and the first projection reads the embedding
+  lookup: none of these is another layer (they were: "mha/query/einsum" with the FLOPs and
+  "mha/query" with the weights, each paying its own per-token latency). LayerNormalization
+  runs FusedBatchNormV3 on [1, B x S, D, 1]: a per-position norm, not an image with B x S
+  channels. Per sample, by hand: each projection 2 x S x D x D = 2 x 8 x 16 x 16 = 4,096
+  FLOPs plus S x D = 128 for the bias."""
+  s, d, heads = 8, 16, 2
+  ids = L.Input((s,), dtype="int32", name="token_ids")
+  x = L.Embedding(50, d, name="embedding")(ids)
+  a = L.MultiHeadAttention(heads, d // heads, name="mha")(x, x)
+  x = L.LayerNormalization(name="ln")(x + a)
+  x = L.Dense(2 * d, name="ffn")(x)
+  out = L.Dense(3, name="head")(L.GlobalAveragePooling1D(name="pool")(x))
+  model = tf.keras.Model(ids, out)
+  model.compile(tf.keras.optimizers.legacy.SGD(0.1),
+                tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  g = _lowered(model)
+  names = [l.name for l in g.layers]
+  assert not [n for n in names if n.endswith(("/einsum", "/Tensordot"))], names
+  for proj in ("mha/query", "mha/key", "mha/value"):
+    layer = g.layer(proj)
+    assert layer.num_params == d * d + d
+    assert layer.fwd_flops == 2 * s * d * d + s * d, (proj, layer.fwd_flops)
+  assert g.layer("ffn").fwd_flops >= 2 * s * d * 2 * d
+  assert g.layer("ln").spatial == ()
