@@ -370,13 +370,19 @@ def simulate_pipelined(plan: plans.Plan, graph: ir.LayerGraph, engine,
     return _not_fit(plan)
   sps, compute_sps, io_sps, slow = _pipelined_like(plan, graph, engine, options, True)
   padded = _pipelined_like(plan, graph, engine, options, False)[0] if options.vts else sps
-  if compute_sps <= io_sps:
+  step = plan.batch_size / sps if sps > 0 else math.inf
+  fixed = engine.pipelined_step_overhead_s
+  if compute_sps <= io_sps and 0 < step < math.inf and fixed >= 0.5 * step:
+    # A small model at a small batch: the wafer is done long before the host's next step.
+    bottleneck = (f"per-step overhead ({fixed / step:.0%} of the step: the host's "
+                  f"{fixed * 1e3:g} ms round trip per step, assumed; a bigger batch amortizes "
+                  f"it; slowest layer {slow})")
+  elif compute_sps <= io_sps:
     bottleneck = f"compute: {slow}"
     if plan.num_replicas > 1:
       bottleneck += f" (each of {plan.num_replicas} replicas)"
   else:
     bottleneck = f"io: {engine.io_description}"
-  step = plan.batch_size / sps if sps > 0 else math.inf
   flops = sum(layer_flops(l, options) * vts_scale(l, options)[0] for l in graph.layers)
   util = sps * flops / engine.peak_flops
   notes = []
