@@ -375,8 +375,7 @@ def simulate_pipelined(plan: plans.Plan, graph: ir.LayerGraph, engine,
   if compute_sps <= io_sps and 0 < step < math.inf and fixed >= 0.5 * step:
     # A small model at a small batch: the wafer is done long before the host's next step.
     bottleneck = (f"per-step overhead ({fixed / step:.0%} of the step: the host's "
-                  f"{fixed * 1e3:g} ms round trip per step, assumed; a bigger batch amortizes "
-                  f"it; slowest layer {slow})")
+                  f"{fixed * 1e3:g} ms a step, assumed; slowest layer {slow})")
   elif compute_sps <= io_sps:
     bottleneck = f"compute: {slow}"
     if plan.num_replicas > 1:
