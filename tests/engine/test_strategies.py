@@ -70,6 +70,14 @@ def test_multi_replica_notes_say_why_larger_r_were_rejected(cs2):
   assert note.startswith("larger R rejected: R=8 no gain: ")
   assert note.endswith("R=32 memory: 32 replicas of 2.03 GB need 64.87 GB, the wafer has "
                        "37.06 GB (and so for any larger R)")
+  # The rates R was chosen on leave out the host's per-step overhead (the same for every R),
+  # so R=1's is above the pipelined headline by exactly that: B / (B / listed + 1 ms).
+  (chose,) = [n for n in plan.notes if n.startswith("compiler chose R=4")]
+  assert "(wafer samples/s, without the host's per-step overhead: R=1 " in chose
+  listed = float(chose.split("R=1 ")[1].split(",")[0])
+  _, one = run(analytic.bert_base(), cs2, "pipelined", 256)
+  assert 256 / (256 / listed + cs2.pipelined_step_overhead_s) == pytest.approx(
+      one.samples_per_sec, rel=2e-3)
   # Nothing larger to try: the batch bounds R.
   plan, _ = run(tiny(), cs2, "multi_replica", 64)
   assert any(n.startswith("no larger R to try: R must divide the batch (64)") or

@@ -147,8 +147,8 @@ class MultiReplicaPlanner(base.Planner):
                                 f"{engine.usable_sram_bytes / _GB:.2f} GB (and so for any "
                                 f"larger R)"))
       notes.append(f"compiler chose R={chosen.num_replicas}: the largest R dividing batch "
-                   f"{batch} that fits and still gains >= {MIN_GAIN:.0%} (samples/s: "
-                   f"{', '.join(tried)})")
+                   f"{batch} that fits and still gains >= {MIN_GAIN:.0%} (wafer samples/s, "
+                   f"without the host's per-step overhead: {', '.join(tried)})")
       larger = [f"R={r} {why}" for r, why in refused if r > chosen.num_replicas]
       if larger:
         notes.append("larger R rejected: " + "; ".join(larger))
