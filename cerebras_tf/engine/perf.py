@@ -788,6 +788,9 @@ def ws_bottleneck(cost: WSCost, engine) -> str:
     return (f"token latency ({share}: each layer's partial sums cross the grid's rows once per "
             f"token, forward and backward; the FLOPs finish sooner - a wider model or a "
             f"smaller batch per system uses the wafer better)")
+  if what == "per-step overhead":
+    return (f"per-step overhead ({share}: the host's "
+            f"{engine.weight_streaming_step_overhead_s * 1e3:g} ms a step, assumed)")
   if what == "per-layer overhead":
     return (f"per-layer overhead ({share}: {cost.num_micro} micro-batch(es) x the layers' "
             f"fixed cost; a bigger micro-batch or fewer systems amortize it)")
