@@ -124,8 +124,7 @@ class _CerebrasMethods:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
-          hooks = hooks + [tf.data.experimental.CheckpointInputPipelineHook(
-              self, external_state_policy="warn")]
+          hooks = hooks + [checkpoints.InputPositionHook(self, external_state_policy="warn")]
         return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
                                             max_steps=max_steps,
                                             saving_listeners=saving_listeners)

@@ -208,3 +208,22 @@ def test_nan_loss_stops_with_step_and_hint(tmp_path):
   est = CerebrasEstimator(nan_model_fn, config=_config(tmp_path), params=PARAMS)
   with pytest.raises(TrainingError, match=r"loss is nan at step 4: .*learning_rate"):
     est.train(_train_input, max_steps=10, use_cs=True)
+
+
+def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
+  """Estimator input_fns may return (features, labels) tensors instead of a Dataset. The
+  pipelined run checkpoints the input position, and TF's hook for it failed on such an
+  input_fn with "No variables to save" (no iterator); it now stands down and says so."""
+  def tensors(params):
+    x = tf.random.uniform([params["batch_size"], PARAMS["input_dim"]], seed=1)
+    return {"x": x}, tf.cast(x[:, 0] * PARAMS["num_classes"], tf.int32)
+  caplog.set_level(logging.INFO, logger="tensorflow")
+  cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  est.train(tensors, max_steps=3, use_cs=True)
+  assert est.get_variable_value("global_step") == 3
+  assert "its position is not checkpointed" in caplog.text
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  est.train(tensors, max_steps=5, use_cs=True)  # resumes at 3
+  assert est.get_variable_value("global_step") == 5
+  assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))

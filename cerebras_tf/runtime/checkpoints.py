@@ -28,11 +28,46 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.data.ops import iterator_ops  # GLOBAL_ITERATORS: what the hook saves
 
 from cerebras_tf.errors import ConfigError, DataError
 from cerebras_tf.runtime.ckpt_files import list_checkpoints, step_of
 
 INPUT_STATE = "checkpoint_input"  # CheckpointInputPipelineHook's state file name
+
+
+class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
+  """Saves the input pipeline's position with the model (TF's CheckpointInputPipelineHook),
+  and stands down when there is none: an input_fn that returns tensors rather than a
+  tf.data.Dataset makes no iterator, and TF's hook then fails with "No variables to save"."""
+
+  def __init__(self, estimator, external_state_policy: str = "warn"):
+    super().__init__(estimator, external_state_policy=external_state_policy)
+    self._active = True
+
+  def begin(self):
+    self._active = bool(tf.compat.v1.get_collection(iterator_ops.GLOBAL_ITERATORS))
+    if not self._active:
+      tf.compat.v1.logging.info(
+          "cerebras_tf: the input_fn returned tensors, not a tf.data.Dataset: its position "
+          "is not checkpointed (a resumed run calls it afresh)")
+      return
+    super().begin()
+
+  def after_create_session(self, session, coord):
+    if self._active:
+      super().after_create_session(session, coord)
+
+  def before_run(self, run_context):
+    return super().before_run(run_context) if self._active else None
+
+  def after_run(self, run_context, run_values):
+    if self._active:
+      super().after_run(run_context, run_values)
+
+  def end(self, session):
+    if self._active:
+      super().end(session)
 
 
 def _readable(prefix: str) -> Optional[str]:
