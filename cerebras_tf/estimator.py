@@ -25,6 +25,7 @@ from tensorflow_estimator.python.estimator import util as estimator_util
 
 import cerebras_tf
 from cerebras_tf import keras_model as keras_model_lib
+from cerebras_tf.compiler import capture as capture_lib
 from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
@@ -461,6 +462,7 @@ def _check_batch(dataset, per_replica_batch: int, cs_config) -> None:
   """Refuses an input_fn whose dataset has a static batch other than the per-replica batch."""
   if not isinstance(dataset, tf.data.Dataset):
     return
+  capture_lib.check_batched(*capture_lib.element_spec(dataset))
   dims = {int(s.shape[0]) for s in tf.nest.flatten(dataset.element_spec)
           if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is not None}
   if dims and dims != {per_replica_batch}:

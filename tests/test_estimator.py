@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.errors import ConfigError, FitError, TrainingError, UnsupportedOpError
+from cerebras_tf.errors import (CompileError, ConfigError, FitError, TrainingError,
+                                UnsupportedOpError)
 from cerebras_tf.runtime import strategies
 from cerebras_tf.models.mlp.model import input_fn, model_fn
 from source_marks import line_of
@@ -227,3 +228,22 @@ def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
   est.train(tensors, max_steps=5, use_cs=True)  # resumes at 3
   assert est.get_variable_value("global_step") == 5
   assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))
+
+
+def test_an_unbatched_dataset_is_named_as_such(tmp_path):
+  """A hurried user forgets .batch(): x is [32] (input_dim) and the labels are scalars. That
+  used to read "batches of 32 samples, but each replica must get 16"."""
+  x = np.random.rand(64, PARAMS["input_dim"]).astype("float32")
+  y = np.random.randint(0, PARAMS["num_classes"], 64).astype("int32")
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  unbatched = lambda params: tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat()
+  with pytest.raises(CompileError, match=r"the input_fn's elements are not batches "
+                     r"\(features/x\[32\], labels\[\]\).*\.batch\(params\['batch_size'\]"):
+    est.train(unbatched, max_steps=1, use_cs=True)
+  # Labels batched by another number than the features: named with both shapes.
+  odd = lambda params: tf.data.Dataset.zip((
+      tf.data.Dataset.from_tensor_slices({"x": x}).batch(16, drop_remainder=True),
+      tf.data.Dataset.from_tensor_slices(y).batch(8, drop_remainder=True)))
+  with pytest.raises(CompileError, match=r"disagree on the batch dimension "
+                     r"\(features/x\[16, 32\], labels\[8\]\)"):
+    est.compile(odd)

@@ -39,7 +39,7 @@ class CapturedGraph:
   optimizers: Tuple[str, ...] = ()
 
 
-def _element_spec(input_result):
+def element_spec(input_result):
   """(features_spec, labels_spec) of what an input_fn returned."""
   if isinstance(input_result, tf.data.Dataset):
     spec = input_result.element_spec
@@ -78,6 +78,32 @@ def _map_with_path(fn, structure, path=()):
   return fn(path, structure)
 
 
+def _named_shapes(features_spec, labels_spec) -> List[Tuple[str, List[Optional[int]]]]:
+  out = []
+  for prefix, spec in (("features", features_spec), ("labels", labels_spec)):
+    _map_with_path(lambda path, s, p=prefix: out.append(
+        ("/".join([p] + [str(x) for x in path]), s.shape.as_list())), spec)
+  return out
+
+
+def check_batched(features_spec, labels_spec) -> None:
+  """Refuses an input whose elements are not batches: a component of rank 0 (a dataset not
+  yet batched: its labels are scalars) or static leading dimensions that disagree."""
+  shapes = _named_shapes(features_spec, labels_spec)
+  listed = ", ".join(f"{n}{d}" for n, d in shapes)
+  if any(d == [] for _, d in shapes):
+    raise CompileError(
+        f"the input_fn's elements are not batches ({listed}): a scalar has no batch "
+        f"dimension; batch the dataset, e.g. .batch(params['batch_size'], "
+        f"drop_remainder=True)")
+  leading = {d[0] for _, d in shapes if d and d[0] is not None}
+  if len(leading) > 1:
+    raise CompileError(
+        f"the input_fn's tensors disagree on the batch dimension ({listed}); every feature "
+        f"and the labels need the same first dimension: batch the dataset, e.g. "
+        f".batch(params['batch_size'], drop_remainder=True)")
+
+
 def batch_size_of(spec, default: int) -> int:
   """The static batch dimension of an element spec, or `default` when it is unknown."""
   for s in tf.nest.flatten(spec):
@@ -97,7 +123,8 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
     default_batch_size: batch size to use when the dataset's batch dimension is None.
   """
   with tf.Graph().as_default():
-    features_spec, labels_spec = _element_spec(call_input_fn())
+    features_spec, labels_spec = element_spec(call_input_fn())
+  check_batched(features_spec, labels_spec)
   batch = batch_size_of((features_spec, labels_spec), default_batch_size)
   graph = tf.Graph()
   inputs: Dict[str, tf.Tensor] = {}
