@@ -36,6 +36,10 @@ class FitError(CompileError):
   """The model does not fit the engine in the chosen execution strategy."""
 
 
+class ModelFnError(CerebrasTFError):
+  """The user's model_fn raised while building an eval or predict graph (names its line)."""
+
+
 class DataError(CerebrasTFError):
   """A data file is missing, unreadable or corrupt."""
 

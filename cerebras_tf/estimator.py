@@ -29,7 +29,8 @@ from cerebras_tf.compiler import capture as capture_lib
 from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
-from cerebras_tf.errors import ConfigError, FitError, NonFiniteLossError, TrainingError
+from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnError,
+                                NonFiniteLossError, TrainingError)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import checkpoints, logs, strategies
 from cerebras_tf.runtime.hooks import CSProgressHook
@@ -183,6 +184,7 @@ class _CerebrasMethods:
     try:
       if self._resolve_use_cs(use_cs):
         self._check_last_compile()
+        input_fn = self._batch_param_input_fn(input_fn, ModeKeys.EVAL)
       return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps, hooks=hooks,
                                              checkpoint_path=checkpoint_path, name=name)
     finally:
@@ -195,6 +197,7 @@ class _CerebrasMethods:
     restore_from = self._checkpoint_for("predict", checkpoint_path)
     if self._resolve_use_cs(use_cs):
       self._check_last_compile()
+      input_fn = self._batch_param_input_fn(input_fn, ModeKeys.PREDICT)
     self._restore_from = restore_from
     try:
       yield from tf.estimator.Estimator.predict(
@@ -343,6 +346,20 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     finally:
       self._config, self._train_distribution, self._session_config, self._device_fn = saved
 
+  def _batch_param_input_fn(self, input_fn, mode: str):
+    """input_fn called with the mode's global batch (eval_input's batch_size, else the flat
+    one) in the reserved params key, as a training input_fn gets its per-replica batch there:
+    one key holds the batch in every mode (TPUEstimator passes its eval batch there too).
+    Eval and predict run on one device."""
+    batch = batch_size_for_mode(self.params, mode)
+    if not batch:
+      return input_fn
+
+    def wrapped(params, mode, config):
+      params = {**params, batching.RESERVED_PARAMS_KEY: batch}
+      return _call_with_supported_args(input_fn, params=params, mode=mode, config=config)
+    return wrapped
+
   def _per_replica_input_fn(self, input_fn, per_replica_batch: int):
     """input_fn called with the per-replica batch in the reserved params key `batch_size`
     (TPUEstimator's convention; the params sections keep the global batch); a dataset whose
@@ -362,8 +379,18 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def _wrap_model_fn(self, user_model_fn):
     @functools.wraps(user_model_fn)
     def model_fn(features, labels, mode, params, config):
-      spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
-                                       mode=mode, params=params, config=config)
+      try:
+        spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
+                                         mode=mode, params=params, config=config)
+      except (ValueError, TypeError, KeyError) as e:
+        if mode == ModeKeys.TRAIN or isinstance(e, CerebrasTFError):
+          raise  # TRAIN graphs were traced by the compiler, which names the line already
+        message = " ".join(str(getattr(e, "message", e)).split())[:300].rstrip(".")
+        what = "predict" if mode == ModeKeys.PREDICT else mode
+        hint = ("; in predict mode labels is None: build the loss only for train and eval"
+                if mode == ModeKeys.PREDICT and labels is None else "")
+        raise ModelFnError(f"{capture_lib.user_line(e)}model_fn failed in {what} mode: "
+                           f"{type(e).__name__}: {message}{hint}") from e
       if self._restore_from:
         # Before the session restores (and before a refused run writes anything).
         checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),

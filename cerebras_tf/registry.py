@@ -23,7 +23,9 @@ Rules:
   dict `cerebras_tf.params.load_params` returns (sections `model`, `train_input`, ...).
 - `input_fn(params, mode)` returns a tf.data.Dataset of (features, labels); `mode` is a
   tf.estimator.ModeKeys value ("train", "eval", "infer"). The runner binds `mode` with
-  functools.partial, so the Estimator sees the usual `input_fn(params)`.
+  functools.partial, so the Estimator sees the usual `input_fn(params)`. On the engine,
+  `params["batch_size"]` is the batch to return: per replica when training, eval_input's
+  batch_size for eval and predict.
 - `schema` adds keys (`cerebras_tf.schema.Field`) to the `model`, `train_input` and
   `eval_input` sections; a key named like a base key replaces it (e.g. another default).
 - Give model_fn/input_fn as "module:attr" strings and keep TensorFlow imports out of the

@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.errors import (CompileError, ConfigError, FitError, TrainingError,
-                                UnsupportedOpError)
+from cerebras_tf.errors import (CompileError, ConfigError, FitError, ModelFnError,
+                                TrainingError, UnsupportedOpError)
 from cerebras_tf.runtime import strategies
 from cerebras_tf.models.mlp.model import input_fn, model_fn
 from source_marks import line_of
@@ -247,3 +247,37 @@ def test_an_unbatched_dataset_is_named_as_such(tmp_path):
   with pytest.raises(CompileError, match=r"disagree on the batch dimension "
                      r"\(features/x\[16, 32\], labels\[8\]\)"):
     est.compile(odd)
+
+
+def test_eval_and_predict_input_fns_get_their_batch_in_params(tmp_path):
+  """params['batch_size'] holds the batch in every mode with use_cs=True: the per-replica
+  training batch, eval_input's for evaluate and predict (a registered user model whose
+  input_fn batched with it trained, then failed at eval with KeyError: 'batch_size')."""
+  params = {**PARAMS, "eval_input": {"batch_size": 8}}
+  seen = {}
+
+  def input_fn_(params, mode):
+    seen.setdefault(mode, params["batch_size"])
+    return input_fn({k: v for k, v in params.items() if k != "eval_input"}, mode)
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=params)
+  est.train(lambda params: input_fn_(params, "train"), max_steps=2, use_cs=True)
+  est.evaluate(lambda params: input_fn_(params, "eval"), steps=1, use_cs=True)
+  next(iter(est.predict(lambda params: input_fn_(params, "infer"), use_cs=True)))
+  assert seen == {"train": 16, "eval": 8, "infer": 8}
+
+
+def test_a_model_fn_that_fails_in_predict_names_its_line(tmp_path):
+  def needs_labels(features, labels, mode, params):
+    logits = tf.compat.v1.layers.dense(features["x"], PARAMS["num_classes"])
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)  # LINE: loss
+    step = tf.compat.v1.train.get_or_create_global_step()
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train
+                                      .GradientDescentOptimizer(0.1).minimize(loss, step))
+  est = CerebrasEstimator(needs_labels, config=_config(tmp_path), params=PARAMS)
+  est.train(_train_input, max_steps=1, use_cs=True)
+  with pytest.raises(ModelFnError, match=(
+      rf"^tests/test_estimator.py:{line_of(__file__, 'LINE: loss')}: model_fn failed in "
+      r"predict mode: ValueError: .*; in predict mode labels is None: build the loss only "
+      r"for train and eval$")):
+    next(iter(est.predict(lambda params: _eval_input(params).map(lambda f, l: f),
+                          use_cs=True)))

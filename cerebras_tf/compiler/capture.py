@@ -141,7 +141,7 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
       # The cause stays chained; the message names the user's line.
       message = " ".join(str(getattr(e, "message", e)).split())
       message = message.split(" for '{{node")[0][:300]  # TF appends the node's whole NodeDef
-      raise CompileError(f"{_user_line(e)}model_fn failed while being traced for the engine at "
+      raise CompileError(f"{user_line(e)}model_fn failed while being traced for the engine at "
                          f"batch {batch}: {message}; check the batch size and the input "
                          f"shapes ({_shapes(inputs)})") from e
   if spec.loss is None:
@@ -150,7 +150,7 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
                        batch_size=batch, optimizers=tuple(optimizers))
 
 
-def _user_line(error: BaseException) -> str:
+def user_line(error: BaseException) -> str:
   """`file:line: ` of the innermost frame of the error in the user's code, else ''."""
   here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   ours = tuple(os.path.join(here, d) for d in ("compiler", "estimator.py", "runtime"))
