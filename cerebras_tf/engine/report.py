@@ -383,13 +383,21 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
   hdr = (f"{'#':>4}  {'layer':<{width}}  {'cores':>9}  {'wafer%':>7}  {'memory':>11}  "
          f"{'FLOPs/step':>11}  {'step%':>6}  {'PE util':>7}")
   lines += [hdr, "-" * len(hdr)]
-  for i, p in enumerate(plan.layers):
+  # R copies are the same layers on their own slabs: replica 0 stands for them (R x the
+  # layers was 1,280 rows for a 20-layer model at R=64); plan.json lists every placement.
+  copies = plan.num_replicas > 1 and all(p.replica is not None for p in plan.layers)
+  shown = [p for p in plan.layers if p.replica == 0] if copies else list(plan.layers)
+  for i, p in enumerate(shown):
     share = p.time_s / step if step else 0.0
     lines.append(f"{i:>4}  {p.name:<{width}}  {p.cores:>9,}  {p.cores / total_cores:>7.2%}  "
                  f"{_fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}  "
                  f"{p.pe_utilization:>7.1%}")
     if p.detail:
       lines.append(f"{'':>6}{p.detail}")
+  if copies and len(shown) < len(plan.layers):
+    lines.append(f"{'':>6}replicas 1-{plan.num_replicas - 1}: the same {len(shown)} layers, each "
+                 f"copy on its own slab (plan.json lists every placement); the total is all "
+                 f"{plan.num_replicas}")
   lines.append("-" * len(hdr))
   used = sum(p.cores for p in plan.layers)
   mem = sum(p.memory_bytes for p in plan.layers)

@@ -242,3 +242,17 @@ def test_tiny_shares_keep_two_significant_digits():
   assert report.fmt_share(0.123) == "12.3%" and report.fmt_share(0.0) == "0.0%"
   assert report.fmt_share(1e-3) == "0.1%"
   assert report.fmt_share(2.2e-8) == "0.0000022%"  # a 2-layer Keras MLP's: not "2.2e-06%"
+
+
+def test_report_table_shows_one_replica_of_a_multi_replica_plan(cs2):
+  """BERT-Base at batch 256 is R=4 copies: the per-layer table lists replica 0's layers once,
+  says the other copies are the same, and totals all of them."""
+  g = analytic.bert_base()
+  opts, plan, pf = compile_(g, cs2, batch_size=256, execution_strategy="multi_replica")
+  assert plan.num_replicas == 4
+  text = report.report_text(g, plan, pf, cs2, opts, advice=False)
+  rows = [l for l in text.splitlines() if l[:4].strip().isdigit()]
+  assert len(rows) == len(g.layers) and len(plan.layers) == 4 * len(g.layers)
+  assert f"replicas 1-3: the same {len(g.layers)} layers, each copy on its own slab" in text
+  total = next(l for l in text.splitlines() if l.strip().startswith("total"))
+  assert f"{sum(p.cores for p in plan.layers):,}" in total
