@@ -25,7 +25,7 @@ from cerebras_tf.errors import CerebrasTFError, ConfigError
 from cerebras_tf import params as params_lib
 from cerebras_tf import runner
 from cerebras_tf import schema
-from cerebras_tf.runtime import logs, tf_config
+from cerebras_tf.runtime import ckpt_files, logs, tf_config
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
           "Flags override the YAML; --params_override SECTION.KEY=VALUE sets any params key.")
@@ -179,6 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
   # TensorFlow's C++ start-up lines (CUDA factories, CPU features) are not for the user; an
   # error raised by an op reaches them as the exception. Set before TensorFlow is imported.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  params = None
   try:
     params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
@@ -189,7 +190,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
     return e.exit_code
   except KeyboardInterrupt:
-    print("error: interrupted", file=sys.stderr)
+    print(f"error: interrupted{_resume_hint(params)}", file=sys.stderr)
     return 130
   except Exception as e:  # pylint: disable=broad-except
     message = _user_facing_tf_error(e)
@@ -199,6 +200,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 2
   print(runner.format_summary(summary))
   return 0
+
+
+def _resume_hint(params) -> str:
+  """Where an interrupted run stands: the checkpoint the same command resumes from."""
+  model_dir = params["runconfig"]["model_dir"] if params else None
+  if not model_dir:
+    return ""
+  found = ckpt_files.list_checkpoints(model_dir)
+  if not found:
+    return f"; no checkpoint in {model_dir} yet"
+  return (f"; the newest checkpoint is step {ckpt_files.step_of(found[-1]):,} in {model_dir}: "
+          f"the same command resumes from it")
 
 
 LOG_FILE = "cerebras_tf.log"

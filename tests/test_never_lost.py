@@ -8,7 +8,10 @@ docs/bad_inputs.md's catalogue; here the files on disk are.
 import glob
 import hashlib
 import os
+import signal
 import subprocess
+import sys
+import time
 import uuid
 
 import numpy as np
@@ -231,3 +234,33 @@ def test_switching_pipelined_to_weight_streaming_keeps_every_runs_steps(tmp_path
     log = fh.read()
   assert "model.ckpt-12" in log.rsplit("Restoring parameters from", 1)[1].splitlines()[0]
   assert latest_step(model_dir) == 14 and (model_dir / "checkpoint_input").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path):
+  """Ctrl-C (SIGINT) in a training run: one line on stderr naming the newest checkpoint, exit
+  130; the same command then resumes from that step."""
+  model_dir = str(tmp_path / "m")
+  cmd = [sys.executable, os.path.join(ROOT, "scripts", "run.py"), "--params",
+         os.path.join(ROOT, "configs", "params_mlp.yaml"), "--max_steps", "1000000",
+         "--model_dir", model_dir]
+  # As a user's shell has it: no TF_CPP_MIN_LOG_LEVEL (conftest sets one), no TF_CONFIG.
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_CONFIG")}
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env)
+  deadline = time.time() + 120
+  while not glob.glob(os.path.join(model_dir, "model.ckpt-*.index")) and time.time() < deadline:
+    time.sleep(0.5)
+  time.sleep(1.0)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=60)
+  steps = sorted(int(p.rsplit("-", 1)[1].split(".")[0])
+                 for p in glob.glob(os.path.join(model_dir, "model.ckpt-*.index")))
+  assert proc.returncode == 130 and steps, err
+  assert err.strip().splitlines() == [
+      f"error: interrupted; the newest checkpoint is step {steps[-1]:,} in {model_dir}: "
+      f"the same command resumes from it"], err
+  again = subprocess.run(cmd[:-4] + ["--max_steps", str(steps[-1] + 5), "--model_dir", model_dir],
+                         capture_output=True, text=True, timeout=180, env=env)
+  assert again.returncode == 0, again.stderr
+  assert f"step {steps[-1] + 1}/{steps[-1] + 5}" in again.stdout
