@@ -205,7 +205,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _resume_hint(params) -> str:
   """Where an interrupted run stands: the checkpoint the same command resumes from."""
   model_dir = params["runconfig"]["model_dir"] if params else None
-  if not model_dir:
+  if not model_dir or params["runconfig"]["mode"] not in ("train", "train_and_eval"):
     return ""
   found = ckpt_files.list_checkpoints(model_dir)
   if not found:
