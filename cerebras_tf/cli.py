@@ -207,11 +207,10 @@ def _resume_hint(params) -> str:
   model_dir = params["runconfig"]["model_dir"] if params else None
   if not model_dir or params["runconfig"]["mode"] not in ("train", "train_and_eval"):
     return ""
-  found = ckpt_files.list_checkpoints(model_dir)
-  if not found:
+  step = ckpt_files.resume_step(model_dir)
+  if step is None:
     return f"; no checkpoint in {model_dir} yet"
-  return (f"; the newest checkpoint is step {ckpt_files.step_of(found[-1]):,} in {model_dir}: "
-          f"the same command resumes from it")
+  return f"; the same command resumes from step {step:,} (checkpoints in {model_dir})"
 
 
 LOG_FILE = "cerebras_tf.log"

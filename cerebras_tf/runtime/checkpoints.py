@@ -31,9 +31,10 @@ import tensorflow as tf
 from tensorflow.python.data.ops import iterator_ops  # GLOBAL_ITERATORS: what the hook saves
 
 from cerebras_tf.errors import ConfigError, DataError
+from cerebras_tf.runtime import ckpt_files
 from cerebras_tf.runtime.ckpt_files import list_checkpoints, step_of
 
-INPUT_STATE = "checkpoint_input"  # CheckpointInputPipelineHook's state file name
+INPUT_STATE = ckpt_files.INPUT_STATE  # CheckpointInputPipelineHook's state file name
 
 
 class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
@@ -146,13 +147,13 @@ def align_input_state(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
     return paths[-1] if paths else None
   chosen = paths[-1]
   input_steps = {step_of(p): p for p in inputs}
-  both = [p for p in paths if step_of(p) in input_steps]
-  if not both:
+  paired = ckpt_files.paired_step([step_of(p) for p in paths], list(input_steps))
+  if paired not in input_steps:
     return chosen
-  if both[-1] != chosen:
+  if paired != step_of(chosen):
     log(f"cerebras_tf: the input pipeline was saved at step {max(input_steps)}, the model at "
-        f"{step_of(chosen)}; resuming both from step {step_of(both[-1])}")
-    chosen = both[-1]
+        f"{step_of(chosen)}; resuming both from step {paired}")
+    chosen = next(p for p in paths if step_of(p) == paired)
     tf.compat.v1.train.update_checkpoint_state(
         model_dir, chosen, [p for p in paths if step_of(p) <= step_of(chosen)])
   if step_of(chosen) != max(input_steps):  # rewrite only what changes
