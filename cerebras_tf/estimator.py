@@ -33,7 +33,7 @@ from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnE
                                 NonFiniteLossError, TrainingError)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import checkpoints, logs, strategies
-from cerebras_tf.runtime.hooks import CSProgressHook
+from cerebras_tf.runtime.hooks import CSProgressHook, GracefulInterrupt
 
 ModeKeys = tf.estimator.ModeKeys
 _SECTION = {ModeKeys.TRAIN: "train_input", ModeKeys.EVAL: "eval_input",
@@ -127,9 +127,10 @@ class _CerebrasMethods:
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
           hooks = hooks + [checkpoints.InputPositionHook(self, external_state_policy="warn")]
-        return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
-                                            max_steps=max_steps,
-                                            saving_listeners=saving_listeners)
+        with GracefulInterrupt() as interrupt:
+          return tf.estimator.Estimator.train(self, input_fn, hooks=hooks + [interrupt.hook],
+                                              steps=steps, max_steps=max_steps,
+                                              saving_listeners=saving_listeners)
     except tf.compat.v1.train.NanLossDuringTrainingError:
       # tf.estimator's NanTensorHook checks every step, ours only fetches on logging steps.
       hook = self._cs_run.get("hook")

@@ -1,7 +1,9 @@
 """Session hooks for runs on the (simulated) engine: progress, TensorBoard, NaN guard."""
 
 import math
+import signal
 import struct
+import threading
 import time
 from typing import Optional
 
@@ -107,3 +109,50 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
   def end(self, session):
     if self._writer is not None:
       self._writer.flush()
+
+
+class GracefulInterrupt:
+  """Ctrl-C during training stops it at the end of the step it is in, so that the session's
+  end() hooks save the model and the input pipeline's position at that same step (a
+  KeyboardInterrupt raised mid-step skips them, and one that falls between the two saves
+  leaves the pair torn). A second Ctrl-C interrupts at once.
+
+  Around Estimator.train, with `.hook` among its hooks; on a clean exit after a Ctrl-C it
+  raises KeyboardInterrupt, so callers still see an interrupted run. Only in the main thread,
+  and only when SIGINT has Python's default handler (a launcher or a notebook keeps its own).
+  """
+
+  def __init__(self):
+    self.requested = False
+    self.hook = _StopWhenRequested(self)
+    self._previous = None
+
+  def __enter__(self):
+    if (threading.current_thread() is threading.main_thread() and
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+      self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+    return self
+
+  def _on_sigint(self, signum, frame):
+    del signum, frame
+    if self.requested:
+      raise KeyboardInterrupt
+    self.requested = True
+    tf.compat.v1.logging.info("cerebras_tf: Ctrl-C: stopping after this step and saving a "
+                              "checkpoint there (Ctrl-C again to stop at once)")
+
+  def __exit__(self, exc_type, exc, tb):
+    if self._previous is not None:
+      signal.signal(signal.SIGINT, self._previous)
+    if exc_type is None and self.requested:
+      raise KeyboardInterrupt("stopped at a step boundary after Ctrl-C; checkpoint saved")
+    return False
+
+
+class _StopWhenRequested(tf.compat.v1.train.SessionRunHook):
+  def __init__(self, owner: GracefulInterrupt):
+    self._owner = owner
+
+  def after_run(self, run_context, run_values):
+    if self._owner.requested:
+      run_context.request_stop()
