@@ -293,3 +293,27 @@ def test_resume_step_reads_what_the_state_files_say(tmp_path):
   assert ckpt_files.resume_step(d) == 400
   assert ckpt_files.paired_step([200, 400], [100]) == 400  # no common step: the model's
   assert ckpt_files.resume_step(str(tmp_path / "none")) is None
+
+
+def test_graceful_interrupt_first_stops_at_the_step_second_at_once():
+  import signal as sig  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime.hooks import GracefulInterrupt  # pylint: disable=import-outside-toplevel
+
+  class Ctx:
+    stopped = False
+
+    def request_stop(self):
+      self.stopped = True
+  before = sig.getsignal(sig.SIGINT)
+  with pytest.raises(KeyboardInterrupt, match="checkpoint saved"):
+    with GracefulInterrupt() as gi:
+      assert sig.getsignal(sig.SIGINT) == gi._on_sigint  # pylint: disable=protected-access
+      ctx = Ctx()
+      gi.hook.after_run(ctx, None)
+      assert not ctx.stopped                    # no Ctrl-C yet: training goes on
+      sig.raise_signal(sig.SIGINT)              # the first Ctrl-C only asks
+      gi.hook.after_run(ctx, None)
+      assert ctx.stopped
+      with pytest.raises(KeyboardInterrupt):    # the second one stops at once
+        sig.raise_signal(sig.SIGINT)
+  assert sig.getsignal(sig.SIGINT) == before
