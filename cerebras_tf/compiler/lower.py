@@ -325,7 +325,7 @@ def _variable_read(op, depth: int = 3) -> Optional[str]:
 
 
 def _reads_variable(op, depth: int = 3) -> bool:
-  """True when `op` is a variable read, possibly behind a few casts/identities/transposes."""
+  """True when `op` reads a whole variable (`_variable_read`)."""
   return _variable_read(op, depth) is not None
 
 
