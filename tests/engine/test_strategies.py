@@ -294,6 +294,22 @@ def test_scaling_script_on_the_gpt3_xl_config(tmp_path):
   assert os.listdir(tmp_path / "tensorboard")
 
 
+def test_scaling_script_names_a_model_it_cannot_build(tmp_path, capsys):
+  # A user's own model (registered for run.py) has no analytic graph: say so, and what to run
+  # instead, rather than "key 'model.max_sequence_length' must be a positive integer".
+  sys.path.insert(0, os.path.join(ROOT, "scripts"))
+  try:
+    import scaling_report  # pylint: disable=import-outside-toplevel
+  finally:
+    sys.path.pop(0)
+  params = tmp_path / "my.yaml"
+  params.write_text("model: {name: mymlp, hidden_sizes: [64]}\ntrain_input: {batch_size: 64}\n")
+  assert scaling_report.main(["--params", str(params), "--out", str(tmp_path)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("scaling_report: params: key 'model.name' 'mymlp' has no analytic graph")
+  assert "scripts/run.py --compile_only --execution_strategy weight_streaming --num_csx N" in err
+
+
 def test_scaling_script_needs_no_tensorflow(tmp_path):
   params = tmp_path / "p.yaml"
   params.write_text("model: {name: gpt, hidden_size: 256, num_hidden_layers: 2, num_heads: 4, "
