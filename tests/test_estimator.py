@@ -1,5 +1,6 @@
 """CerebrasEstimator: plain-Estimator compatibility, use_cs=True compile + train, validation."""
 
+import glob
 import json
 import logging
 import os
@@ -228,6 +229,22 @@ def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
   est.train(tensors, max_steps=5, use_cs=True)  # resumes at 3
   assert est.get_variable_value("global_step") == 5
   assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))
+
+
+def test_a_relative_model_dir_resumes(tmp_path, monkeypatch):
+  """`model_dir="model"`, the way a notebook writes it. TF's checkpoint state joins its
+  relative entries to the model_dir already; joining them again read `model/model/...`, so
+  every second run on a relative model_dir stopped with "checkpoint is corrupt"."""
+  monkeypatch.chdir(tmp_path)
+  cfg = CSRunConfig(model_dir="model", save_checkpoints_steps=2,
+                    cs_config=CSConfig(execution_strategy="pipelined"))
+  CerebrasEstimator(model_fn, config=cfg, params=PARAMS).train(_train_input, max_steps=2,
+                                                               use_cs=True)
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  est.train(_train_input, max_steps=4, use_cs=True)
+  assert est.get_variable_value("global_step") == 4
+  assert sorted(os.listdir("model")).count("model.ckpt-4.index") == 1
+  assert not glob.glob("model/*.corrupt")
 
 
 def test_an_unbatched_dataset_is_named_as_such(tmp_path):

@@ -97,8 +97,7 @@ def _paths(model_dir: str, latest_filename: Optional[str] = None) -> List[str]:
   state = tf.train.get_checkpoint_state(model_dir, latest_filename=latest_filename)
   if state is None or not state.model_checkpoint_path:
     return []
-  latest = state.model_checkpoint_path
-  latest = latest if os.path.isabs(latest) else os.path.join(model_dir, latest)
+  latest = state.model_checkpoint_path  # TF has joined a relative entry to model_dir
   base = latest.rsplit("-", 1)[0]
   found = {p[:-len(".index")] for p in tf.io.gfile.glob(base + "-*.index")}
   found.add(latest)
