@@ -32,7 +32,7 @@ from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnError,
                                 NonFiniteLossError, TrainingError)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
-from cerebras_tf.runtime import checkpoints, logs, strategies
+from cerebras_tf.runtime import checkpoints, dir_lock, logs, strategies
 from cerebras_tf.runtime.hooks import CSProgressHook, GracefulInterrupt
 
 ModeKeys = tf.estimator.ModeKeys
@@ -78,8 +78,14 @@ class _CerebrasMethods:
     Before anything is written, the model_dir's latest checkpoint is made restorable
     (runtime/checkpoints.py) and checked against the model's variables. `run_max_steps`: the
     last step of the whole run when this call is one round of it (train_and_eval); progress
-    and ETA count to it.
+    and ETA count to it. One training run per model_dir: a second one, in this process or
+    another, gets a ConfigError (runtime/dir_lock.py).
     """
+    with dir_lock.model_dir_lock(self.model_dir):
+      return self._train(input_fn, hooks, steps, max_steps, saving_listeners, use_cs,
+                         run_max_steps)
+
+  def _train(self, input_fn, hooks, steps, max_steps, saving_listeners, use_cs, run_max_steps):
     checkpoints.ensure_restorable(self.model_dir)
     self._restore_from = checkpoints.latest(self.model_dir)
     try:

@@ -9,7 +9,6 @@ TensorFlow is imported only when an estimator is built, so bad options fail fast
 
 import contextlib
 import dataclasses
-import fcntl
 import functools
 import importlib
 import math
@@ -21,6 +20,7 @@ from cerebras_tf import registry
 from cerebras_tf.engine import report as engine_report
 from cerebras_tf.errors import ConfigError, FitError, ParamsError
 from cerebras_tf.runtime import tf_config
+from cerebras_tf.runtime.dir_lock import model_dir_lock
 from cerebras_tf.runtime.ckpt_files import latest_step, list_checkpoints
 from cerebras_tf.schema import MAX_STEPS, MODES
 
@@ -185,40 +185,6 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
     summary.update(predictions=count, prediction_keys=sorted(keys))
   if opts.export_dir and mode in ("export", "train", "train_and_eval"):
     summary["export"] = export(est, spec, params, opts.export_dir, opts.checkpoint_path)
-
-
-LOCK_FILE = ".cerebras_tf.lock"
-
-
-@contextlib.contextmanager
-def model_dir_lock(model_dir: str):
-  """One training run per model_dir: a second one would interleave its checkpoints with the
-  first's. An flock, so a killed run never leaves a stale lock; only the chief of a cluster
-  takes it (its workers share the model_dir)."""
-  task = tf_config.current()
-  if ("://" in model_dir or not os.path.isdir(model_dir)
-      or (task is not None and task.task_type not in (None, "chief"))):
-    yield
-    return
-  path = os.path.join(model_dir, LOCK_FILE)
-  with open(path, "a+") as fh:
-    try:
-      fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-      fh.seek(0)
-      holder = fh.read().strip() or "another process"
-      raise ConfigError(f"model_dir {model_dir} is in use by another training run ({holder}); "
-                        "wait for it to finish, or use another --model_dir") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()}")
-    fh.flush()
-    try:
-      yield
-    finally:
-      fh.seek(0)
-      fh.truncate()
-      fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def serving_input_fn_for(spec) -> Callable:

@@ -134,12 +134,12 @@ def _train_bert(tmp, model_dir, monkeypatch):
 
 
 def _locked(tmp, model_dir, monkeypatch):
-  """Another run holds the model_dir's lock (an flock, as runner.model_dir_lock takes it)."""
+  """Another run holds the model_dir's lock (an flock, as dir_lock.model_dir_lock takes it)."""
   del tmp, monkeypatch
   import fcntl  # pylint: disable=import-outside-toplevel
-  from cerebras_tf import runner  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import dir_lock  # pylint: disable=import-outside-toplevel
   os.makedirs(model_dir, exist_ok=True)
-  fh = open(os.path.join(model_dir, runner.LOCK_FILE), "a+")  # pylint: disable=consider-using-with
+  fh = open(os.path.join(model_dir, dir_lock.LOCK_FILE), "a+")  # pylint: disable=consider-using-with
   fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
   fh.write("pid 4242")
   fh.flush()

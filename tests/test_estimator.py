@@ -4,6 +4,9 @@ import glob
 import json
 import logging
 import os
+import subprocess
+import sys
+import threading
 import time
 
 import numpy as np
@@ -298,3 +301,48 @@ def test_a_model_fn_that_fails_in_predict_names_its_line(tmp_path):
       r"for train and eval$")):
     next(iter(est.predict(lambda params: _eval_input(params).map(lambda f, l: f),
                           use_cs=True)))
+
+
+def test_a_second_training_run_on_the_model_dir_is_refused(tmp_path):
+  """Two notebooks (or a notebook and scripts/run.py) training one model_dir interleave their
+  checkpoints. The lock was only in the CLI; the Python API now takes it too, in either
+  use_cs, and a run holding it (here: this thread's own train_and_eval-style outer lock) may
+  train inside it."""
+  from cerebras_tf.runtime import dir_lock  # pylint: disable=import-outside-toplevel
+  cfg = _config(tmp_path)
+  os.makedirs(cfg.model_dir)
+  holder = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+       "fcntl.flock(f, fcntl.LOCK_EX); f.write('pid 4242'); f.flush(); print('held', flush=True); "
+       "time.sleep(60)", os.path.join(cfg.model_dir, dir_lock.LOCK_FILE)],
+      stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+    for use_cs in (True, False):
+      with pytest.raises(ConfigError, match=r"model_dir .*model is in use by another training "
+                                            r"run \(pid 4242\); wait for it to finish"):
+        est.train(_train_input, max_steps=2, use_cs=use_cs)
+    assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint"))
+  finally:
+    holder.kill()
+    holder.wait()
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  with dir_lock.model_dir_lock(cfg.model_dir):
+    est.train(_train_input, max_steps=2, use_cs=True)
+    errors = []
+    other = threading.Thread(target=lambda: errors.append(
+        _raises(lambda: est.train(_train_input, max_steps=4, use_cs=False))))
+    other.start()
+    other.join()
+    assert "in use by another training run (thread" in errors[0]
+  est.train(_train_input, max_steps=4, use_cs=True)
+  assert est.get_variable_value("global_step") == 4
+
+
+def _raises(fn):
+  try:
+    fn()
+  except ConfigError as e:
+    return str(e)
+  return "no error"

@@ -1,0 +1,79 @@
+"""One training run per model_dir (plain Python: the CLI takes it before TensorFlow starts).
+
+Two runs on one model_dir interleave their checkpoints, and the second one's resume reads the
+first one's half-written files. `CerebrasEstimator.train` takes the lock for every training
+call and the CLI for a whole train_and_eval, so it is re-entrant within a thread.
+"""
+
+import contextlib
+import fcntl
+import os
+import threading
+from typing import Dict, Tuple
+
+from cerebras_tf.errors import ConfigError
+from cerebras_tf.runtime import tf_config
+
+LOCK_FILE = ".cerebras_tf.lock"
+
+_held: Dict[str, Tuple[int, int]] = {}  # realpath -> (thread id, depth)
+_guard = threading.Lock()
+
+
+def _owner_message(model_dir: str, holder: str) -> str:
+  return (f"model_dir {model_dir} is in use by another training run ({holder}); wait for it "
+          "to finish, or use another model_dir")
+
+
+@contextlib.contextmanager
+def model_dir_lock(model_dir: str):
+  """Holds `model_dir/.cerebras_tf.lock` (an flock, so a killed run never leaves a stale
+  lock) for the block. Only the chief of a cluster takes it: its workers share the model_dir.
+
+  Raises:
+    ConfigError: another process, or another thread of this one, is training in model_dir.
+  """
+  task = tf_config.current()
+  if "://" in model_dir or (task is not None and task.task_type not in (None, "chief")):
+    yield
+    return
+  os.makedirs(model_dir, exist_ok=True)
+  key, me = os.path.realpath(model_dir), threading.get_ident()
+  with _guard:
+    owner, depth = _held.get(key, (me, 0))
+    if owner != me:
+      raise ConfigError(_owner_message(model_dir, f"thread {owner} of this process"))
+    _held[key] = (me, depth + 1)
+  try:
+    if depth:
+      yield
+    else:
+      with _flock(model_dir):
+        yield
+  finally:
+    with _guard:
+      if depth:
+        _held[key] = (me, depth)
+      else:
+        del _held[key]
+
+
+@contextlib.contextmanager
+def _flock(model_dir: str):
+  with open(os.path.join(model_dir, LOCK_FILE), "a+") as fh:
+    try:
+      fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      fh.seek(0)
+      raise ConfigError(_owner_message(model_dir, fh.read().strip() or "another process")
+                        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}")
+    fh.flush()
+    try:
+      yield
+    finally:
+      fh.seek(0)
+      fh.truncate()
+      fcntl.flock(fh, fcntl.LOCK_UN)
