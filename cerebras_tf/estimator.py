@@ -284,9 +284,13 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._last_compile = None
     if config is not None and not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
+    # The weight servers and worker processes run in another directory.
+    model_dir = _absolute(model_dir)
+    if config is not None and config.model_dir:
+      config = config.replace(model_dir=_absolute(config.model_dir))
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
                      config=config, params=params, warm_start_from=warm_start_from)
-    self._compile_dir = compile_dir or os.path.join(self.model_dir, "cs_compile")
+    self._compile_dir = _absolute(compile_dir) or os.path.join(self.model_dir, "cs_compile")
     self._compiler = compile_lib.Compiler(self._compile_dir)
     _hint_onednn_once()
 
@@ -484,6 +488,11 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     if not result.plan.fits:
       raise FitError(f"model does not fit {result.plan.engine} in {result.plan.execution_strategy} "
                      f"mode: {result.plan.reason}")
+
+
+def _absolute(path: Optional[str]) -> Optional[str]:
+  """A local path made absolute; None and URLs (gs://...) as they are."""
+  return os.path.abspath(path) if path and "://" not in path else path
 
 
 def _disk_full(error: BaseException) -> bool:

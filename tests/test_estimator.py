@@ -234,13 +234,15 @@ def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
   assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))
 
 
-def test_a_relative_model_dir_resumes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("strategy", ["pipelined", "weight_streaming"])
+def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   """`model_dir="model"`, the way a notebook writes it. TF's checkpoint state joins its
   relative entries to the model_dir already; joining them again read `model/model/...`, so
-  every second run on a relative model_dir stopped with "checkpoint is corrupt"."""
+  every second run on a relative model_dir stopped with "checkpoint is corrupt". In weight
+  streaming the weight servers (run from another directory) failed the first save."""
   monkeypatch.chdir(tmp_path)
   cfg = CSRunConfig(model_dir="model", save_checkpoints_steps=2,
-                    cs_config=CSConfig(execution_strategy="pipelined"))
+                    cs_config=CSConfig(execution_strategy=strategy))
   CerebrasEstimator(model_fn, config=cfg, params=PARAMS).train(_train_input, max_steps=2,
                                                                use_cs=True)
   est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
