@@ -19,6 +19,12 @@ STRATEGIES = (PIPELINED, MULTI_REPLICA, WEIGHT_STREAMING, AUTO)
 PHASES = ("train", "eval", "predict")
 
 
+def fmt_gb(nbytes: float) -> str:
+  """Memory for a person: '6.62 GB'; under 10 MB in MB ('0.43 MB'), where '0.00 GB' told a
+  small model's user nothing."""
+  return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e7 else f"{nbytes / 1e6:.2f} MB"
+
+
 @dataclasses.dataclass(frozen=True)
 class PlanOptions:
   """What the user asked for (from params `csconfig` / CSConfig / flags)."""

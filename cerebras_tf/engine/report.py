@@ -142,7 +142,7 @@ def format_summary(plan: plans.Plan, perf: plans.Performance) -> str:
   if plan is None:
     return "cerebras_tf: validation only (no plan)"
   head = (f"{plan.execution_strategy} on {plan.engine}: "
-          f"{'fits' if plan.fits else 'DOES NOT FIT'}, SRAM {plan.memory_needed_bytes / _GB:.2f}"
+          f"{'fits' if plan.fits else 'DOES NOT FIT'}, SRAM {plans.fmt_gb(plan.memory_needed_bytes)}"
           f" of {plan.memory_available_bytes / _GB:.1f} GB, batch {plan.batch_size}")
   if not plan.fits or perf is None:
     return head + f"\n  {plan.reason}"

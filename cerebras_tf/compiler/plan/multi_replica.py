@@ -75,7 +75,7 @@ def _plan_r(graph, engine, options, r, need=None):
                                       split.per_engine_replica, time_s=0.0)
                   for l, m in zip(graph.layers, mem)]
   used = sum(p.cores for p in placements)
-  reason = (f"fits: {r} replica(s) of {need / _GB:.2f} GB SRAM each, per-replica batch "
+  reason = (f"fits: {r} replica(s) of {plans.fmt_gb(need)} SRAM each, per-replica batch "
             f"{split.per_engine_replica}, on {used:,} of {engine.usable_cores:,} cores"
             if fits else why)
   return plans.Plan(execution_strategy=plans.MULTI_REPLICA, engine=engine.name, fits=fits,

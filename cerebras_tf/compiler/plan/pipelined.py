@@ -325,7 +325,7 @@ class PipelinedPlanner(base.Planner):
     if not placements:
       return unplaced(f"{why}; use execution_strategy: weight_streaming", plans.LAYOUT)
     used = sum(p.cores for p in placements)
-    reason = (f"fits: {need / _GB:.2f} GB of {avail / _GB:.1f} GB SRAM; {len(layers)} layers "
+    reason = (f"fits: {plans.fmt_gb(need)} of {avail / _GB:.1f} GB SRAM; {len(layers)} layers "
               f"on {used:,} of {total_cores:,} cores")
     return plans.Plan(execution_strategy=plans.PIPELINED, engine=engine.name, fits=True,
                      batching=split, memory_needed_bytes=need,
