@@ -259,8 +259,8 @@ def check_matches(checkpoint: str, graph: tf.Graph, model_dir: str) -> None:
   raise ConfigError(
       f"checkpoint {checkpoint} does not match this model: {what}{more}; it was written by "
       f"another model (or by this one before a change): use a new --model_dir, keep the params "
-      f"it was trained with, or start a new model_dir with --warm_start {checkpoint} to reuse "
-      f"the variables that match")
+      f"it was trained with, or start a new model_dir with --warm_start {checkpoint} "
+      f"(CerebrasEstimator(init_checkpoint=...) in Python) to reuse the variables that match")
 
 
 def _finite(prefix: str) -> bool:
