@@ -25,5 +25,6 @@ setup(
         "test": ["pytest", "hypothesis", "pytest-xdist==3.8.0"],
         "data": ["pysword"],        # reads the Debian SWORD Bible modules (real text corpora)
     },
-    entry_points={"console_scripts": ["cerebras-run = cerebras_tf.cli:run_main"]},
+    entry_points={"console_scripts": ["cerebras-run = cerebras_tf.cli:run_main",
+                                        "cerebras-launch = cerebras_tf.runtime.launcher:console_main"]},
 )

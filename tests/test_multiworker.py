@@ -37,8 +37,8 @@ RTOL = 1e-4
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
 
 
-def _run_flags(model_dir, *extra, steps=STEPS):
-  return ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
+def _run_flags(model_dir, *extra, steps=STEPS, params="configs/params_mlp.yaml"):
+  return ["--params", params, "--model_dir", str(model_dir),
           "--max_steps", str(steps), "--params_override", f"train_input.batch_size={BATCH}",
           "--params_override", "runconfig.log_step_count_steps=1",
           "--params_override", "runconfig.op_determinism=true", *extra]
@@ -82,9 +82,10 @@ def _kill_groups(procs):
     p.wait()
 
 
-def _launch(tmp_path, name, *args, timeout=300):
+def _launch(tmp_path, name, *args, timeout=300, cwd=ROOT):
   """scripts/launch.py ARGS, bounded; returns (exit code, output)."""
-  proc = subprocess.Popen([sys.executable, "scripts/launch.py", *args], cwd=ROOT, env=ENV,
+  proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "launch.py"), *args],
+                          cwd=cwd, env=ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           start_new_session=True)
   try:
@@ -108,8 +109,12 @@ def one_process(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 3])
 def test_workers_train_to_the_losses_of_one_process(tmp_path, one_process, workers):
+  # Launched from the user's own directory with a relative model_dir: the tasks ran in the
+  # repository and wrote <repo>/m.
   code, out = _launch(tmp_path, f"w{workers}", "--workers", str(workers), "--",
-                      *_run_flags(tmp_path / "m", "--execution_strategy", "multi_replica"))
+                      *_run_flags("m", "--execution_strategy", "multi_replica",
+                                  params=os.path.join(ROOT, "configs", "params_mlp.yaml")),
+                      cwd=tmp_path)
   assert code == 0, out[-4000:]
   assert re.search(rf"\[chief:0\] .*multi_replica runtime: {workers} replica\(s\) of "
                    rf"{BATCH // workers} samples over {workers} worker\(s\)", out), out[-3000:]
@@ -120,6 +125,7 @@ def test_workers_train_to_the_losses_of_one_process(tmp_path, one_process, worke
   # Only the chief writes model_dir; the others save into a scratch directory.
   assert os.path.exists(tmp_path / "m" / f"model.ckpt-{STEPS}.index")
   assert not os.path.exists(tmp_path / "m" / "tmp_chief_0")
+  assert not os.path.exists(os.path.join(ROOT, "m"))
 
 
 @pytest.mark.slow

@@ -93,3 +93,16 @@ def test_wheel_installs_and_trains_from_another_directory(tmp_path):
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "WHEEL OK" in proc.stdout
+
+  # The local launcher from the wheel, in the user's directory with relative paths: its tasks
+  # ran <package root>/scripts/run.py (not in a wheel) from the package root.
+  (work / "mlp.yaml").write_text("model: {name: mlp, hidden_sizes: [16]}\n"
+                                 "train_input: {batch_size: 8}\n")
+  proc = subprocess.run(
+      [str(venv / "bin" / "python"), "-c", "import sys; from cerebras_tf.runtime import launcher; "
+       "sys.exit(launcher.main(sys.argv[1:]))", "--workers", "1", "--", "--params", "mlp.yaml",
+       "--model_dir", "launched", "--max_steps", "2"],
+      cwd=work, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+  assert "[chief:0] global_step=2" in proc.stdout, proc.stdout[-3000:]
+  assert os.path.exists(work / "launched" / "model.ckpt-2.index")

@@ -1,18 +1,21 @@
 """A TF_CONFIG cluster on this machine, for trying multi-worker training, and the TF_CONFIG
 each host of a real cluster needs (scripts/launch.py is the command line).
 
-One process per task, each in its own process group: `scripts/run.py` for the chief and the
-workers, `python -m cerebras_tf.runtime.server` for ps tasks (MemoryX weight servers). Their
-output is printed line by line with a `[chief:0]` prefix. The first task to fail stops the
+One process per task, each in its own process group and in the launcher's directory:
+`python -m cerebras_tf` (scripts/run.py) for the chief and the workers, `python -m
+cerebras_tf.runtime.server` for ps tasks (MemoryX weight servers). Their output is printed line
+by line with a `[chief:0]` prefix. The first task to fail stops the
 others; Ctrl-C or SIGTERM on the launcher stops them all; each task also gets SIGKILL from the
 kernel if the launcher itself dies (PR_SET_PDEATHSIG), so no task outlives it.
 
 Plain Python (no TensorFlow): the tasks import it, not the launcher.
 """
 
+import argparse
 import ctypes
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,7 +23,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from cerebras_tf.errors import ConfigError
+from cerebras_tf.errors import CerebrasTFError, ConfigError
 from cerebras_tf.runtime import cluster as cluster_lib
 from cerebras_tf.runtime import tf_config
 
@@ -101,7 +104,7 @@ class LocalLauncher:
   def _command(self, job: str) -> List[str]:
     if job == "ps":
       return [sys.executable, "-m", "cerebras_tf.runtime.server", "--parent", str(os.getpid())]
-    return [sys.executable, os.path.join(ROOT, "scripts", "run.py"), *self.run_args]
+    return [sys.executable, "-m", "cerebras_tf", *self.run_args]
 
   def _say(self, line: str) -> None:
     with self._lock:
@@ -118,7 +121,8 @@ class LocalLauncher:
       name = f"{job}:{i}"
       env = dict(self.env, TF_CONFIG=tf_config_for(self.spec, job, i),
                  PYTHONPATH=os.pathsep.join(p for p in (ROOT, self.env.get("PYTHONPATH")) if p))
-      proc = subprocess.Popen(self._command(job), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+      # In the user's directory: relative paths in the run.py flags mean what they typed.
+      proc = subprocess.Popen(self._command(job), cwd=os.getcwd(), env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
                               preexec_fn=_die_with_parent)
       self.procs[name] = proc
@@ -184,3 +188,53 @@ class LocalLauncher:
       self.stop()
       signal.signal(signal.SIGTERM, previous)
     return code
+
+
+_USAGE_HEAD = "Start a multi-worker cluster on this machine, or print the TF_CONFIG of a real one."
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  """scripts/launch.py and the `cerebras-launch` command: returns the exit code."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  run_args = []
+  if "--" in argv:
+    cut = argv.index("--")
+    argv, run_args = argv[:cut], argv[cut + 1:]
+  ap = argparse.ArgumentParser(description=_USAGE_HEAD,
+                               usage="launch.py --workers N [--ps K] -- RUN.PY FLAGS | "
+                                     "launch.py --print_tf_config HOST [HOST ...]")
+  ap.add_argument("--workers", type=int, help="training tasks on this machine (chief + N-1)")
+  ap.add_argument("--ps", type=int, default=0, help="MemoryX weight servers (ps tasks)")
+  ap.add_argument("--print_tf_config", nargs="+", metavar="HOST",
+                  help="print each host's TF_CONFIG (host or host:port; the first is the chief)")
+  ap.add_argument("--ps_hosts", nargs="*", default=[], metavar="HOST",
+                  help="with --print_tf_config: hosts of the weight servers")
+  ap.add_argument("--port", type=int, default=DEFAULT_PORT,
+                  help="with --print_tf_config: the port of hosts given without one")
+  args = ap.parse_args(argv)
+  try:
+    if args.print_tf_config:
+      spec = cluster_spec(args.print_tf_config, args.ps_hosts, args.port)
+      for job, i in tasks(spec):
+        host = spec[job][i].rsplit(":", 1)[0]
+        print(f"# {job}:{i} on {host}")
+        print(f"export TF_CONFIG={shlex.quote(tf_config_for(spec, job, i))}")
+      return 0
+    if args.workers is None:
+      ap.print_usage(sys.stderr)
+      print("error: give --workers N (and the run.py flags after --) or --print_tf_config HOST..",
+            file=sys.stderr)
+      return 2
+    if not run_args:
+      print("error: give the run.py flags after --, e.g. -- --params configs/params_mlp.yaml",
+            file=sys.stderr)
+      return 2
+    return LocalLauncher(local_spec(args.workers, args.ps), run_args).run()
+  except CerebrasTFError as e:
+    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    return e.exit_code
+
+
+def console_main():
+  """Console-script entry point (`cerebras-launch`)."""
+  sys.exit(main())
