@@ -87,3 +87,17 @@ def test_malformed_tf_config_is_one_clear_line(monkeypatch, raw, fragment):
   with pytest.raises(ConfigError, match=fragment) as err:
     cluster_lib.ps_addresses_from_tf_config()
   assert "\n" not in str(err.value)
+
+
+def test_stall_limit_is_the_floor_or_twenty_times_the_longest_step(tmp_path, monkeypatch):
+  """A 2 s step makes 40 s the stall limit (20 x 2 s) above a 3 s floor; without steps the
+  floor holds. The cluster is not launched: the bookkeeping is plain Python."""
+  monkeypatch.setenv("CEREBRAS_TF_STALL_TIMEOUT_S", "3")
+  c = cluster_lib.LocalCluster(num_ps=1, log_dir=str(tmp_path))
+  assert c.stall_limit_s() == 3.0
+  c.step_started()
+  c._step_started -= 2.0  # pylint: disable=protected-access
+  c.step_finished()
+  assert c.stall_limit_s() == pytest.approx(40.0, abs=0.1)
+  monkeypatch.delenv("CEREBRAS_TF_STALL_TIMEOUT_S")
+  assert c.stall_limit_s() == cluster_lib.STALL_TIMEOUT_S == 600.0

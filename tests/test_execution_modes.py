@@ -162,6 +162,47 @@ def test_weight_server_killed_mid_run_recovers_from_last_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
+def test_weight_server_that_stops_answering_is_restarted_and_the_run_finishes(tmp_path):
+  """SIGSTOP a ps task mid-run: the client would wait on it forever (seen once in 158,000
+  steps without any signal: TensorFlow rejected a retried RunGraph and both processes sat
+  idle). The stall watch kills it after CEREBRAS_TF_STALL_TIMEOUT_S (or 20x the longest step),
+  it is restarted, and the session recovers from the last checkpoint."""
+  _needs_planner("weight_streaming")
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  model_dir = tmp_path / "ws_stall"
+  cmd = [sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
+         "--model_dir", str(model_dir), "--max_steps", str(KILL_RUN_STEPS),
+         "--execution_strategy", "weight_streaming",
+         "--params_override", f"runconfig.save_checkpoints_steps={KILL_CKPT_STEPS}",
+         "--params_override", "runconfig.log_step_count_steps=500"]
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                                              CEREBRAS_TF_STALL_TIMEOUT_S="3"))
+  deadline = time.monotonic() + 240
+  victim = None
+  while victim is None and time.monotonic() < deadline and proc.poll() is None:
+    ckpt = (model_dir / "checkpoint")
+    if ckpt.exists() and "model.ckpt-0\"" not in ckpt.read_text().split("\n")[0]:
+      victim = next(iter(_server_processes(f"--parent {proc.pid}")), None)
+    time.sleep(0.05)
+  assert victim, "no checkpoint or no weight server seen"
+  stopped_at = time.monotonic()
+  os.kill(int(victim), signal.SIGSTOP)
+  out, err = proc.communicate(timeout=600)
+  assert proc.returncode == 0, err[-3000:]
+  m = re.search(r"no training step finished in (\d+)s \(the weight servers stopped answering\); "
+                r"restarting them \(1/3\)", err)
+  assert m and int(m.group(1)) >= 3, err[-3000:]
+  assert time.monotonic() - stopped_at < 300
+  log = (model_dir / "cerebras_tf.log").read_text()
+  assert re.search(r"Restoring parameters from .*model\.ckpt-[1-9]\d*", log), log[-3000:]
+  assert f"global_step={KILL_RUN_STEPS}" in out
+  time.sleep(1)
+  assert not _server_processes(f"--parent {proc.pid}")
+
+
+@pytest.mark.slow
 def test_client_killed_mid_run_leaves_no_weight_server_and_rerun_resumes(tmp_path):
   """SIGKILL the training process itself (the compute side) mid-run in weight streaming: its
   weight servers exit on their own, the checkpoints stay readable, and the rerun resumes from

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 from cerebras_tf.errors import ConfigError, TrainingError
 from cerebras_tf.runtime import tf_config
@@ -30,6 +30,12 @@ READY_TIMEOUT_S = 60.0
 MAX_RESTARTS = 3
 # How long the client waits for a (restarted) weight server before it gives up cleanly.
 SESSION_TIMEOUT_S = 120
+# A training step that has not finished after this long (or 20x the longest step so far) is
+# stalled: measured once in 158,000 steps of a local weight-streaming run, TensorFlow's client
+# rejected a retried RunGraph ("The same RunGraph request was received twice") and waited on
+# the weight server forever, both processes idle. CEREBRAS_TF_STALL_TIMEOUT_S overrides it.
+STALL_TIMEOUT_S = 600.0
+STALL_FACTOR = 20.0
 
 
 def free_port() -> int:
@@ -90,6 +96,10 @@ class LocalCluster:
     self.restarts = 0
     self.failed: Optional[str] = None
     self._training_dir: Optional[str] = None  # the model_dir of the training call under way
+    self._step_started: Optional[float] = None  # monotonic time the running step began
+    self._longest_step = 0.0
+    self.stalls = 0
+    self._stall_killed: Set[int] = set()  # ps tasks the stall watch killed (not crashes)
 
   def __enter__(self) -> "LocalCluster":
     for attempt in range(3):
@@ -141,6 +151,10 @@ class LocalCluster:
       for i, p in enumerate(self.procs):
         if p.poll() is None or self._closing.is_set():
           continue
+        if i in self._stall_killed:
+          self._stall_killed.discard(i)
+          self.procs[i] = self._start(i)
+          continue
         if self.restarts >= MAX_RESTARTS:
           if self.failed is None:
             self.failed = (f"weight server ps:{i} died {self.restarts + 1} times (last exit "
@@ -157,13 +171,58 @@ class LocalCluster:
 
   @contextlib.contextmanager
   def training(self, model_dir: str):
-    """Marks a training call under way (the weight-streaming runtime's scope); yields no
-    hooks."""
+    """Marks a training call under way (the weight-streaming runtime's scope) and watches its
+    steps (`step_started` / `step_finished`, called by a session hook) for a stall."""
     self._training_dir = model_dir
+    self._step_started, self._longest_step = None, 0.0
+    done = threading.Event()
+    watch = threading.Thread(target=self._watch_steps, args=(done,), daemon=True)
+    watch.start()
     try:
-      yield []
+      yield
     finally:
+      done.set()
+      watch.join()
       self._training_dir = None
+
+  def step_started(self) -> None:
+    self._step_started = time.monotonic()
+
+  def step_finished(self) -> None:
+    if self._step_started is not None:
+      self._longest_step = max(self._longest_step, time.monotonic() - self._step_started)
+    self._step_started = None
+
+  def stall_limit_s(self) -> float:
+    floor = float(os.environ.get("CEREBRAS_TF_STALL_TIMEOUT_S", STALL_TIMEOUT_S))
+    return max(floor, STALL_FACTOR * self._longest_step)
+
+  def _watch_steps(self, done: threading.Event) -> None:
+    """A step stalled on the weight servers: ours are killed (the restart watch brings them
+    back and TensorFlow's session recovers from the last checkpoint, as after a crash);
+    external ones cannot be, so the run ends with one line, its checkpoints intact."""
+    while not done.wait(1.0):
+      started = self._step_started
+      if started is None or time.monotonic() - started < self.stall_limit_s():
+        continue
+      waited = time.monotonic() - started
+      self._step_started = None  # one action per stalled step
+      self.stalls += 1
+      if self.external or self.stalls > MAX_RESTARTS:
+        self.failed = (f"no training step finished in {waited:.0f}s (stall {self.stalls}): the "
+                       f"weight servers {', '.join(self.cluster['ps'])} stopped answering")
+        self._abandon()
+        continue
+      print(f"cerebras_tf: no training step finished in {waited:.0f}s (the weight servers "
+            f"stopped answering); restarting them ({self.stalls}/{MAX_RESTARTS}); training "
+            "resumes from the last checkpoint", file=sys.stderr, flush=True)
+      for i, p in enumerate(self.procs):
+        if p.poll() is None:
+          self._stall_killed.add(i)
+          try:
+            os.killpg(p.pid, signal.SIGKILL)
+          except (ProcessLookupError, PermissionError):
+            pass
 
   def _abandon(self) -> None:
     """A weight server is gone for good and a training call is still under way
@@ -177,7 +236,7 @@ class LocalCluster:
     saved = (f"checkpoints up to {os.path.basename(kept[-1])} in {model_dir} are intact" if kept
              else "no checkpoint was written")
     print(f"error: {self.failed}; training stopped (TensorFlow cannot end a session whose "
-          f"weight server is gone, so this process exits); {saved}; fix what stops the weight "
+          f"weight server is gone or stalled, so this process exits); {saved}; fix what stops the weight "
           f"server and rerun the same command to resume", file=sys.stderr, flush=True)
     self.close()
     os._exit(TrainingError.exit_code)  # pylint: disable=protected-access

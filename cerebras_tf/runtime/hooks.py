@@ -1,4 +1,5 @@
-"""Session hooks for runs on the (simulated) engine: progress, TensorBoard, NaN guard."""
+"""Session hooks for runs on the (simulated) engine: progress, TensorBoard, NaN guard, Ctrl-C,
+the weight servers' stall watch."""
 
 import math
 import signal
@@ -156,3 +157,20 @@ class _StopWhenRequested(tf.compat.v1.train.SessionRunHook):
   def after_run(self, run_context, run_values):
     if self._owner.requested:
       run_context.request_stop()
+
+
+class StepWatchHook(tf.compat.v1.train.SessionRunHook):
+  """Tells `watch` (runtime/cluster.LocalCluster) when each step starts and finishes, so a
+  step stalled on the weight servers is noticed."""
+
+  def __init__(self, watch):
+    self._watch = watch
+
+  def before_run(self, run_context):
+    self._watch.step_started()
+
+  def after_run(self, run_context, run_values):
+    self._watch.step_finished()
+
+  def end(self, session):
+    self._watch.step_finished()

@@ -16,6 +16,7 @@ goes to one device; a session_config hides the logical devices unless it sets de
 
 import contextlib
 import dataclasses
+import functools
 import os
 from typing import Callable, ContextManager
 
@@ -24,7 +25,7 @@ import tensorflow as tf
 from cerebras_tf.core import batching, plans
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import cluster as cluster_lib
-from cerebras_tf.runtime import multiworker, peers
+from cerebras_tf.runtime import hooks, multiworker, peers
 from cerebras_tf.runtime import tf_config
 
 
@@ -132,6 +133,12 @@ class Runtime:
   scope: Callable[[], ContextManager] = contextlib.nullcontext
 
 
+@contextlib.contextmanager
+def _weight_streaming_scope(local: cluster_lib.LocalCluster, model_dir: str):
+  with local.training(model_dir):
+    yield [hooks.StepWatchHook(local)]
+
+
 def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
   """The RunConfig (a `replace()` of `config`) that trains `plan` on this host."""
   b = plan.batching
@@ -157,7 +164,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
                          session_creation_timeout_secs=cluster_lib.SESSION_TIMEOUT_S,
                          **placement)
     where = f"{len(client.cluster['ps'])} weight server(s) {', '.join(client.cluster['ps'])}"
-    scope = lambda: client.local.training(model_dir)  # noqa: E731
+    scope = functools.partial(_weight_streaming_scope, client.local, model_dir)
   elif multi_worker:
     cluster = tf_config.current()
     dist = multiworker.strategy(cluster)
