@@ -236,8 +236,8 @@ class LocalCluster:
     saved = (f"checkpoints up to {os.path.basename(kept[-1])} in {model_dir} are intact" if kept
              else "no checkpoint was written")
     print(f"error: {self.failed}; training stopped (TensorFlow cannot end a session whose "
-          f"weight server is gone or stalled, so this process exits); {saved}; fix what stops the weight "
-          f"server and rerun the same command to resume", file=sys.stderr, flush=True)
+          f"weight server is gone or stalled, so this process exits); {saved}; fix what stops "
+          f"the weight server and rerun the same command to resume", file=sys.stderr, flush=True)
     self.close()
     os._exit(TrainingError.exit_code)  # pylint: disable=protected-access
 

@@ -4,9 +4,9 @@ each host of a real cluster needs (scripts/launch.py is the command line).
 One process per task, each in its own process group and in the launcher's directory:
 `python -m cerebras_tf` (scripts/run.py) for the chief and the workers, `python -m
 cerebras_tf.runtime.server` for ps tasks (MemoryX weight servers). Their output is printed line
-by line with a `[chief:0]` prefix. The first task to fail stops the
-others; Ctrl-C or SIGTERM on the launcher stops them all; each task also gets SIGKILL from the
-kernel if the launcher itself dies (PR_SET_PDEATHSIG), so no task outlives it.
+by line with a `[chief:0]` prefix. The first task to fail stops the others; Ctrl-C or SIGTERM
+on the launcher stops them all; each task also gets SIGKILL from the kernel if the launcher
+itself dies (PR_SET_PDEATHSIG), so no task outlives it.
 
 Plain Python (no TensorFlow): the tasks import it, not the launcher.
 """
@@ -122,9 +122,9 @@ class LocalLauncher:
       env = dict(self.env, TF_CONFIG=tf_config_for(self.spec, job, i),
                  PYTHONPATH=os.pathsep.join(p for p in (ROOT, self.env.get("PYTHONPATH")) if p))
       # In the user's directory: relative paths in the run.py flags mean what they typed.
-      proc = subprocess.Popen(self._command(job), cwd=os.getcwd(), env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                              preexec_fn=_die_with_parent)
+      proc = subprocess.Popen(self._command(job), cwd=os.getcwd(), env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True, preexec_fn=_die_with_parent)
       self.procs[name] = proc
       pump = threading.Thread(target=self._pump, args=(name, proc.stdout), daemon=True)
       pump.start()
