@@ -14,6 +14,7 @@ Estimator in the MRO.
 import contextlib
 import errno
 import functools
+import inspect
 import os
 import re
 import tempfile
@@ -41,9 +42,34 @@ _SECTION = {ModeKeys.TRAIN: "train_input", ModeKeys.EVAL: "eval_input",
 
 
 def _call_with_supported_args(fn, **kwargs):
-  """Calls `fn` with the subset of kwargs its signature names (the Estimator's convention)."""
+  """Calls `fn` with the subset of kwargs its signature names (the Estimator's convention).
+
+  Raises:
+    ConfigError: `fn` requires an argument by another name (`lambda p: ...`): tf.estimator's
+      TypeError said only "missing 1 required positional argument: 'p'".
+  """
   args = estimator_util.fn_args(fn)
+  _check_required_args(fn, kwargs)
   return fn(**{k: v for k, v in kwargs.items() if k in args})
+
+
+def _check_required_args(fn, passed) -> None:
+  try:
+    parameters = inspect.signature(fn).parameters.values()
+  except (TypeError, ValueError):  # a builtin or C callable: let the call speak
+    return
+  missing = [p.name for p in parameters if p.default is p.empty and p.name not in passed
+             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+  if not missing:
+    return
+  code = getattr(inspect.unwrap(getattr(fn, "func", fn)), "__code__", None)
+  where = f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
+  name = getattr(fn, "__name__", type(fn).__name__)
+  raise ConfigError(
+      f"{name}{where} requires argument(s) {', '.join(repr(m) for m in missing)}, but "
+      f"tf.estimator passes arguments by name, only {', '.join(sorted(passed))}: rename "
+      f"{missing[0]!r} to one of those (the input_fn's is usually 'params'), or give it a "
+      "default")
 
 
 def batch_size_for_mode(params: dict, mode: str) -> Optional[int]:

@@ -252,6 +252,18 @@ def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   assert not glob.glob("model/*.corrupt")
 
 
+def test_an_input_fn_whose_argument_has_another_name_is_told_the_names(tmp_path):
+  """`lambda p: ...`: tf.estimator passes params by name, so the call failed with Python's
+  "missing 1 required positional argument: 'p'" from inside our wrapper."""
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  with pytest.raises(ConfigError, match=r"<lambda> \(.*test_estimator.py:\d+\) requires "
+                                        r"argument\(s\) 'p', but tf.estimator passes arguments "
+                                        r"by name, only config, input_context, mode, params: "
+                                        r"rename 'p'"):
+    est.train(lambda p: _train_input(p), max_steps=1, use_cs=True)  # pylint: disable=unnecessary-lambda
+  assert not os.path.exists(os.path.join(est.model_dir, "checkpoint"))
+
+
 def test_an_unbatched_dataset_is_named_as_such(tmp_path):
   """A hurried user forgets .batch(): x is [32] (input_dim) and the labels are scalars. That
   used to read "batches of 32 samples, but each replica must get 16"."""
@@ -348,3 +360,39 @@ def _raises(fn):
   except ConfigError as e:
     return str(e)
   return "no error"
+
+
+NOTEBOOK = '''
+import sys
+import tensorflow as tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.models.mlp.model import input_fn, model_fn
+params = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [16],
+          "learning_rate": 1e-2, "num_examples": 256}
+train = lambda params: input_fn(params, tf.estimator.ModeKeys.TRAIN)
+for step, (strategy, systems) in enumerate([("pipelined", 1), ("weight_streaming", 1),
+                                            ("multi_replica", 1), ("weight_streaming", 2)]):
+  est = CerebrasEstimator(model_fn, params=params, config=CSRunConfig(
+      model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy=strategy, num_csx=systems)))
+  est.train(train, max_steps=2 * (step + 1), use_cs=True)
+  print("trained", strategy, systems, est.get_variable_value("global_step"), flush=True)
+'''
+
+
+@pytest.mark.slow
+def test_one_process_trains_in_every_mode_in_turn(tmp_path):
+  """A notebook: pipelined, then weight streaming, then multi_replica (2 host replicas), then
+  weight streaming on 2 systems, in one process. TensorFlow fixes a process's devices when its
+  runtime starts, so the first (one-device) run used to leave one CPU device and the third
+  and fourth runs failed with "TensorFlow already started with 1"; the weight-streaming client
+  then refused 2 systems as "a cluster of another shape"."""
+  script = tmp_path / "notebook.py"
+  script.write_text(NOTEBOOK)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  env.pop("TF_CONFIG", None)
+  proc = subprocess.run([sys.executable, str(script), str(tmp_path / "m")], cwd=tmp_path, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split("\n")[:4] == [
+      "trained pipelined 1 2", "trained weight_streaming 1 4", "trained multi_replica 1 6",
+      "trained weight_streaming 2 8"], proc.stdout

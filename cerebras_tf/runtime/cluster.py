@@ -290,10 +290,11 @@ class Client:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     self.cluster = cluster.cluster
     self.local = cluster
-    self.replicas = replicas
     self.job = cluster.client_job
     self._server = tf.distribute.Server(tf.train.ClusterSpec(self.cluster), job_name=self.job,
                                         task_index=0, start=True)
+    # The server has every logical CPU of this process: a later run on more systems fits.
+    self.replicas = max(replicas, len(tf.config.list_logical_devices("CPU")))
 
   @property
   def target(self) -> str:

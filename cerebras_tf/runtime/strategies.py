@@ -74,7 +74,12 @@ def host_devices(cs_config) -> dict:
     want = cs_config.num_replicas or batching.HOST_CPU_REPLICAS
   if strategy in (plans.WEIGHT_STREAMING, plans.AUTO):
     want = max(want, cs_config.num_csx)
-  if want > 1:
+  if want < batching.HOST_CPU_REPLICAS:
+    # A run on one device reserves the default data-parallel count too while it still can,
+    # so a notebook that trains pipelined and then multi_replica needs no new process.
+    with contextlib.suppress(ConfigError):
+      reserve_logical_cpus(batching.HOST_CPU_REPLICAS)
+  elif want > 1:
     try:
       reserve_logical_cpus(want)
     except ConfigError:
