@@ -20,9 +20,12 @@ PHASES = ("train", "eval", "predict")
 
 
 def fmt_gb(nbytes: float) -> str:
-  """Memory for a person: '6.62 GB'; under 10 MB in MB ('0.43 MB'), where '0.00 GB' told a
-  small model's user nothing."""
-  return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e7 else f"{nbytes / 1e6:.2f} MB"
+  """Memory for a person: '6.62 GB', '8.39 MB', '0.51 KB' (the largest unit it is 1 of),
+  where '0.00 GB' told a small model's user nothing."""
+  for unit, size in (("GB", 1e9), ("MB", 1e6)):
+    if nbytes >= size:
+      return f"{nbytes / size:.2f} {unit}"
+  return f"{nbytes / 1e3:.2f} KB"
 
 
 @dataclasses.dataclass(frozen=True)
