@@ -139,6 +139,7 @@ class _CerebrasMethods:
     input_checkpointed = (result.plan.execution_strategy == plans.PIPELINED
                           and result.plan.batching.host_replicas_per_worker == 1)
     if input_checkpointed:
+      checkpoints.match_input_state(self.model_dir, result.input_signature)
       checkpoints.align_input_state(self.model_dir)
       self._restore_from = checkpoints.latest(self.model_dir)
     else:

@@ -8,6 +8,7 @@ docs/bad_inputs.md's catalogue; here the files on disk are.
 import glob
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -234,6 +235,30 @@ def test_switching_pipelined_to_weight_streaming_keeps_every_runs_steps(tmp_path
     log = fh.read()
   assert "model.ckpt-12" in log.rsplit("Restoring parameters from", 1)[1].splitlines()[0]
   assert latest_step(model_dir) == 14 and (model_dir / "checkpoint_input").exists()
+
+
+def test_a_changed_batch_starts_the_input_afresh_and_keeps_the_model(tmp_path, capsys):
+  """Batch 64, then 32 on the same model_dir (pipelined saves the input's position): the
+  restored iterator held 64-sample batches and the first step failed with TF's "Incompatible
+  shapes at component 0: expected [32,...] but got [64,...]". The input now starts afresh,
+  the model resumes from its latest checkpoint (not rolled back), and a third run with the
+  same batch resumes the input's position again."""
+  model_dir = tmp_path / "m"
+  every = ["--params_override", "runconfig.save_checkpoints_steps=2"]
+  assert run(model_dir, "--max_steps", "4", *every) == 0
+  capsys.readouterr()
+  small = ["--params_override", "train_input.batch_size=32"]
+  assert run(model_dir, "--max_steps", "8", *every, *small) == 0
+  err = capsys.readouterr().err
+  assert re.search(r"the input changed since its position was saved \(features/x: "
+                   r"float32\[64, \d+\]; labels: \w+\[64\] -> features/x: float32\[32, \d+\]; "
+                   r"labels: \w+\[32\]\); the input starts from its beginning", err), err
+  with open(model_dir / "cerebras_tf.log") as fh:
+    assert "model.ckpt-4" in fh.read().rsplit("Restoring parameters from", 1)[1].splitlines()[0]
+  assert latest_step(model_dir) == 8
+  assert run(model_dir, "--max_steps", "10", *every, *small) == 0
+  assert "the input changed" not in capsys.readouterr().err
+  assert (model_dir / "checkpoint_input").exists() and latest_step(model_dir) == 10
 
 
 @pytest.mark.slow

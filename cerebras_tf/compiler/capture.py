@@ -104,6 +104,13 @@ def check_batched(features_spec, labels_spec) -> None:
         f".batch(params['batch_size'], drop_remainder=True)")
 
 
+def input_signature(captured: "CapturedGraph") -> str:
+  """The input the model was traced on, batch included ('features/x: float32[32, 8]; ...'):
+  what a saved input-pipeline position is only valid for."""
+  return "; ".join(f"{name}: {t.dtype.name}{t.shape.as_list()}"
+                   for name, t in sorted(captured.inputs.items()))
+
+
 def batch_size_of(spec, default: int) -> int:
   """The static batch dimension of an element spec, or `default` when it is unknown."""
   for s in tf.nest.flatten(spec):

@@ -53,6 +53,7 @@ class CompileResult:
     compile_dir: where the reports are.
     seconds: wall time of this compile call.
     validate_only: True when only capture + validation ran (plan/performance are None).
+    input_signature: the traced input's names, dtypes and shapes (capture.input_signature).
   """
 
   graph: Optional[ir.LayerGraph]
@@ -63,6 +64,7 @@ class CompileResult:
   compile_dir: str
   seconds: float
   validate_only: bool = False
+  input_signature: str = ""
 
   @property
   def fits(self) -> bool:
@@ -266,6 +268,7 @@ class Compiler:
     if not captured.batch_size:
       raise CompileError("cannot tell the batch size: batch the dataset with drop_remainder=True "
                          "or set train_input.batch_size in params")
+    signature = capture.input_signature(captured)
     mode = "validate" if validate_only else "train"
     key = trace_key(captured, engine.source_path, {**cs_config._asdict(), **host}, mode)
     hit = self.memo.get(key)
@@ -277,13 +280,13 @@ class Compiler:
         hit = self.memo[key] = result_from_entry(entry, self.cache, 0.0)
         self._kept[key] = entry["report_paths"]
     if hit is not None:
-      return dataclasses.replace(hit, cached=True, seconds=now() - t0)
+      return dataclasses.replace(hit, cached=True, seconds=now() - t0, input_signature=signature)
 
     fwd = lower.forward_ops(captured)
     lower.validate(captured, fwd)
     if validate_only:
       result = CompileResult(None, None, None, {}, False, self.compile_dir, now() - t0,
-                             validate_only=True)
+                             validate_only=True, input_signature=signature)
       self.memo[key] = result
       return result
     name = (getattr(model_fn, "model_name", None) or getattr(model_fn, "__module__", "model")
@@ -312,6 +315,7 @@ class Compiler:
       keys = [gkey] if cs.vts else [key, gkey]
       self.cache.put(keys, {"graph": graph.to_dict(), "plan": the_plan.to_dict(),
                             "performance": performance.to_dict(), "report_paths": kept})
+    result = dataclasses.replace(result, input_signature=signature)
     if not cs.vts:
       self.memo[key] = result
       self._kept[key] = kept

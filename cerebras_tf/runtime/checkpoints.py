@@ -35,6 +35,7 @@ from cerebras_tf.runtime import ckpt_files
 from cerebras_tf.runtime.ckpt_files import list_checkpoints, step_of
 
 INPUT_STATE = ckpt_files.INPUT_STATE  # CheckpointInputPipelineHook's state file name
+INPUT_SIGNATURE = INPUT_STATE + ".signature"  # the input it was saved from (match_input_state)
 
 
 class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
@@ -161,6 +162,38 @@ def align_input_state(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
         model_dir, input_steps[step], [p for s, p in sorted(input_steps.items()) if s <= step],
         latest_filename=INPUT_STATE)
   return chosen
+
+
+def match_input_state(model_dir: str, signature: str, log=tf.compat.v1.logging.warning) -> bool:
+  """Keeps the saved input position only for the input it was saved from: a run whose traced
+  input (`signature`: names, dtypes, shapes, batch included) differs from the one recorded
+  beside the input state retires that state, so the input starts afresh and the model is not
+  rolled back to pair with it. (Restored into a pipeline of another batch, TF's iterator
+  failed the first step with "Incompatible shapes at component 0: expected [64,...] but got
+  [32,...]".) Records `signature` for the next run. Returns whether the state was kept.
+
+  Before the first run that records one, a saved position is kept (nothing to compare).
+  """
+  path = os.path.join(model_dir, INPUT_SIGNATURE)
+  try:
+    with open(path, encoding="utf-8") as fh:
+      saved = fh.read()
+  except FileNotFoundError:
+    saved = None
+  kept = True
+  if saved is not None and saved != signature and tf.io.gfile.exists(
+      os.path.join(model_dir, INPUT_STATE)):
+    log(f"cerebras_tf: the input changed since its position was saved ({saved} -> "
+        f"{signature}); the input starts from its beginning, the model from its latest "
+        f"checkpoint")
+    retire_input_state(model_dir, log=lambda _: None)
+    kept = False
+  if saved != signature:
+    os.makedirs(model_dir, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+      fh.write(signature)
+    os.replace(path + ".tmp", path)
+  return kept
 
 
 def retire_input_state(model_dir: str, log=tf.compat.v1.logging.info) -> bool:
