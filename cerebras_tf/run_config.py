@@ -7,6 +7,7 @@ keeps the Cerebras fields and validates them again.
 """
 
 import copy
+import numbers
 from typing import Optional
 
 import tensorflow as tf
@@ -29,6 +30,7 @@ class CSRunConfig(tf.estimator.RunConfig):
   """A RunConfig that also says where the Cerebras system is and how to use it."""
 
   def __init__(self, cs_ip=None, system_name=None, cs_config=None, stack_params=None, **kwargs):
+    _check_counts(kwargs)
     super().__init__(**kwargs)
     self._cs_ip = parse_cs_ip(cs_ip)
     self._system_name = system_name
@@ -81,6 +83,19 @@ class CSRunConfig(tf.estimator.RunConfig):
     if "master" in cs_kwargs:
       new._cs_master = cs_kwargs["master"]
     return new
+
+
+# RunConfig's arguments that are counts; RunConfig itself fails on a string with Python's
+# "'>=' not supported between instances of 'str' and 'int'".
+_COUNTS = ("tf_random_seed", "save_summary_steps", "save_checkpoints_steps",
+           "save_checkpoints_secs", "keep_checkpoint_max", "log_step_count_steps")
+
+
+def _check_counts(kwargs: dict) -> None:
+  for name in _COUNTS:
+    value = kwargs.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+      raise ConfigError(f"CSRunConfig {name} must be an int or None, got {value!r}")
 
 
 def _check_cs_config(cs_config) -> CSConfig:

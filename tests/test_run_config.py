@@ -1,5 +1,8 @@
 """CSRunConfig / CSConfig: validation and immutability."""
 
+import re
+
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -46,3 +49,17 @@ def test_is_a_run_config_and_replace_keeps_cs_fields():
 def test_cs_config_validated(kwargs, fragment):
   with pytest.raises(ConfigError, match=fragment):
     CSConfig(**kwargs)
+
+
+@pytest.mark.parametrize("name,value", [("save_checkpoints_steps", "100"),
+                                        ("log_step_count_steps", 1.5),
+                                        ("keep_checkpoint_max", True)])
+def test_a_count_of_the_wrong_type_is_one_line(name, value):
+  """RunConfig raised Python's "'>=' not supported between instances of 'str' and 'int'"."""
+  with pytest.raises(ConfigError, match=rf"CSRunConfig {name} must be an int or None, got "
+                                        rf"{re.escape(repr(value))}"):
+    CSRunConfig(model_dir="unused", **{name: value})
+
+
+def test_numpy_ints_are_counts():
+  assert CSRunConfig(save_checkpoints_steps=np.int64(50)).save_checkpoints_steps == 50
