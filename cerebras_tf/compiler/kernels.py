@@ -186,6 +186,9 @@ def _table() -> Dict[str, Kernel]:
 
 KERNELS: Dict[str, Kernel] = _table()
 
+_PARTITIONED = ("has a data-dependent output shape; TF emits it to look up a variable made with "
+                "partitioner=..., a host-side sharding the engine does not need (it holds "
+                "whole tables): create the variable without a partitioner")
 # Op types that are never run on the engine and why (shown in the error).
 UNSUPPORTED_REASONS = {
     "PyFunc": "runs Python on the host",
@@ -200,6 +203,10 @@ UNSUPPORTED_REASONS = {
     "CudnnRNN": "is a cuDNN-only kernel; build the LSTM/GRU without cuDNN (TF 2.15 on CPU emits "
                 "a While loop, which the engine runs)",
     "CudnnRNNV3": "is a cuDNN-only kernel; build the LSTM/GRU without cuDNN",
+    # A lookup into a variable made with get_variable(partitioner=...) splits the ids.
+    "DynamicPartition": _PARTITIONED,
+    "DynamicStitch": _PARTITIONED,
+    "ParallelDynamicStitch": _PARTITIONED,
 }
 
 

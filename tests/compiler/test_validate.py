@@ -54,3 +54,22 @@ def test_a_single_unsupported_op_keeps_the_one_op_message():
   with pytest.raises(UnsupportedOpError, match=r"unsupported op '.*' of type PyFuncStateless: it runs "
                                                r"Python on the host; move it into the input_fn"):
     lower.validate(_captured(model_fn))
+
+
+def test_a_partitioned_variable_says_to_drop_the_partitioner():
+  """get_variable(partitioner=...) makes its lookup DynamicPartition + ParallelDynamicStitch;
+  the advice "move them into the input_fn" was wrong for those: the fix is in the model."""
+  def model_fn(features, labels):
+    table = tf.compat.v1.get_variable(
+        "table", [100, 3], partitioner=tf.compat.v1.fixed_size_partitioner(2))
+    ids = tf.cast(features["x"] * 10, tf.int32)
+    rows = tf.nn.embedding_lookup(table, ids)  # MARK-partitioned
+    loss = tf.reduce_mean(rows)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=train_op)
+  with pytest.raises(UnsupportedOpError) as err:
+    lower.validate(_captured(model_fn))
+  line = line_of(__file__, "MARK-partitioned")
+  assert (f"test_validate.py:{line}: 'embedding_lookup/DynamicPartition' of type "
+          f"DynamicPartition") in str(err.value)
+  assert "create the variable without a partitioner" in str(err.value)
