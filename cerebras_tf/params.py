@@ -494,7 +494,7 @@ class _Validator:
       if warmup and first["steps"] > updates:
         self.fail(("optimizer", "learning_rate", 0, "steps"),
                   f"optimizer.learning_rate[0].steps (warm-up) {first['steps']} must be <= "
-                  f"{limit}")
+                  f"{limit}: raise max_steps or shorten the warm-up segment")
     if opt["warmup_steps"]:
       if isinstance(lr, list):
         self.fail(("optimizer", "warmup_steps"), "optimizer.warmup_steps applies to a constant "

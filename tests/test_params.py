@@ -257,7 +257,8 @@ BAD_CASES = [
      "true\n", None, "{f}:25: csconfig.multireplica: true conflicts with "
      "csconfig.execution_strategy 'weight_streaming' (use multi_replica)"),
     ("warm-up beyond max_steps", GOOD.replace("max_steps: 1000", "max_steps: 50"), None,
-     "{f}:14: optimizer.learning_rate[0].steps (warm-up) 100 must be <= runconfig.max_steps 50"),
+     "{f}:14: optimizer.learning_rate[0].steps (warm-up) 100 must be <= runconfig.max_steps 50: "
+     "raise max_steps or shorten the warm-up segment"),
     ("schedule step missing", GOOD.replace("      steps: 100\n", ""), None,
      "{f}:13: optimizer.learning_rate[0].steps is required: every segment but the last needs "
      "steps"),
@@ -434,4 +435,5 @@ def test_grad_accum_and_warmup_steps(tmp_path):
       "the first segment a Linear warm-up")
   assert _error(path, ["optimizer.grad_accum_steps=20"]).endswith(  # warm-up segment: 100 steps
       "optimizer.learning_rate[0].steps (warm-up) 100 must be <= the 50 updates of "
-      "runconfig.max_steps 1000 / optimizer.grad_accum_steps 20")
+      "runconfig.max_steps 1000 / optimizer.grad_accum_steps 20: raise max_steps or shorten "
+      "the warm-up segment")
