@@ -127,6 +127,8 @@ def run(params: dict, opts: RunOptions,
 
   est = estimator_factory(model_fn, params, opts)
   summary: Dict[str, Any] = {"mode": mode, "model": spec.name, "model_dir": rc["model_dir"]}
+  if opts.export_dir and trains:
+    check_serving(spec, params)  # before the training it would follow, not after
 
   if opts.validate_only or opts.compile_only:
     result = est.compile(input_for(TRAIN), validate_only=opts.validate_only, mode=TRAIN)
@@ -187,6 +189,17 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
     summary["export"] = export(est, spec, params, opts.export_dir, opts.checkpoint_path)
 
 
+def check_serving(spec, params: dict) -> Callable:
+  """The model's serving_input_receiver_fn, built once in a scratch graph: an export it cannot
+  make fails here with its own one line (before training, and before TF's export leaves a
+  temp-* directory behind). TensorFlow is loaded by then (the estimator)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  serving_fn = serving_input_fn_for(spec)
+  with tf.Graph().as_default():
+    serving_fn(params)
+  return serving_fn
+
+
 def serving_input_fn_for(spec) -> Callable:
   """The model family's `serving_input_receiver_fn(params)`: from its package's `export`
   module, else from its input_fn's module. A module that exists but fails to import raises."""
@@ -210,7 +223,7 @@ def export(est, spec, params: dict, export_dir: str,
   """Writes a SavedModel of the latest (or the given) checkpoint; returns its directory."""
   if checkpoint_path is None and not list_checkpoints(params["runconfig"]["model_dir"]):
     raise ConfigError(f"export: no checkpoints in model_dir {params['runconfig']['model_dir']}")
-  serving_fn = serving_input_fn_for(spec)
+  serving_fn = check_serving(spec, params)
   path = est.export_saved_model(export_dir, functools.partial(serving_fn, params),
                                 checkpoint_path=checkpoint_path)
   return path.decode() if isinstance(path, bytes) else str(path)

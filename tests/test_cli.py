@@ -319,3 +319,20 @@ def test_export_mode_needs_export_dir(params_file):
     cli.load(["run.py", "--params", params_file, "--mode", "export"])
   _, opts = cli.load(["run.py", "--params", params_file, "--mode", "export", "--export_dir", "x"])
   assert (opts.mode, opts.export_dir) == ("export", "x")
+
+
+def test_an_export_that_cannot_work_fails_before_training(tmp_path, monkeypatch, capsys):
+  """BERT pretraining with --export_dir: the serving input (raw sentences) exists only for a
+  classifier. It used to train all of max_steps, then end in a ValueError traceback and leave
+  <export_dir>/temp-* behind."""
+  monkeypatch.chdir(ROOT)
+  model_dir, export_dir = tmp_path / "m", tmp_path / "exp"
+  code = cli.main(["run.py", "--params", "configs/params_bert_tiny_msl128.yaml", "--no_cs",
+                   "--max_steps", "200", "--model_dir", str(model_dir),
+                   "--export_dir", str(export_dir)])
+  assert code == 2
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert err == ("error: export: BERT serves raw sentences as a classifier (model.task: "
+                 "classification), this model is 'pretraining'; export a fine-tuned "
+                 "classifier, or drop --export_dir"), err
+  assert not list(model_dir.glob("model.ckpt-*")) and not export_dir.exists()

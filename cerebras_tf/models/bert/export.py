@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 import tensorflow as tf
 
+from cerebras_tf.errors import ConfigError
 from cerebras_tf.models.bert import input as input_lib
 
 SENTENCES = "sentences"
@@ -26,8 +27,9 @@ def serving_input_receiver_fn(params: Mapping[str, Any]):
   """A ServingInputReceiver: `sentences` tf.string [None] -> classifier features."""
   task = (params.get("model") or {}).get("task") or "pretraining"
   if task != "classification":
-    raise ValueError("serving from raw sentences is for model.task classification, got %r"
-                     % task)
+    raise ConfigError(f"export: BERT serves raw sentences as a classifier (model.task: "
+                      f"classification), this model is {task!r}; export a fine-tuned "
+                      f"classifier, or drop --export_dir")
   section = params.get("eval_input") or params["train_input"]
   msl = int(section.get("max_sequence_length") or 128)
   vocab_file = section.get("vocab_file") or os.path.join(section["data_dir"],
