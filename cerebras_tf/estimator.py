@@ -309,6 +309,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._cs_run = None
     self._restore_from = None  # the checkpoint the graph being built will restore
     self._last_compile = None
+    self._said_cs_ip = False
     if config is not None and not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
     # The weight servers and worker processes run in another directory.
@@ -493,6 +494,13 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     return result
 
   def _log_compile(self, result):
+    if self.config.cs_ip and not self._said_cs_ip:
+      # Validated and kept (scripts and configs written for hardware carry one), never used.
+      self._said_cs_ip = True
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: cs_ip %s is kept but not contacted: this build has no remote "
+          "runtime; the embedded simulated engine compiles and TensorFlow trains on this host",
+          self.config.cs_ip)
     how = "compile cache hit" if result.cached else "compiled"
     tf.compat.v1.logging.info("cerebras_tf: %s in %.2fs; reports in %s\n%s", how, result.seconds,
                               result.compile_dir,
