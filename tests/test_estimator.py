@@ -409,3 +409,12 @@ def test_one_process_trains_in_every_mode_in_turn(tmp_path):
   assert proc.stdout.split("\n")[:4] == [
       "trained pipelined 1 2", "trained weight_streaming 1 4", "trained multi_replica 1 6",
       "trained weight_streaming 2 8"], proc.stdout
+
+
+def test_a_model_dir_that_cannot_be_a_directory_is_one_line(tmp_path):
+  (tmp_path / "afile").write_text("a regular file\n")
+  est = CerebrasEstimator(model_fn, config=CSRunConfig(model_dir=str(tmp_path / "afile" / "m")),
+                          params=PARAMS)
+  with pytest.raises(ConfigError, match=r"model_dir .*afile/m cannot be created \(Not a "
+                                        r"directory\); choose a writable model_dir"):
+    est.train(_train_input, max_steps=1, use_cs=True)

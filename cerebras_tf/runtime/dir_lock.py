@@ -37,7 +37,11 @@ def model_dir_lock(model_dir: str):
   if "://" in model_dir or (task is not None and task.task_type not in (None, "chief")):
     yield
     return
-  os.makedirs(model_dir, exist_ok=True)
+  try:
+    os.makedirs(model_dir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f"model_dir {model_dir} cannot be created ({e.strerror or e}); choose a "
+                      "writable model_dir") from e
   key, me = os.path.realpath(model_dir), threading.get_ident()
   with _guard:
     owner, depth = _held.get(key, (me, 0))
@@ -60,7 +64,12 @@ def model_dir_lock(model_dir: str):
 
 @contextlib.contextmanager
 def _flock(model_dir: str):
-  with open(os.path.join(model_dir, LOCK_FILE), "a+") as fh:
+  try:
+    fh = open(os.path.join(model_dir, LOCK_FILE), "a+")  # pylint: disable=consider-using-with
+  except OSError as e:
+    raise ConfigError(f"model_dir {model_dir} is not writable ({e.strerror or e}); choose a "
+                      "writable model_dir") from e
+  with fh:
     try:
       fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
