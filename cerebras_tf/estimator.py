@@ -489,11 +489,11 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     if validate_only:
       tf.compat.v1.logging.info("cerebras_tf: validation passed: every op has an engine kernel")
     else:
-      self._last_compile = result
-      self._log_compile(result)
+      previous, self._last_compile = self._last_compile, result
+      self._log_compile(result, previous)
     return result
 
-  def _log_compile(self, result):
+  def _log_compile(self, result, previous=None):
     if self.config.cs_ip and not self._said_cs_ip:
       # Validated and kept (scripts and configs written for hardware carry one), never used.
       self._said_cs_ip = True
@@ -502,6 +502,13 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
           "runtime; the embedded simulated engine compiles and TensorFlow trains on this host",
           self.config.cs_ip)
     how = "compile cache hit" if result.cached else "compiled"
+    if result.cached and previous is not None and previous.plan == result.plan:
+      # A notebook's train/evaluate loop: the summary above still holds; say so in one line.
+      tf.compat.v1.logging.info(
+          "cerebras_tf: %s in %.2fs: the plan of this estimator's last compile (%s on %s, "
+          "%s samples/s predicted)", how, result.seconds, result.plan.execution_strategy,
+          result.plan.engine, f"{result.performance.samples_per_sec:,.1f}")
+      return
     tf.compat.v1.logging.info("cerebras_tf: %s in %.2fs; reports in %s\n%s", how, result.seconds,
                               result.compile_dir,
                               report.format_summary(result.plan, result.performance))

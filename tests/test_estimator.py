@@ -4,6 +4,7 @@ import glob
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -167,6 +168,20 @@ def test_a_cs_ip_is_said_to_be_unused_once(tmp_path, caplog):
   assert said == ["cerebras_tf: cs_ip 10.0.0.5:9000 is kept but not contacted: this build has "
                   "no remote runtime; the embedded simulated engine compiles and TensorFlow "
                   "trains on this host"], said
+
+
+def test_a_train_loop_prints_the_plan_once(tmp_path, caplog):
+  """A notebook's `for ...: est.train(steps=50); est.evaluate()` printed the 5-line plan
+  summary on every call; a cache hit with the same plan as the last compile is one line."""
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    for _ in range(3):
+      est.train(_train_input, steps=2, use_cs=True)
+  lines = [r.getMessage() for r in caplog.records if "cerebras_tf: comp" in r.getMessage()]
+  assert len(lines) == 3 and " on cs2: fits, SRAM " in lines[0], lines
+  assert all(re.fullmatch(r"cerebras_tf: compile cache hit in \d+\.\d\ds: the plan of this "
+                          r"estimator's last compile \(\w+ on cs2, [\d,.]+ samples/s "
+                          r"predicted\)", line) for line in lines[1:]), lines
 
 
 def test_compile_cache_hit_is_fast(tmp_path):
