@@ -160,7 +160,8 @@ class _CerebrasMethods:
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
           hooks = hooks + [checkpoints.InputPositionHook(self, external_state_policy="warn")]
-        with GracefulInterrupt() as interrupt:
+        with GracefulInterrupt() as interrupt, \
+            self._model_fn_sees_batch(runtime.per_replica_batch):
           return tf.estimator.Estimator.train(self, input_fn, hooks=hooks + [interrupt.hook],
                                               steps=steps, max_steps=max_steps,
                                               saving_listeners=saving_listeners)
@@ -216,11 +217,14 @@ class _CerebrasMethods:
     are not an answer); with use_cs=True the last compile must fit."""
     self._restore_from = self._checkpoint_for("evaluate", checkpoint_path)
     try:
+      batch = None
       if self._resolve_use_cs(use_cs):
         self._check_last_compile()
         input_fn = self._batch_param_input_fn(input_fn, ModeKeys.EVAL)
-      return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps, hooks=hooks,
-                                             checkpoint_path=checkpoint_path, name=name)
+        batch = batch_size_for_mode(self.params, ModeKeys.EVAL)
+      with self._model_fn_sees_batch(batch):
+        return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps, hooks=hooks,
+                                               checkpoint_path=checkpoint_path, name=name)
     finally:
       self._restore_from = None
 
@@ -229,14 +233,17 @@ class _CerebrasMethods:
     """Predicts from a checkpoint (refused when there is none); with use_cs=True the last
     compile must fit."""
     restore_from = self._checkpoint_for("predict", checkpoint_path)
+    batch = None
     if self._resolve_use_cs(use_cs):
       self._check_last_compile()
       input_fn = self._batch_param_input_fn(input_fn, ModeKeys.PREDICT)
+      batch = batch_size_for_mode(self.params, ModeKeys.PREDICT)
     self._restore_from = restore_from
     try:
-      yield from tf.estimator.Estimator.predict(
-          self, input_fn, predict_keys=predict_keys, hooks=hooks,
-          checkpoint_path=checkpoint_path, yield_single_examples=yield_single_examples)
+      with self._model_fn_sees_batch(batch):
+        yield from tf.estimator.Estimator.predict(
+            self, input_fn, predict_keys=predict_keys, hooks=hooks,
+            checkpoint_path=checkpoint_path, yield_single_examples=yield_single_examples)
     finally:
       self._restore_from = None
 
@@ -310,6 +317,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._restore_from = None  # the checkpoint the graph being built will restore
     self._last_compile = None
     self._said_cs_ip = False
+    self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
     if config is not None and not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
     # The weight servers and worker processes run in another directory.
@@ -385,6 +393,18 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     finally:
       self._config, self._train_distribution, self._session_config, self._device_fn = saved
 
+  @contextlib.contextmanager
+  def _model_fn_sees_batch(self, batch: Optional[int]):
+    """The model_fn gets the batch its features have in params['batch_size'], as the input_fn
+    that made them did (TPUEstimator's convention): per replica in training, the eval batch
+    in eval and predict. A model_fn that reshapes by it got the global batch under
+    multi_replica and failed on its half-size features."""
+    previous, self._model_fn_batch = self._model_fn_batch, batch
+    try:
+      yield
+    finally:
+      self._model_fn_batch = previous
+
   def _batch_param_input_fn(self, input_fn, mode: str):
     """input_fn called with the mode's global batch (eval_input's batch_size, else the flat
     one) in the reserved params key, as a training input_fn gets its per-replica batch there:
@@ -418,6 +438,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def _wrap_model_fn(self, user_model_fn):
     @functools.wraps(user_model_fn)
     def model_fn(features, labels, mode, params, config):
+      if self._model_fn_batch:
+        params = {**params, batching.RESERVED_PARAMS_KEY: self._model_fn_batch}
       try:
         spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
                                          mode=mode, params=params, config=config)
@@ -478,14 +500,15 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     del mode  # The engine compiles the training graph; eval/predict reuse it.
     host = strategies.host_devices(self.cs_config)  # before anything starts TF's runtime
     global_batch = batch_size_for_mode(self.params, ModeKeys.TRAIN)
-    result = self._compiler.compile(
-        model_fn=self._user_model_fn,
-        call_input_fn=lambda: self._call_input_fn(
-            self._per_replica_input_fn(input_fn, global_batch) if global_batch else input_fn,
-            ModeKeys.TRAIN),
-        call_model_fn=lambda f, l: self._call_model_fn(f, l, ModeKeys.TRAIN, self.config),
-        params=self.params, cs_config=self.cs_config, global_batch=global_batch, host=host,
-        seed=self.config.tf_random_seed, validate_only=validate_only)
+    with self._model_fn_sees_batch(global_batch):
+      result = self._compiler.compile(
+          model_fn=self._user_model_fn,
+          call_input_fn=lambda: self._call_input_fn(
+              self._per_replica_input_fn(input_fn, global_batch) if global_batch else input_fn,
+              ModeKeys.TRAIN),
+          call_model_fn=lambda f, l: self._call_model_fn(f, l, ModeKeys.TRAIN, self.config),
+          params=self.params, cs_config=self.cs_config, global_batch=global_batch, host=host,
+          seed=self.config.tf_random_seed, validate_only=validate_only)
     if validate_only:
       tf.compat.v1.logging.info("cerebras_tf: validation passed: every op has an engine kernel")
     else:

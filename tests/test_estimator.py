@@ -394,16 +394,24 @@ NOTEBOOK = '''
 import sys
 import tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.models.mlp.model import input_fn, model_fn
+from cerebras_tf.models.mlp import model as mlp
 params = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [16],
           "learning_rate": 1e-2, "num_examples": 256}
-train = lambda params: input_fn(params, tf.estimator.ModeKeys.TRAIN)
+train = lambda params: mlp.input_fn(params, tf.estimator.ModeKeys.TRAIN)
+
+def model_fn(features, labels, mode, params):
+  # A model that reshapes by the batch: params['batch_size'] must be what the features have.
+  x = tf.reshape(features["x"], [params["batch_size"], params["input_dim"]])
+  return mlp.model_fn({"x": x}, labels, mode, params)
+
 for step, (strategy, systems) in enumerate([("pipelined", 1), ("weight_streaming", 1),
                                             ("multi_replica", 1), ("weight_streaming", 2)]):
   est = CerebrasEstimator(model_fn, params=params, config=CSRunConfig(
       model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy=strategy, num_csx=systems)))
   est.train(train, max_steps=2 * (step + 1), use_cs=True)
   print("trained", strategy, systems, est.get_variable_value("global_step"), flush=True)
+print("evaluated", est.evaluate(lambda params: mlp.input_fn(params, "eval"), steps=1,
+                                use_cs=True)["global_step"])
 '''
 
 
@@ -413,7 +421,8 @@ def test_one_process_trains_in_every_mode_in_turn(tmp_path):
   weight streaming on 2 systems, in one process. TensorFlow fixes a process's devices when its
   runtime starts, so the first (one-device) run used to leave one CPU device and the third
   and fourth runs failed with "TensorFlow already started with 1"; the weight-streaming client
-  then refused 2 systems as "a cluster of another shape"."""
+  then refused 2 systems as "a cluster of another shape". The model_fn reshapes by
+  params['batch_size']: it got the global batch beside per-replica features and failed."""
   script = tmp_path / "notebook.py"
   script.write_text(NOTEBOOK)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -424,6 +433,7 @@ def test_one_process_trains_in_every_mode_in_turn(tmp_path):
   assert proc.stdout.split("\n")[:4] == [
       "trained pipelined 1 2", "trained weight_streaming 1 4", "trained multi_replica 1 6",
       "trained weight_streaming 2 8"], proc.stdout
+  assert "evaluated 8" in proc.stdout
 
 
 def test_a_model_dir_that_cannot_be_a_directory_is_one_line(tmp_path):
