@@ -443,3 +443,17 @@ def test_a_model_dir_that_cannot_be_a_directory_is_one_line(tmp_path):
   with pytest.raises(ConfigError, match=r"model_dir .*afile/m cannot be created \(Not a "
                                         r"directory\); choose a writable model_dir"):
     est.train(_train_input, max_steps=1, use_cs=True)
+
+
+def test_a_users_own_train_distribute_gives_way_to_the_plan(tmp_path, caplog):
+  """RunConfig(train_distribute=MirroredStrategy()) written for GPUs, then use_cs=True: the
+  pipelined run kept the user's strategy, and checkpointing its input failed with
+  "GeneratorDataset does not support checkpointing"."""
+  cfg = tf.estimator.RunConfig(model_dir=str(tmp_path / "m"), save_checkpoints_steps=2,
+                               train_distribute=tf.distribute.MirroredStrategy(["/cpu:0"]))
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  with caplog.at_level(logging.WARNING, logger="tensorflow"):
+    est.train(_train_input, max_steps=3, use_cs=True)
+  assert est.get_variable_value("global_step") == 3
+  assert ("cerebras_tf: config.train_distribute (MirroredStrategy) is not used with "
+          "use_cs=True") in caplog.text

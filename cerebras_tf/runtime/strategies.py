@@ -146,6 +146,14 @@ def _weight_streaming_scope(local: cluster_lib.LocalCluster, model_dir: str):
 
 def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
   """The RunConfig (a `replace()` of `config`) that trains `plan` on this host."""
+  if config.train_distribute is not None:
+    # The plan decides the host's replicas (the engine's distribution semantics); a
+    # strategy of the user's own broke input checkpointing in one-device runs.
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: config.train_distribute (%s) is not used with use_cs=True: the %s plan "
+        "decides how the host trains (use_cs=False trains with your strategy)",
+        type(config.train_distribute).__name__, plan.execution_strategy)
+    config = config.replace(train_distribute=None)
   b = plan.batching
   local = b.host_replicas_per_worker
   strategy = plan.execution_strategy
