@@ -39,6 +39,16 @@ def load(keras_model=None, keras_model_path: Optional[str] = None, custom_object
     keras_model = tf.keras.models.load_model(keras_model_path, custom_objects=custom_objects)
   if not isinstance(keras_model, tf.keras.Model):
     raise ConfigError(f"keras_model must be a tf.keras.Model, got {type(keras_model).__name__}")
+  if (not hasattr(keras_model, "_compile_time_distribution_strategy")
+      and any(c.__module__.endswith(".training_v1") for c in type(keras_model).__mro__)):
+    # Keras swaps Sequential/Functional's base class to its graph-mode training_v1.Model
+    # when an estimator first clones a model, for every instance; one built before then
+    # then fails deep in keras_lib ('... has no attribute _compile_time_distribution_strategy';
+    # tf.keras.estimator.model_to_estimator too).
+    raise ConfigError(f"Keras model '{keras_model.name}' was built before an estimator in "
+                      f"this process converted Keras to graph mode, which invalidates models "
+                      f"made before it (Keras says so itself; model.save fails too): build the "
+                      f"model again (call the code that makes it) for this estimator")
   if not getattr(keras_model, "optimizer", None):
     raise ConfigError(f"Keras model '{keras_model.name}' is not compiled: call "
                       f"model.compile(optimizer, loss, metrics) before putting it on the engine")

@@ -199,3 +199,41 @@ def test_params_reach_the_input_fn(tmp_path):
   est.train(input_fn, max_steps=2, use_cs=True)
   assert est.get_variable_value("global_step") == 2
   assert all(p["batch_size"] == 8 and p["note"] == "kept" for p in seen)
+
+
+def test_a_model_built_before_the_first_estimator_is_named(tmp_path):
+  """Two estimators from models built up front (a notebook re-running a cell): Keras switches
+  to graph-mode classes at the first conversion and invalidates earlier models; the second
+  failed deep in keras_lib with "'Sequential' object has no attribute
+  '_compile_time_distribution_strategy'" (tf.keras.estimator.model_to_estimator does too).
+  A model built afterwards works."""
+  first, second = sequential(), sequential()
+  CerebrasEstimator.from_keras_model(first, config=_config(tmp_path / "a"))
+  with pytest.raises(ConfigError, match=r"was built before an estimator in this process "
+                                        r"converted Keras to graph mode.*build the model again"):
+    CerebrasEstimator.from_keras_model(second, config=_config(tmp_path / "b"))
+  CerebrasEstimator.from_keras_model(sequential(), config=_config(tmp_path / "c"))
+
+
+def test_the_bare_model_fn_compiles_without_materializing_the_model(tmp_path):
+  """README: a Keras model too large for the host's memory is compiled through
+  model_fn_from_keras, which writes nothing (from_keras_model first saves the weights in a
+  session with the optimizer's slots). The plan is the same as from_keras_model's (on a model
+  built after the first estimator: Keras invalidates earlier ones)."""
+  from cerebras_tf.keras_model import model_fn_from_keras  # pylint: disable=import-outside-toplevel
+  x, y = _data()
+
+  def input_fn(params):
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(
+        params["batch_size"], drop_remainder=True)
+  model = sequential()
+  bare = CerebrasEstimator(model_fn_from_keras(model), config=_config(tmp_path / "bare"),
+                           params={"batch_size": 8})
+  result = bare.compile(input_fn)
+  assert result.fits and not os.path.exists(tmp_path / "bare" / "model" / "keras")
+  full = CerebrasEstimator.from_keras_model(sequential(), config=_config(tmp_path / "full"),
+                                            params={"batch_size": 8})
+  assert os.path.exists(tmp_path / "full" / "model" / "keras")  # written at construction
+  other = full.compile(input_fn)  # the same architecture (its layers are named dense_2, ...)
+  assert other.plan.memory_needed_bytes == result.plan.memory_needed_bytes
+  assert other.performance.samples_per_sec == result.performance.samples_per_sec
