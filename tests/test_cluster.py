@@ -101,3 +101,40 @@ def test_stall_limit_is_the_floor_or_twenty_times_the_longest_step(tmp_path, mon
   assert c.stall_limit_s() == pytest.approx(40.0, abs=0.1)
   monkeypatch.delenv("CEREBRAS_TF_STALL_TIMEOUT_S")
   assert c.stall_limit_s() == cluster_lib.STALL_TIMEOUT_S == 600.0
+
+
+def test_cpu_seconds_counts_what_a_process_burns():
+  """The stall watch calls a step stalled only when the processes are idle too (in the hang
+  both sat at 0% CPU; a long save or an evaluation inside the step keeps them busy)."""
+  before = cluster_lib._cpu_seconds([os.getpid()])  # pylint: disable=protected-access
+  end = time.process_time() + 0.3
+  while time.process_time() < end:
+    pass
+  after = cluster_lib._cpu_seconds([os.getpid()])  # pylint: disable=protected-access
+  assert 0.2 <= after - before <= 2.0
+  assert cluster_lib._cpu_seconds([2 ** 22 + 12345]) is None  # pylint: disable=protected-access
+
+
+def test_a_long_busy_step_is_not_a_stall_an_idle_one_is(tmp_path, monkeypatch, capsys):
+  """Past the time limit, a step whose processes still use CPU (a checkpoint save, an
+  evaluation run from a saving listener) is left alone; an idle one is acted on."""
+  monkeypatch.setenv("CEREBRAS_TF_STALL_TIMEOUT_S", "1")
+  monkeypatch.setattr(cluster_lib, "IDLE_WINDOW_S", 2.0)
+  used = {"cpu": 0.0, "busy": True}
+
+  def cpu_seconds(pids):
+    del pids
+    used["cpu"] += 1.0 if used["busy"] else 0.0
+    return used["cpu"]
+  monkeypatch.setattr(cluster_lib, "_cpu_seconds", cpu_seconds)
+  c = cluster_lib.LocalCluster(num_ps=1, log_dir=str(tmp_path))  # not launched: no process
+  with c.training(str(tmp_path)):
+    c.step_started()
+    time.sleep(4.5)
+    assert c.stalls == 0  # 4.5 s over a 1 s limit, but busy
+    used["busy"] = False
+    deadline = time.monotonic() + 10
+    while c.stalls == 0 and time.monotonic() < deadline:
+      time.sleep(0.2)
+  assert c.stalls == 1
+  assert "no training step finished in" in capsys.readouterr().err

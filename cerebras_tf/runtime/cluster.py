@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from cerebras_tf.errors import ConfigError, TrainingError
 from cerebras_tf.runtime import tf_config
@@ -36,6 +36,23 @@ SESSION_TIMEOUT_S = 120
 # the weight server forever, both processes idle. CEREBRAS_TF_STALL_TIMEOUT_S overrides it.
 STALL_TIMEOUT_S = 600.0
 STALL_FACTOR = 20.0
+# ... and the processes are idle: in the hang both sat at 0% CPU, while a long checkpoint
+# save or an evaluation run inside the step's hooks (train_and_evaluate) keeps them busy.
+IDLE_WINDOW_S = 30.0
+IDLE_CPU_FRACTION = 0.01
+
+
+def _cpu_seconds(pids: List[int]) -> Optional[float]:
+  """User + system CPU seconds the processes have used (Linux /proc); None elsewhere."""
+  total = 0.0
+  for pid in pids:
+    try:
+      with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+      return None
+    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+  return total
 
 
 def free_port() -> int:
@@ -201,11 +218,20 @@ class LocalCluster:
     """A step stalled on the weight servers: ours are killed (the restart watch brings them
     back and TensorFlow's session recovers from the last checkpoint, as after a crash);
     external ones cannot be, so the run ends with one line, its checkpoints intact."""
+    samples: List[Tuple[float, Optional[float]]] = []  # (monotonic time, CPU seconds used)
     while not done.wait(1.0):
+      now = time.monotonic()
+      samples = [x for x in samples if now - x[0] <= IDLE_WINDOW_S] + [
+          (now, _cpu_seconds([os.getpid()] + self.alive()))]
       started = self._step_started
-      if started is None or time.monotonic() - started < self.stall_limit_s():
+      if started is None or now - started < self.stall_limit_s():
         continue
-      waited = time.monotonic() - started
+      (then, used_then), (_, used_now) = samples[0], samples[-1]
+      if used_then is not None and used_now is not None and (
+          now - then < IDLE_WINDOW_S / 2
+          or used_now - used_then > IDLE_CPU_FRACTION * (now - then)):
+        continue  # busy (saving, evaluating): slow, not stalled
+      waited = now - started
       self._step_started = None  # one action per stalled step
       self.stalls += 1
       if self.external or self.stalls > MAX_RESTARTS:
