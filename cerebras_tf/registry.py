@@ -141,7 +141,19 @@ def _import_env_modules():
       except ModuleNotFoundError as e:
         if e.name != module:
           raise
-        raise ConfigError(f"{MODULES_ENV}: no module named {module!r}") from None
+        raise ConfigError(f"{MODULES_ENV}: no module named {module!r}{_import_hint(module)}"
+                          ) from None
+
+
+def _import_hint(module: str) -> str:
+  """Why a module the user wrote is not found: scripts/run.py puts its own directory, not the
+  working one, on the import path."""
+  here = os.path.join(os.getcwd(), *module.split("."))
+  if os.path.isfile(here + ".py") or os.path.isfile(os.path.join(here, "__init__.py")):
+    return (f" on the import path, though it is in the working directory {os.getcwd()} "
+            f"(scripts/run.py does not import from there): run with PYTHONPATH=. or as "
+            f"python -m cerebras_tf")
+  return "; put its directory on PYTHONPATH"
 
 
 def available_models() -> List[str]:

@@ -336,3 +336,20 @@ def test_an_export_that_cannot_work_fails_before_training(tmp_path, monkeypatch,
                  "classification), this model is 'pretraining'; export a fine-tuned "
                  "classifier, or drop --export_dir"), err
   assert not list(model_dir.glob("model.ckpt-*")) and not export_dir.exists()
+
+
+def test_a_model_module_in_the_working_directory_is_pointed_at(tmp_path):
+  """A user writes my_model.py beside their YAML and runs scripts/run.py, whose import path
+  has scripts/ and not the working directory: "no module named 'my_model'" alone left them
+  guessing. (`python -m cerebras_tf` imports from the working directory.)"""
+  (tmp_path / "my_model.py").write_text("raise SystemExit('not imported in this test')\n")
+  (tmp_path / "p.yaml").write_text("model: {name: mine}\ntrain_input: {batch_size: 8}\n")
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env["CEREBRAS_TF_MODEL_MODULES"] = "my_model"
+  proc = subprocess.run([PY, os.path.join(ROOT, "scripts", "run.py"), "--params", "p.yaml"],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 2
+  assert proc.stderr.strip() == (
+      f"error: CEREBRAS_TF_MODEL_MODULES: no module named 'my_model' on the import path, "
+      f"though it is in the working directory {tmp_path} (scripts/run.py does not import from "
+      f"there): run with PYTHONPATH=. or as python -m cerebras_tf"), proc.stderr
