@@ -377,13 +377,28 @@ def unsupported_ops(fwd: Iterable[tf.Operation]) -> List[Tuple[tf.Operation, str
           for why in [_check_op(op)] if why is not None]
 
 
+# Op-name scopes of tf.feature_column's layers: their lookups are sparse, host-side work.
+_FEATURE_COLUMN_SCOPES = ("input_layer/", "dense_features/", "linear_model/")
+
+
+def _advice(bad) -> str:
+  """What to do about the unsupported ops `bad`, worded for one op or several."""
+  it, they = ("it", "it") if len(bad) == 1 else ("these", "them")
+  if any(op.name.startswith(_FEATURE_COLUMN_SCOPES) for op, _, _ in bad):
+    return (f"{it} {'comes' if len(bad) == 1 else 'come'} from feature columns "
+            f"(tf.feature_column), whose lookups are sparse: turn the features into dense "
+            f"tensors in the input_fn (dataset.map with tf.lookup ids, one-hot, bucketize) and "
+            f"give the model_fn those")
+  return f"move {they} into the input_fn or replace {they} with supported TF ops"
+
+
 def unsupported_message(bad: List[Tuple[tf.Operation, str, str]]) -> str:
   """One line naming every unsupported op; ops of one type from one source line are counted
   together (a Keras LSTM has dozens of TensorList ops from the same line)."""
   if len(bad) == 1:
     op, why, where = bad[0]
     return (f"{where + ': ' if where else ''}unsupported op '{op.name}' of type {op.type}: it "
-            f"{why}; move it into the input_fn or replace it with supported TF ops")
+            f"{why}; {_advice(bad)}")
   groups: Dict[Tuple[str, str], List] = {}
   for op, why, where in bad:
     groups.setdefault((op.type, where), []).append((op, why))
@@ -395,8 +410,7 @@ def unsupported_message(bad: List[Tuple[tf.Operation, str, str]]) -> str:
                  f"(it {why})")
   types = sorted({op.type for op, _, _ in bad})
   return (f"{len(bad)} unsupported ops of {len(types)} type(s) ({', '.join(types)}): "
-          f"{'; '.join(parts)}; move them into the input_fn or replace them with supported "
-          f"TF ops")
+          f"{'; '.join(parts)}; {_advice(bad)}")
 
 
 def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None) -> None:

@@ -73,3 +73,27 @@ def test_a_partitioned_variable_says_to_drop_the_partitioner():
   assert (f"test_validate.py:{line}: 'embedding_lookup/DynamicPartition' of type "
           f"DynamicPartition") in str(err.value)
   assert "create the variable without a partitioner" in str(err.value)
+
+
+def test_feature_columns_are_told_to_go_dense_in_the_input_fn():
+  """The classic Estimator input: tf.feature_column's input_layer builds sparse lookups
+  (Where, SparseToDense, hash tables). The advice names feature columns and the fix."""
+  cols = [tf.feature_column.indicator_column(
+      tf.feature_column.categorical_column_with_identity("c", 5))]
+
+  def model_fn(features, labels):
+    h = tf.compat.v1.feature_column.input_layer(features, cols)  # MARK-fc
+    loss = tf.reduce_mean(tf.compat.v1.layers.dense(h, 1))
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=train_op)
+
+  def input_fn():
+    return tf.data.Dataset.from_tensors(({"c": tf.zeros([4], tf.int64)}, tf.zeros([4])))
+  with pytest.raises(UnsupportedOpError) as err:
+    lower.validate(capture.capture(input_fn, model_fn, 4))
+  msg = str(err.value)
+  assert f"test_validate.py:{line_of(__file__, 'MARK-fc')}: 'input_layer/" in msg
+  assert msg.endswith("these come from feature columns (tf.feature_column), whose lookups are "
+                      "sparse: turn the features into dense tensors in the input_fn "
+                      "(dataset.map with tf.lookup ids, one-hot, bucketize) and give the "
+                      "model_fn those"), msg
