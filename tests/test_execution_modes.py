@@ -293,3 +293,18 @@ def test_weight_server_gone_for_good_ends_the_run_with_one_line(tmp_path):
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert re.search(rf"Restoring parameters from .*model\.ckpt-{step.group(1)}\b",
                    (model_dir / "cerebras_tf.log").read_text())
+
+
+def test_the_runtime_keeps_the_users_session_settings():
+  """A user's session_config (thread counts for a shared machine) was replaced whole by the
+  data-parallel and weight-streaming runtimes' own; now only the device count and soft
+  placement they need are set on a copy."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import strategies  # pylint: disable=import-outside-toplevel
+  base = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=2,
+                                  device_count={"CPU": 1, "GPU": 0})
+  merged = strategies.session_config(2, base)
+  assert (merged.intra_op_parallelism_threads, merged.inter_op_parallelism_threads) == (1, 2)
+  assert dict(merged.device_count) == {"CPU": 2, "GPU": 0} and merged.allow_soft_placement
+  assert dict(base.device_count) == {"CPU": 1, "GPU": 0}  # the user's is not changed
+  assert dict(strategies.session_config(3).device_count) == {"CPU": 3}

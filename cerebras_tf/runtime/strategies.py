@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import os
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Optional
 
 import tensorflow as tf
 
@@ -112,10 +112,16 @@ def mirrored_strategy(num_replicas: int) -> tf.distribute.Strategy:
       devices, cross_device_ops=tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
 
 
-def session_config(num_devices: int) -> tf.compat.v1.ConfigProto:
-  """A session config that keeps `num_devices` logical CPUs visible."""
-  return tf.compat.v1.ConfigProto(allow_soft_placement=True,
-                                  device_count={"CPU": max(1, num_devices)})
+def session_config(num_devices: int,
+                   base: Optional[tf.compat.v1.ConfigProto] = None) -> tf.compat.v1.ConfigProto:
+  """The user's session config (`base`: thread counts, ...) that also keeps `num_devices`
+  logical CPUs visible and allows soft placement; it replaced the user's whole config."""
+  config = tf.compat.v1.ConfigProto()
+  if base is not None:
+    config.CopyFrom(base)
+  config.allow_soft_placement = True
+  config.device_count["CPU"] = max(1, num_devices)
+  return config
 
 
 def num_replicas_in_sync() -> int:
@@ -165,6 +171,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
         "update (csconfig.num_replicas fixes R on both)", b.engine_replicas, chosen_by,
         b.host_replicas, b.per_host_replica, b.global_batch)
   multi_worker = b.num_workers > 1
+  sess = session_config(local, config.session_config)
   scope = contextlib.nullcontext
   if strategy == plans.WEIGHT_STREAMING:
     reserve_logical_cpus(local)  # one compute device per CS system
@@ -173,7 +180,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
     placement = ({"device_fn": client.device_fn()} if local == 1
                  else {"train_distribute": client.strategy(local)})
     # Fail cleanly (checkpoints intact) rather than wait 2 h for a weight server that is gone.
-    new = config.replace(master=client.target, session_config=session_config(local),
+    new = config.replace(master=client.target, session_config=sess,
                          session_creation_timeout_secs=cluster_lib.SESSION_TIMEOUT_S,
                          **placement)
     where = f"{len(client.cluster['ps'])} weight server(s) {', '.join(client.cluster['ps'])}"
@@ -181,14 +188,14 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
   elif multi_worker:
     cluster = tf_config.current()
     dist = multiworker.strategy(cluster)
-    new = config.replace(train_distribute=dist, session_config=session_config(local))
+    new = config.replace(train_distribute=dist, session_config=sess)
     where = (f"{cluster.task} of {', '.join(peers.training_tasks(cluster))}; "
              + ", ".join(dist.extended.worker_devices))
     scope = lambda: multiworker.worker_context(dist, cluster, model_dir,  # noqa: E731
                                                new.session_config)
   elif local > 1:
     dist = mirrored_strategy(local)
-    new = config.replace(train_distribute=dist, session_config=session_config(local))
+    new = config.replace(train_distribute=dist, session_config=sess)
     where = ", ".join(dist.extended.worker_devices)
   else:
     return Runtime(config, 1, b.per_host_replica, "one device")
