@@ -114,8 +114,8 @@ def mirrored_strategy(num_replicas: int) -> tf.distribute.Strategy:
 
 def session_config(num_devices: int,
                    base: Optional[tf.compat.v1.ConfigProto] = None) -> tf.compat.v1.ConfigProto:
-  """The user's session config (`base`: thread counts, ...) that also keeps `num_devices`
-  logical CPUs visible and allows soft placement; it replaced the user's whole config."""
+  """A copy of the user's session config (`base`: thread counts, ...) that also keeps
+  `num_devices` logical CPUs visible and allows soft placement; the rest is the user's."""
   config = tf.compat.v1.ConfigProto()
   if base is not None:
     config.CopyFrom(base)
