@@ -262,6 +262,31 @@ def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
   assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))
 
 
+def test_a_dataset_that_runs_out_says_so_and_the_next_call_takes_another_pass(tmp_path,
+                                                                              caplog):
+  """A dataset without .repeat(): 96 examples are 6 batches of 16. tf.estimator stops at the
+  end of the input, silently. The pipelined run also saved the input's position there, so
+  every later train call restored an exhausted iterator and trained nothing (global step
+  stayed 6). Now the stop is one warning with the step, and the next call takes another
+  pass, as the plain Estimator's would: 6 more steps."""
+  def finite(params):
+    x = np.random.RandomState(0).randn(96, PARAMS["input_dim"]).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).batch(params["batch_size"])
+  cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  est.train(finite, max_steps=30, use_cs=True)
+  assert est.get_variable_value("global_step") == 6
+  assert "the input_fn's data ran out at step 6 of 30: training stopped there" in caplog.text
+  caplog.clear()
+  est.train(finite, max_steps=30, use_cs=True)
+  assert est.get_variable_value("global_step") == 12
+  assert "ran out at step 12 of 30" in caplog.text
+  caplog.clear()
+  est.train(finite, max_steps=12, use_cs=True)  # at max_steps already: nothing to say
+  assert "ran out" not in caplog.text
+
+
 @pytest.mark.parametrize("strategy", ["pipelined", "weight_streaming"])
 def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   """`model_dir="model"`, the way a notebook writes it. TF's checkpoint state joins its

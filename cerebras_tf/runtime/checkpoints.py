@@ -32,6 +32,7 @@ from tensorflow.python.data.ops import iterator_ops  # GLOBAL_ITERATORS: what th
 
 from cerebras_tf.errors import ConfigError, DataError
 from cerebras_tf.runtime import ckpt_files
+from cerebras_tf.runtime.hooks import input_ran_out
 from cerebras_tf.runtime.ckpt_files import list_checkpoints, step_of
 
 INPUT_STATE = ckpt_files.INPUT_STATE  # CheckpointInputPipelineHook's state file name
@@ -41,10 +42,15 @@ INPUT_SIGNATURE = INPUT_STATE + ".signature"  # the input it was saved from (mat
 class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
   """Saves the input pipeline's position with the model (TF's CheckpointInputPipelineHook),
   and stands down when there is none: an input_fn that returns tensors rather than a
-  tf.data.Dataset makes no iterator, and TF's hook then fails with "No variables to save"."""
+  tf.data.Dataset makes no iterator, and TF's hook then fails with "No variables to save".
+
+  An input that ran out (a dataset without .repeat()) keeps no position: restored at its end,
+  every later train call stopped at once, having trained nothing. Its state is retired
+  instead, so the next call starts a new pass over the data, as tf.estimator's would."""
 
   def __init__(self, estimator, external_state_policy: str = "warn"):
     super().__init__(estimator, external_state_policy=external_state_policy)
+    self._model_dir = estimator.model_dir
     self._active = True
 
   def begin(self):
@@ -68,8 +74,12 @@ class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
       super().after_run(run_context, run_values)
 
   def end(self, session):
-    if self._active:
-      super().end(session)
+    if not self._active:
+      return
+    if input_ran_out():
+      retire_input_state(self._model_dir, log=lambda _: None)
+      return
+    super().end(session)
 
 
 def _readable(prefix: str) -> Optional[str]:

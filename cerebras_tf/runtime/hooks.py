@@ -4,6 +4,7 @@ the weight servers' stall watch."""
 import math
 import signal
 import struct
+import sys
 import threading
 import time
 from typing import Optional
@@ -23,6 +24,14 @@ def wafer_image_summary(png: bytes, tag: str = "cerebras/wafer_placement") -> tf
   image = tf.compat.v1.Summary.Image(encoded_image_string=png, height=height, width=width,
                                      colorspace=4)
   return tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag, image=image)])
+
+
+def input_ran_out() -> bool:
+  """Inside a hook's `end`: whether training is ending because the input_fn's data ran out.
+  tf.estimator stops at the end of the input before max_steps; MonitoredSession swallows the
+  OutOfRangeError and calls the hooks' `end` from its `__exit__`, where that error is still the
+  one being handled. (A stop a hook requested, Ctrl-C or max_steps raise nothing.)"""
+  return isinstance(sys.exc_info()[1], (tf.errors.OutOfRangeError, StopIteration))
 
 
 def _fmt_eta(seconds: float) -> str:
@@ -110,6 +119,14 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
   def end(self, session):
     if self._writer is not None:
       self._writer.flush()
+    if input_ran_out():
+      step = int(session.run(self._global_step))
+      if self._last_step is None or step < self._last_step:
+        of = f" of {self._last_step}" if self._last_step else ""
+        tf.compat.v1.logging.warning(
+            f"cerebras_tf: the input_fn's data ran out at step {step}{of}: training stopped "
+            f"there (tf.estimator stops at the end of the input); .repeat() the dataset to "
+            f"train to max_steps, or call train again for another pass over the data")
 
 
 class GracefulInterrupt:
