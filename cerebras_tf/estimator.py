@@ -93,6 +93,20 @@ def _shows_our_info(method):
   return wrapped
 
 
+def _predict_hint(mode, features, labels, message: str) -> str:
+  """What a model_fn that fails in predict mode (predict, export) most likely did."""
+  if mode != ModeKeys.PREDICT:
+    return ""
+  if isinstance(features, dict) and list(features) == ["feature"]:
+    # tf.estimator.export.ServingInputReceiver wraps a bare tensor as {"feature": tensor}.
+    return ("; features arrived as {'feature': tensor}: a ServingInputReceiver wraps a single "
+            "tensor in a dict, return tf.estimator.export.TensorServingInputReceiver to pass "
+            "it bare")
+  if labels is None and "None" in message:
+    return "; in predict mode labels is None: build the loss only for train and eval"
+  return ""
+
+
 class _CerebrasMethods:
   """train/evaluate/predict with `use_cs`; a mixin so tf.estimator accepts the subclass."""
 
@@ -443,15 +457,14 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       try:
         spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
                                          mode=mode, params=params, config=config)
-      except (ValueError, TypeError, KeyError) as e:
+      except (ValueError, TypeError, KeyError, AttributeError) as e:
         if mode == ModeKeys.TRAIN or isinstance(e, CerebrasTFError):
           raise  # TRAIN graphs were traced by the compiler, which names the line already
         message = " ".join(str(getattr(e, "message", e)).split())[:300].rstrip(".")
         what = "predict" if mode == ModeKeys.PREDICT else mode
-        hint = ("; in predict mode labels is None: build the loss only for train and eval"
-                if mode == ModeKeys.PREDICT and labels is None else "")
         raise ModelFnError(f"{capture_lib.user_line(e)}model_fn failed in {what} mode: "
-                           f"{type(e).__name__}: {message}{hint}") from e
+                           f"{type(e).__name__}: {message}"
+                           f"{_predict_hint(mode, features, labels, message)}") from e
       if self._restore_from:
         # Before the session restores (and before a refused run writes anything).
         checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),

@@ -370,6 +370,59 @@ def test_a_model_fn_that_fails_in_predict_names_its_line(tmp_path):
                           use_cs=True)))
 
 
+def _bare_features_model_fn(features, labels, mode, params):
+  """Features are one tensor, not a dict; in predict mode labels.shape fails if asked to."""
+  logits = tf.compat.v1.layers.dense(features, PARAMS["num_classes"])
+  if mode == tf.estimator.ModeKeys.PREDICT and params.get("touch_labels"):
+    logits += tf.zeros([labels.shape[0], 1])  # LINE: labels
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  step = tf.compat.v1.train.get_or_create_global_step()
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train
+                                    .GradientDescentOptimizer(0.1).minimize(loss, step))
+
+
+def _bare_features_input(params):
+  return _train_input(params).map(lambda f, l: (f["x"], l))
+
+
+def test_a_serving_receiver_that_wraps_a_bare_tensor_is_told_the_one_that_does_not(tmp_path):
+  """A model_fn that takes one feature tensor, exported with ServingInputReceiver(x, ...):
+  TF hands the model_fn {"feature": x}, and the error was the model_fn's dense layer failing
+  to read a dict's shape, with a hint that labels are None in predict mode (unrelated)."""
+  est = CerebrasEstimator(_bare_features_model_fn, config=_config(tmp_path), params=PARAMS)
+  est.train(_bare_features_input, max_steps=1, use_cs=True)
+
+  def wrapping():
+    x = tf.compat.v1.placeholder(tf.float32, [None, PARAMS["input_dim"]])
+    return tf.estimator.export.ServingInputReceiver(x, {"x": x})
+  with pytest.raises(ModelFnError) as raised:
+    est.export_saved_model(str(tmp_path / "export"), wrapping)
+  message = str(raised.value)
+  assert "features arrived as {'feature': tensor}" in message, message
+  assert "TensorServingInputReceiver" in message and "labels is None" not in message
+
+  def bare():
+    x = tf.compat.v1.placeholder(tf.float32, [None, PARAMS["input_dim"]])
+    return tf.estimator.export.TensorServingInputReceiver(x, {"x": x})
+  assert os.path.isdir(est.export_saved_model(str(tmp_path / "export"), bare))
+
+
+def test_a_model_fn_that_reads_labels_in_predict_is_named_not_a_traceback(tmp_path):
+  """`labels.shape` in predict mode raised AttributeError, which was not caught: a traceback
+  through tf.estimator instead of the model_fn's line."""
+  est = CerebrasEstimator(_bare_features_model_fn, config=_config(tmp_path),
+                          params={**PARAMS, "touch_labels": True})
+  est.train(_bare_features_input, max_steps=1, use_cs=True)
+  with pytest.raises(ModelFnError, match=(
+      rf"^tests/test_estimator.py:{line_of(__file__, 'LINE: labels')}: model_fn failed "
+      r"in predict mode: AttributeError: 'NoneType' object has no attribute 'shape'; in "
+      r"predict mode labels is None")):
+    next(iter(est.predict(lambda params: _bare_features_input(params).map(lambda f, l: f),
+                          use_cs=True)))
+
+
 def test_a_second_training_run_on_the_model_dir_is_refused(tmp_path):
   """Two notebooks (or a notebook and scripts/run.py) training one model_dir interleave their
   checkpoints. The lock was only in the CLI; the Python API now takes it too, in either
