@@ -53,6 +53,12 @@ def _call_with_supported_args(fn, **kwargs):
   return fn(**{k: v for k, v in kwargs.items() if k in args})
 
 
+def _defined_at(fn) -> str:
+  """` (file:line)` of a Python function's definition (through partials and wrappers)."""
+  code = getattr(inspect.unwrap(getattr(fn, "func", fn)), "__code__", None)
+  return f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
+
+
 def _check_required_args(fn, passed) -> None:
   try:
     parameters = inspect.signature(fn).parameters.values()
@@ -62,11 +68,9 @@ def _check_required_args(fn, passed) -> None:
              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
   if not missing:
     return
-  code = getattr(inspect.unwrap(getattr(fn, "func", fn)), "__code__", None)
-  where = f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
   name = getattr(fn, "__name__", type(fn).__name__)
   raise ConfigError(
-      f"{name}{where} requires argument(s) {', '.join(repr(m) for m in missing)}, but "
+      f"{name}{_defined_at(fn)} requires argument(s) {', '.join(repr(m) for m in missing)}, but "
       f"tf.estimator passes arguments by name, only {', '.join(sorted(passed))}: rename "
       f"{missing[0]!r} to one of those (the input_fn's is usually 'params'), or give it a "
       "default")
@@ -91,6 +95,21 @@ def _shows_our_info(method):
     with logs.our_info_shown():
       return method(*args, **kwargs)
   return wrapped
+
+
+def _as_estimator_spec(spec, user_model_fn) -> model_fn_lib.EstimatorSpec:
+  """The user's model_fn result as an EstimatorSpec. A model_fn written for TPUEstimator
+  returns a TPUEstimatorSpec (scaffold_fn, eval_metrics as (metric_fn, tensors), host_call):
+  it becomes the EstimatorSpec TPUEstimator itself runs off-TPU (`as_estimator_spec`).
+  Anything else is named, rather than tf.estimator's "model_fn should return an
+  EstimatorSpec" surfacing as a failure to trace the model."""
+  if isinstance(spec, model_fn_lib.EstimatorSpec):
+    return spec
+  if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
+    return spec.as_estimator_spec()
+  raise ModelFnError(f"model_fn{_defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
+                     f"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec(mode, "
+                     f"loss=..., train_op=...) (predictions=... in predict mode)")
 
 
 def _predict_hint(mode, features, labels, message: str) -> str:
@@ -465,6 +484,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
         raise ModelFnError(f"{capture_lib.user_line(e)}model_fn failed in {what} mode: "
                            f"{type(e).__name__}: {message}"
                            f"{_predict_hint(mode, features, labels, message)}") from e
+      spec = _as_estimator_spec(spec, user_model_fn)
       if self._restore_from:
         # Before the session restores (and before a refused run writes anything).
         checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),

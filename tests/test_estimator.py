@@ -423,6 +423,46 @@ def test_a_model_fn_that_reads_labels_in_predict_is_named_not_a_traceback(tmp_pa
                           use_cs=True)))
 
 
+def test_a_tpu_estimator_model_fn_trains_and_evaluates(tmp_path):
+  """A model_fn written for TPUEstimator (google-research/bert's style) returns a
+  TPUEstimatorSpec with scaffold_fn and eval_metrics=(metric_fn, tensors). The compile said
+  "model_fn failed while being traced ...: model_fn should return an EstimatorSpec; check the
+  batch size and the input shapes". It now runs as TPUEstimator runs it off-TPU; anything
+  else a model_fn returns is named."""
+  scaffolds = []
+
+  def tpu_model_fn(features, labels, mode, params):
+    logits = tf.compat.v1.layers.dense(features["x"], PARAMS["num_classes"])
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+
+    def scaffold_fn():
+      scaffolds.append(mode)
+      return tf.compat.v1.train.Scaffold()
+    if mode == tf.estimator.ModeKeys.TRAIN:
+      step = tf.compat.v1.train.get_global_step()
+      train_op = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(loss, step)
+      return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op,
+                                                         scaffold_fn=scaffold_fn)
+    metric_fn = lambda labels, logits: {"acc": tf.compat.v1.metrics.accuracy(
+        labels, tf.argmax(logits, -1))}
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
+  est = CerebrasEstimator(tpu_model_fn, config=_config(tmp_path), params=PARAMS)
+  est.train(_train_input, max_steps=2, use_cs=True)
+  result = est.evaluate(_eval_input, steps=1, use_cs=True)
+  assert result["global_step"] == 2 and 0 <= result["acc"] <= 1
+  assert tf.estimator.ModeKeys.TRAIN in scaffolds
+
+  def tuple_model_fn(features, labels, mode, params):
+    loss = tf.reduce_mean(tf.compat.v1.layers.dense(features["x"], 1))
+    return loss, tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+  est = CerebrasEstimator(tuple_model_fn, config=_config(tmp_path / "b"), params=PARAMS)
+  with pytest.raises(ModelFnError, match=(
+      r"^model_fn \(tests/test_estimator.py:\d+\) returned tuple, not a "
+      r"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec\(mode, loss=")):
+    est.train(_train_input, max_steps=1, use_cs=True)
+
+
 def test_a_second_training_run_on_the_model_dir_is_refused(tmp_path):
   """Two notebooks (or a notebook and scripts/run.py) training one model_dir interleave their
   checkpoints. The lock was only in the CLI; the Python API now takes it too, in either

@@ -187,11 +187,16 @@ def _recording_optimizers():
   original = v1.apply_gradients
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-    del grads_and_vars, name
+    del name
     seen.append(type(self).__name__)
-    if global_step is not None:
-      return tf.compat.v1.assign_add(global_step, 1)
-    return tf.no_op()
+    # The step still depends on the gradients it was given, so what a wrapper did to them
+    # (clipping, a TPU cross-replica sum) stays on the path lower.validate checks.
+    grads = [g.values if isinstance(g, tf.IndexedSlices) else g
+             for g, _ in grads_and_vars if g is not None]
+    with tf.control_dependencies(grads):
+      if global_step is not None:
+        return tf.compat.v1.assign_add(global_step, 1)
+      return tf.no_op()
 
   v1.apply_gradients = apply_gradients
   try:

@@ -1,7 +1,9 @@
 """The engine's kernel table: which TF op types the simulated engine can run, and at what cost.
 
 Pure data. `lower.py` consults it for every op on the path from the inputs to the loss; an op
-type missing here fails validation with its name, type and the user's source line. Each op type
+type missing here fails validation with its name, type and the user's source line. On the
+gradient and update path only `never_on_engine` types fail (host Python, printing, strings,
+TPU collectives); the optimizer's own ops there are costed by its model, not this table. Each op type
 has a category (how the planner sees it), a FLOP form (how `lower.op_flops` counts it from
 static shapes) and the layers it implements; `docs/kernels.md` is generated from this table
 (`scripts/kernel_doc.py`), and a test keeps the two equal.
@@ -189,8 +191,12 @@ KERNELS: Dict[str, Kernel] = _table()
 _PARTITIONED = ("has a data-dependent output shape; TF emits it to look up a variable made with "
                 "partitioner=..., a host-side sharding the engine does not need (it holds "
                 "whole tables): create the variable without a partitioner")
+_TPU = "is a TPU collective; the engine's replicas need none (the framework sums gradients)"
+# Collectives a model_fn written for TPUEstimator emits; no CPU or engine kernel exists.
+TPU_OPS = ("CrossReplicaSum", "AllToAll", "CollectivePermute")
 # Op types that are never run on the engine and why (shown in the error).
 UNSUPPORTED_REASONS = {
+    **{op_type: _TPU for op_type in TPU_OPS},
     "PyFunc": "runs Python on the host",
     "EagerPyFunc": "runs Python on the host",
     "PyFuncStateless": "runs Python on the host",
@@ -208,6 +214,14 @@ UNSUPPORTED_REASONS = {
     "DynamicStitch": _PARTITIONED,
     "ParallelDynamicStitch": _PARTITIONED,
 }
+
+
+def never_on_engine(op_type: str) -> bool:
+  """Op types no part of a training step can run on the engine, the gradient and update path
+  included: host Python, printing, strings, TPU collectives. (A data-dependent shape, such as
+  the sparse-gradient dedupe's Unique, is the optimizer's to handle, not the model's.)"""
+  return (op_type in TPU_OPS or op_type.startswith("String")
+          or UNSUPPORTED_REASONS.get(op_type) in ("runs Python on the host", "prints on the host"))
 
 
 def kernel(op_type: str):

@@ -347,6 +347,25 @@ def forward_ops(captured: CapturedGraph) -> List[tf.Operation]:
   return [op for op in captured.graph.get_operations() if op in seen]
 
 
+def update_path_ops(captured: CapturedGraph, fwd: Iterable[tf.Operation]) -> List[tf.Operation]:
+  """Ops the train_op runs beyond the forward path (gradients, clipping, the optimizer's
+  update), in creation order."""
+  if captured.train_op is None:
+    return []
+  seen: Set[tf.Operation] = set(fwd)
+  found: Set[tf.Operation] = set()
+  stack = [captured.train_op]
+  while stack:
+    op = stack.pop()
+    if op in seen:
+      continue
+    seen.add(op)
+    found.add(op)
+    stack.extend(t.op for t in op.inputs)
+    stack.extend(op.control_inputs)
+  return [op for op in captured.graph.get_operations() if op in found]
+
+
 def _check_op(op) -> Optional[str]:
   """Why the engine cannot run `op` (None when it can); a loop is checked through its body."""
   cat = kernels.category(op.type)
@@ -381,9 +400,15 @@ def unsupported_ops(fwd: Iterable[tf.Operation]) -> List[Tuple[tf.Operation, str
 _FEATURE_COLUMN_SCOPES = ("input_layer/", "dense_features/", "linear_model/")
 
 
-def _advice(bad) -> str:
-  """What to do about the unsupported ops `bad`, worded for one op or several."""
+def _advice(bad, gradient_path: bool) -> str:
+  """What to do about the unsupported ops `bad`, worded for one op or several;
+  `gradient_path`: all of them are on the gradient and update path."""
   it, they = ("it", "it") if len(bad) == 1 else ("these", "them")
+  if any(op.type in kernels.TPU_OPS for op, _, _ in bad):
+    return "use the optimizer without tf.compat.v1.tpu.CrossShardOptimizer"
+  if gradient_path:
+    return (f"take {they} out of the training step (to watch a value such as the gradient "
+            f"norm, fetch it with a tf.compat.v1.train.LoggingTensorHook)")
   if any(op.name.startswith(_FEATURE_COLUMN_SCOPES) for op, _, _ in bad):
     return (f"{it} {'comes' if len(bad) == 1 else 'come'} from feature columns "
             f"(tf.feature_column), whose lookups are sparse: turn the features into dense "
@@ -392,13 +417,14 @@ def _advice(bad) -> str:
   return f"move {they} into the input_fn or replace {they} with supported TF ops"
 
 
-def unsupported_message(bad: List[Tuple[tf.Operation, str, str]]) -> str:
+def unsupported_message(bad: List[Tuple[tf.Operation, str, str]],
+                        gradient_path: bool = False) -> str:
   """One line naming every unsupported op; ops of one type from one source line are counted
   together (a Keras LSTM has dozens of TensorList ops from the same line)."""
   if len(bad) == 1:
     op, why, where = bad[0]
     return (f"{where + ': ' if where else ''}unsupported op '{op.name}' of type {op.type}: it "
-            f"{why}; {_advice(bad)}")
+            f"{why}; {_advice(bad, gradient_path)}")
   groups: Dict[Tuple[str, str], List] = {}
   for op, why, where in bad:
     groups.setdefault((op.type, where), []).append((op, why))
@@ -410,19 +436,24 @@ def unsupported_message(bad: List[Tuple[tf.Operation, str, str]]) -> str:
                  f"(it {why})")
   types = sorted({op.type for op, _, _ in bad})
   return (f"{len(bad)} unsupported ops of {len(types)} type(s) ({', '.join(types)}): "
-          f"{'; '.join(parts)}; {_advice(bad)}")
+          f"{'; '.join(parts)}; {_advice(bad, gradient_path)}")
 
 
 def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None) -> None:
-  """Raises UnsupportedOpError naming every op the engine cannot run, with its source line.
+  """Raises UnsupportedOpError naming every op the engine cannot run, with its source line:
+  any forward op without a kernel; on the gradient and update path, the op types no part of a
+  step can run (kernels.never_on_engine: a TPUEstimator model_fn's CrossShardOptimizer).
 
   The error's `ops` attribute lists (op name, op type, file:line, reason) for each of them.
   """
   fwd = forward_ops(captured) if fwd is None else fwd
   bad = unsupported_ops(fwd)
-  if bad:
-    err = UnsupportedOpError(unsupported_message(bad))
-    err.ops = tuple((op.name, op.type, where, why) for op, why, where in bad)
+  # The gradient and update path is the optimizer's; only what cannot run there at all.
+  on_gradients = [(op, kernels.unsupported_reason(op.type), user_source(op))
+                  for op in update_path_ops(captured, fwd) if kernels.never_on_engine(op.type)]
+  if bad or on_gradients:
+    err = UnsupportedOpError(unsupported_message(bad + on_gradients, gradient_path=not bad))
+    err.ops = tuple((op.name, op.type, where, why) for op, why, where in bad + on_gradients)
     raise err
 
 

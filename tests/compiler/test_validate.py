@@ -97,3 +97,49 @@ def test_feature_columns_are_told_to_go_dense_in_the_input_fn():
                       "sparse: turn the features into dense tensors in the input_fn "
                       "(dataset.map with tf.lookup ids, one-hot, bucketize) and give the "
                       "model_fn those"), msg
+
+
+def _dense_loss(features, labels):
+  logits = tf.keras.layers.Dense(2)(features["x"])
+  return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, True))
+
+
+def test_a_tpu_cross_shard_optimizer_is_named_on_the_gradient_path():
+  """A model_fn written for TPUEstimator wraps its optimizer in CrossShardOptimizer. Its
+  CrossReplicaSum ops sit on the gradients, off the forward path validate used to check, so
+  the compile passed and training failed at session start with TF's "No OpKernel was
+  registered to support Op 'CrossReplicaSum'"."""
+  def model_fn(features, labels):
+    loss = _dense_loss(features, labels)
+    opt = tf.compat.v1.tpu.CrossShardOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
+    train_op = opt.minimize(loss, tf.compat.v1.train.get_global_step())  # MARK-cross-shard
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=train_op)
+  with pytest.raises(UnsupportedOpError) as err:
+    lower.validate(_captured(model_fn))
+  msg = str(err.value)
+  assert {t for _, t, _, _ in err.value.ops} == {"CrossReplicaSum"}, msg
+  assert f"test_validate.py:{line_of(__file__, 'MARK-cross-shard')}" in msg
+  assert msg.endswith("use the optimizer without tf.compat.v1.tpu.CrossShardOptimizer"), msg
+
+
+def test_the_gradient_path_passes_what_the_optimizer_does_and_refuses_a_print():
+  """Clipping an embedding's and a layer's gradients is the optimizer's business (no
+  refusal); a tf.print of the gradient norm cannot run on the engine, as in the forward path,
+  and the advice is a hook, not the input_fn."""
+  def model_fn(features, labels, print_norm):
+    table = tf.compat.v1.get_variable("table", [10, 3])
+    ids = tf.cast(features["x"][:, 0], tf.int32)
+    loss = _dense_loss({"x": features["x"] + tf.nn.embedding_lookup(table, ids)}, labels)
+    opt = tf.compat.v1.train.AdamOptimizer(0.1)
+    grads, variables = zip(*opt.compute_gradients(loss))
+    clipped, norm = tf.clip_by_global_norm(grads, 1.0)
+    deps = [tf.print("grad norm", norm)] if print_norm else []  # MARK-print-norm
+    with tf.control_dependencies(deps):
+      train_op = opt.apply_gradients(zip(clipped, variables),
+                                     tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=train_op)
+  lower.validate(_captured(lambda f, l: model_fn(f, l, print_norm=False)))
+  with pytest.raises(UnsupportedOpError, match=(
+      rf"test_validate.py:{line_of(__file__, 'MARK-print-norm')}: 'PrintV2' of type PrintV2 "
+      r"\(it prints on the host\); take them out of the training step \(.*LoggingTensorHook")):
+    lower.validate(_captured(lambda f, l: model_fn(f, l, print_norm=True)))
