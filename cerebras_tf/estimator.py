@@ -149,6 +149,7 @@ class _CerebrasMethods:
     self._restore_from = checkpoints.latest(self.model_dir)
     try:
       if not self._resolve_use_cs(use_cs):
+        self._say_off_engine(use_cs)
         self._retire_input_state()
         return tf.estimator.Estimator.train(self, input_fn, hooks=hooks, steps=steps,
                                             max_steps=max_steps,
@@ -206,6 +207,19 @@ class _CerebrasMethods:
       raise NonFiniteLossError(float("nan"), hook.last_run_step()) from None
     finally:
       self._cs_run = None
+
+  def _say_off_engine(self, use_cs) -> None:
+    """A CSConfig chosen by hand, then a train call that leaves use_cs unset: most likely
+    tf.estimator.train_and_evaluate (it cannot pass use_cs), not a wish to skip the engine.
+    Said once per estimator; the run is still the plain Estimator's."""
+    if use_cs is not None or self._said_off_engine or self.cs_config == CSConfig():
+      return
+    self._said_off_engine = True
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: train without use_cs runs as a plain tf.estimator.Estimator, so the "
+        "CSConfig given (%s on %s) is not used; pass use_cs=True to train, or build "
+        "CerebrasEstimator(..., use_cs=True) for tf.estimator.train_and_evaluate",
+        self.cs_config.execution_strategy, self.cs_config.engine)
 
   def _retire_input_state(self) -> None:
     """A run that saves no input position: the chief retires the last one saved (see
@@ -350,6 +364,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._restore_from = None  # the checkpoint the graph being built will restore
     self._last_compile = None
     self._said_cs_ip = False
+    self._said_off_engine = False
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
     if config is not None and not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)

@@ -463,6 +463,28 @@ def test_a_tpu_estimator_model_fn_trains_and_evaluates(tmp_path):
     est.train(_train_input, max_steps=1, use_cs=True)
 
 
+def test_train_and_evaluate_goes_on_the_engine_when_the_estimator_says_so(tmp_path, caplog):
+  """tf.estimator.train_and_evaluate calls train() without use_cs: with a CSConfig chosen by
+  hand, a user got the plain Estimator and no word about it. Now one warning says how to get
+  the engine, and CerebrasEstimator(use_cs=True) gets it."""
+  cs_config = CSConfig(execution_strategy="weight_streaming")
+  train = tf.estimator.TrainSpec(_train_input, max_steps=2)
+  evaluate = tf.estimator.EvalSpec(_eval_input, steps=1, throttle_secs=0)
+  plain = CerebrasEstimator(model_fn, config=_config(tmp_path / "a", cs_config=cs_config),
+                            params=PARAMS)
+  tf.estimator.train_and_evaluate(plain, train, evaluate)
+  assert caplog.text.count("train without use_cs runs as a plain tf.estimator.Estimator, so "
+                           "the CSConfig given (weight_streaming on cs2) is not used") == 1
+  assert not os.path.exists(os.path.join(plain.model_dir, "cs_compile"))
+  caplog.clear()
+  on_engine = CerebrasEstimator(model_fn, config=_config(tmp_path / "b", cs_config=cs_config),
+                                params=PARAMS, use_cs=True)
+  metrics, _ = tf.estimator.train_and_evaluate(on_engine, train, evaluate)
+  assert metrics["global_step"] == 2 and "train without use_cs" not in caplog.text
+  with open(os.path.join(on_engine.model_dir, "cs_compile", "plan.json")) as fh:
+    assert json.load(fh)["execution_strategy"] == "weight_streaming"
+
+
 def test_a_second_training_run_on_the_model_dir_is_refused(tmp_path):
   """Two notebooks (or a notebook and scripts/run.py) training one model_dir interleave their
   checkpoints. The lock was only in the CLI; the Python API now takes it too, in either
