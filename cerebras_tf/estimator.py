@@ -358,7 +358,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                warm_start_from=None, use_cs=None, init_checkpoint=None):
     model_fn_lib.verify_model_fn_args(model_fn, params)
     self._user_model_fn = model_fn
-    self._init_checkpoint = init_checkpoint
+    # Weight servers (another directory) run the restore ops: checkpoint paths are absolute.
+    self._init_checkpoint = _absolute(init_checkpoint)
+    warm_start_from = _absolute_warm_start(warm_start_from)
     self._default_use_cs = bool(use_cs)
     self._cs_run = None
     self._restore_from = None  # the checkpoint the graph being built will restore
@@ -393,6 +395,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     config = config or CSRunConfig()
     if model_dir is not None or config.model_dir is None:
       config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
+    # The warm-start checkpoint below is read by weight servers in another directory.
+    config = config.replace(model_dir=_absolute(config.model_dir))
     model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
                                                    export_outputs)
     warm = keras_model_lib.save_warm_start(model, config, custom_objects)
@@ -606,6 +610,16 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 def _absolute(path: Optional[str]) -> Optional[str]:
   """A local path made absolute; None and URLs (gs://...) as they are."""
   return os.path.abspath(path) if path and "://" not in path else path
+
+
+def _absolute_warm_start(warm_start_from):
+  """`warm_start_from` (a path or WarmStartSettings) with its checkpoint path absolute."""
+  if isinstance(warm_start_from, str):
+    return _absolute(warm_start_from)
+  if isinstance(warm_start_from, tf.estimator.WarmStartSettings):
+    return warm_start_from._replace(
+        ckpt_to_initialize_from=_absolute(warm_start_from.ckpt_to_initialize_from))
+  return warm_start_from
 
 
 def _disk_full(error: BaseException) -> bool:

@@ -305,6 +305,35 @@ def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   assert not glob.glob("model/*.corrupt")
 
 
+@pytest.mark.parametrize("how", ["init_checkpoint", "warm_start_from", "WarmStartSettings",
+                                 "keras"])
+def test_relative_warm_start_paths_reach_the_weight_servers(tmp_path, monkeypatch, how):
+  """In weight streaming the weight servers run the restore ops, from another directory: a
+  relative init_checkpoint, warm_start_from, or from_keras_model's own warm start under a
+  relative model_dir failed the first step with "Failed to find any matching files for
+  src/model.ckpt-2" from /job:ps."""
+  monkeypatch.chdir(tmp_path)
+  ws = CSRunConfig(model_dir="dst", cs_config=CSConfig(execution_strategy="weight_streaming"))
+  if how == "keras":
+    model = tf.keras.Sequential([tf.keras.layers.Dense(PARAMS["num_classes"],
+                                                       input_shape=(PARAMS["input_dim"],))])
+    model.compile(tf.keras.optimizers.legacy.SGD(0.1),
+                  tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    est = CerebrasEstimator.from_keras_model(model, config=ws, params=PARAMS)
+    est.train(lambda params: _train_input(params).map(lambda f, l: (f["x"], l)), max_steps=1,
+              use_cs=True)
+    assert est.get_variable_value("global_step") == 1
+    return
+  CerebrasEstimator(model_fn, config=CSRunConfig(model_dir="src"), params=PARAMS).train(
+      _train_input, max_steps=2, use_cs=True)
+  kwargs = {"init_checkpoint": {"init_checkpoint": "src"},
+            "warm_start_from": {"warm_start_from": "src"},
+            "WarmStartSettings": {"warm_start_from": tf.estimator.WarmStartSettings("src")}}[how]
+  est = CerebrasEstimator(model_fn, config=ws, params=PARAMS, **kwargs)
+  est.train(_train_input, max_steps=1, use_cs=True)
+  assert est.get_variable_value("global_step") == 1
+
+
 def test_an_input_fn_whose_argument_has_another_name_is_told_the_names(tmp_path):
   """`lambda p: ...`: tf.estimator passes params by name, so the call failed with Python's
   "missing 1 required positional argument: 'p'" from inside our wrapper."""

@@ -46,9 +46,10 @@ def reserve_logical_cpus(count: int) -> None:
     have = len(tf.config.list_logical_devices("CPU"))
     if have < count:
       raise ConfigError(
-          f"this run needs {count} CPU devices but TensorFlow already started with {have}; "
-          f"run in a fresh process (scripts/run.py does) or call "
-          f"cerebras_tf.runtime.strategies.reserve_logical_cpus({count}) first") from e
+          f"this run needs {count} CPU devices but TensorFlow already started with {have} "
+          f"(building a Keras model or running any TF op starts it); call "
+          f"cerebras_tf.runtime.strategies.reserve_logical_cpus({count}) before that, or run "
+          f"in a fresh process (scripts/run.py does)") from e
 
 
 def host_devices(cs_config) -> dict:
