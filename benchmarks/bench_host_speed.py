@@ -111,7 +111,7 @@ def switch_off(levers):
   if "dropout" in levers and hasattr(modeling_dropout(), "dropout"):
     modeling_dropout().dropout = lambda x, rate: tf.nn.dropout(x, rate=rate)
   if "adam" in levers:
-    from cerebras_tf.models.bert import optimization  # pylint: disable=import-outside-toplevel
+    from cerebras_tf.models import optimization  # pylint: disable=import-outside-toplevel
     cls = optimization.AdamWeightDecayOptimizer
     cls._resource_apply_dense = cls._apply  # pylint: disable=protected-access
 

@@ -2,11 +2,11 @@
 
   modeling.py      backbone (google-research/bert variable names; loads its checkpoints)
   heads.py         masked-LM, next-sentence and classifier heads
-  optimization.py  AdamW, learning-rate schedules, clipping, gradient accumulation
   model.py         model_fn(features, labels, mode, params)
   input.py         input_fn(params, mode): tensorflow-text tokenize + pack + mask
 
 `model.name: bert` selects it; `model.task` is `pretraining` (default) or `classification`.
+Its optimizer (AdamW, schedules, clipping, accumulation) is the shared `models/optimization.py`.
 No TensorFlow import here: the registry imports model_fn/input_fn on first use.
 """
 

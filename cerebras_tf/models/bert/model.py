@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from cerebras_tf.models.bert import heads
 from cerebras_tf.models.bert import modeling
-from cerebras_tf.models.bert import optimization
+from cerebras_tf.models import optimization
 from cerebras_tf.runtime import checkpoints
 
 tf1 = tf.compat.v1

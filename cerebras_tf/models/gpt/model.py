@@ -7,7 +7,7 @@ token at each position (padding positions carry weight 0 through padding_mask).
 import tensorflow as tf
 
 from cerebras_tf.models import losses
-from cerebras_tf.models.bert import optimization
+from cerebras_tf.models import optimization
 from cerebras_tf.models.gpt import modeling
 
 tf1 = tf.compat.v1

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.core import batching
+from cerebras_tf.models import optimization
 
 
 def _flat(params):
@@ -41,7 +42,7 @@ def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
 
 
 def model_fn(features, labels, mode, params):
-  """Dense -> ReLU stack -> logits; softmax cross-entropy; Adam."""
+  """Dense -> ReLU stack -> logits; softmax cross-entropy; the params' optimizer (Adam unset)."""
   model, _ = _flat(params)
   hidden = model.get("hidden_sizes", [64, 64])
   seed = model.get("seed", 0)
@@ -59,12 +60,11 @@ def model_fn(features, labels, mode, params):
         export_outputs={"serving_default": tf.estimator.export.PredictOutput(predictions)})
   loss = tf.reduce_mean(
       tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
-  opt_params = params.get("optimizer", params)
-  lr = opt_params.get("learning_rate", 1e-2)
-  if isinstance(lr, list):  # a YAML schedule: this smoke model uses its first rate
-    lr = lr[0].get("learning_rate", lr[0].get("initial_learning_rate", 1e-2))
-  optimizer = tf.compat.v1.train.AdamOptimizer(learning_rate=lr)
-  train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+  # Every `optimizer` key of a params file (schedules, clipping, accumulation, ...), as the
+  # other reference models; a flat Python params dict gives Adam at its `learning_rate`.
+  opt = {"optimizer_type": "adam", "learning_rate": 1e-2, **params.get("optimizer", params)}
+  total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
+  train_op, _ = optimization.build_train_op(loss, opt, total_steps)
   accuracy = tf.compat.v1.metrics.accuracy(labels, predictions["class"])
   return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
                                     eval_metric_ops={"accuracy": accuracy})

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.models import losses
-from cerebras_tf.models.bert import optimization
+from cerebras_tf.models import optimization
 from cerebras_tf.models.transformer import decoding
 from cerebras_tf.models.transformer import input as input_lib
 from cerebras_tf.models.transformer import modeling

@@ -1,4 +1,5 @@
-"""BERT's optimizer: AdamW, warm-up + decay, clipping, gradient accumulation, loss scaling.
+"""The reference models' optimizer (BERT, GPT, Transformer, MLP): AdamW, warm-up + decay,
+clipping, gradient accumulation, loss scaling; every `optimizer` key of a params file.
 
 `build_train_op` reads `params["optimizer"]`:
   optimizer_type      adamw (default) | adam | sgd | momentum
