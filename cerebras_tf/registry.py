@@ -43,6 +43,7 @@ import dataclasses
 import difflib
 import importlib
 import os
+import traceback
 from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from cerebras_tf.errors import ConfigError, ParamsError
@@ -139,10 +140,28 @@ def _import_env_modules():
       try:
         importlib.import_module(module)
       except ModuleNotFoundError as e:
-        if e.name != module:
-          raise
-        raise ConfigError(f"{MODULES_ENV}: no module named {module!r}{_import_hint(module)}"
-                          ) from None
+        _imported_env_modules.discard(module)  # a notebook fixes it and asks again
+        if e.name == module:
+          raise ConfigError(f"{MODULES_ENV}: no module named {module!r}"
+                            f"{_import_hint(module)}") from None
+        raise ConfigError(f"{MODULES_ENV}: importing {module!r} failed{_failed_at(e)}: it "
+                          f"imports {e.name!r}, which is not installed") from e
+      except Exception as e:  # the user's module failed: one line, the cause chained
+        _imported_env_modules.discard(module)
+        raise ConfigError(f"{MODULES_ENV}: importing {module!r} failed{_failed_at(e)}: "
+                          f"{type(e).__name__}: {e}; python -c 'import {module}' shows the "
+                          f"traceback") from e
+
+
+def _failed_at(error: BaseException) -> str:
+  """` at file:line` of the error in the user's module (the innermost frame outside the
+  import machinery), or of the bad line of a SyntaxError."""
+  if isinstance(error, SyntaxError) and error.filename:
+    return f" at {os.path.relpath(error.filename)}:{error.lineno}"
+  frames = [f for f in traceback.extract_tb(error.__traceback__)
+            if not f.filename.startswith("<frozen") and f.filename != __file__
+            and "site-packages" not in f.filename]
+  return f" at {os.path.relpath(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
 
 
 def _import_hint(module: str) -> str:

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -353,3 +354,25 @@ def test_a_model_module_in_the_working_directory_is_pointed_at(tmp_path):
       f"error: CEREBRAS_TF_MODEL_MODULES: no module named 'my_model' on the import path, "
       f"though it is in the working directory {tmp_path} (scripts/run.py does not import from "
       f"there): run with PYTHONPATH=. or as python -m cerebras_tf"), proc.stderr
+
+
+def test_a_model_module_fixed_after_its_import_failed_is_imported_again(tmp_path, monkeypatch):
+  """A notebook: the module fails its import (one line naming its file:line), the user fixes
+  it and asks again. The failed name was remembered as imported, and the second ask said only
+  "unknown model 'mine'"."""
+  from cerebras_tf import registry  # pylint: disable=import-outside-toplevel
+  module = f"fixme_{uuid.uuid4().hex[:8]}"
+  path = tmp_path / f"{module}.py"
+  path.write_text("import os\nraise RuntimeError('not yet')\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.setenv(registry.MODULES_ENV, module)
+  with pytest.raises(ConfigError, match=rf"importing '{module}' failed at .*{module}.py:2: "
+                                        r"RuntimeError: not yet"):
+    registry.get_model("mine")
+  path.write_text("from cerebras_tf.models import mlp\nfrom cerebras_tf.registry import "
+                  "ModelSpec, register\nregister(ModelSpec('mine', mlp.SPEC.model_fn, "
+                  "mlp.SPEC.input_fn))\n")
+  try:
+    assert registry.get_model("mine").model_fn == "cerebras_tf.models.mlp.model:model_fn"
+  finally:
+    registry.unregister("mine")
