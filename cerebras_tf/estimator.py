@@ -147,6 +147,12 @@ class _CerebrasMethods:
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners, use_cs, run_max_steps):
     checkpoints.ensure_restorable(self.model_dir)
     self._restore_from = checkpoints.latest(self.model_dir)
+    if max_steps is not None and self._restore_from and self._current_step() >= max_steps:
+      # tf.estimator returns at once and says so only at INFO, in the log file.
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: %s is at step %d already, max_steps is %d: nothing to train; raise "
+          "max_steps, or give steps=N to train N more", self.model_dir, self._current_step(),
+          max_steps)
     try:
       if not self._resolve_use_cs(use_cs):
         self._say_off_engine(use_cs)

@@ -262,6 +262,18 @@ def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
   assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))
 
 
+def test_max_steps_already_reached_says_so(tmp_path, caplog):
+  """tf.estimator returns at once when the model_dir is at max_steps already, saying so only
+  at INFO (the log file under scripts/run.py): a rerun with a smaller --max_steps looked like
+  a run that trained."""
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  est.train(_train_input, max_steps=3, use_cs=True)
+  caplog.clear()
+  est.train(_train_input, max_steps=2, use_cs=True)
+  assert est.get_variable_value("global_step") == 3
+  assert "is at step 3 already, max_steps is 2: nothing to train" in caplog.text
+
+
 def test_a_dataset_that_runs_out_says_so_and_the_next_call_takes_another_pass(tmp_path,
                                                                               caplog):
   """A dataset without .repeat(): 96 examples are 6 batches of 16. tf.estimator stops at the
