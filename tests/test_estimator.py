@@ -318,13 +318,16 @@ def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
 
 
 @pytest.mark.parametrize("how", ["init_checkpoint", "warm_start_from", "WarmStartSettings",
-                                 "keras"])
+                                 "keras", "model_fn_init_from_checkpoint"])
 def test_relative_warm_start_paths_reach_the_weight_servers(tmp_path, monkeypatch, how):
-  """In weight streaming the weight servers run the restore ops, from another directory: a
-  relative init_checkpoint, warm_start_from, or from_keras_model's own warm start under a
-  relative model_dir failed the first step with "Failed to find any matching files for
-  src/model.ckpt-2" from /job:ps."""
+  """In weight streaming the weight servers run the restore ops, and ran in another
+  directory: a relative init_checkpoint, warm_start_from, from_keras_model's own warm start
+  under a relative model_dir, or a model_fn's own google-bert-style
+  init_from_checkpoint("src", ...) failed the first step with "Failed to find any matching
+  files for src/model.ckpt-2" from /job:ps. They now run in the client's directory (and do
+  not import from it: a module there named like ours is not picked up)."""
   monkeypatch.chdir(tmp_path)
+  (tmp_path / "cerebras_tf.py").write_text("raise SystemExit('the user directory shadowed us')\n")
   ws = CSRunConfig(model_dir="dst", cs_config=CSConfig(execution_strategy="weight_streaming"))
   if how == "keras":
     model = tf.keras.Sequential([tf.keras.layers.Dense(PARAMS["num_classes"],
@@ -338,10 +341,16 @@ def test_relative_warm_start_paths_reach_the_weight_servers(tmp_path, monkeypatc
     return
   CerebrasEstimator(model_fn, config=CSRunConfig(model_dir="src"), params=PARAMS).train(
       _train_input, max_steps=2, use_cs=True)
+  def own_init_model_fn(features, labels, mode, params):
+    spec = model_fn(features, labels, mode, params)
+    tf.compat.v1.train.init_from_checkpoint("src", {"dense_0/": "dense_0/"})
+    return spec
   kwargs = {"init_checkpoint": {"init_checkpoint": "src"},
             "warm_start_from": {"warm_start_from": "src"},
-            "WarmStartSettings": {"warm_start_from": tf.estimator.WarmStartSettings("src")}}[how]
-  est = CerebrasEstimator(model_fn, config=ws, params=PARAMS, **kwargs)
+            "WarmStartSettings": {"warm_start_from": tf.estimator.WarmStartSettings("src")},
+            "model_fn_init_from_checkpoint": {}}[how]
+  est = CerebrasEstimator(own_init_model_fn if how == "model_fn_init_from_checkpoint"
+                          else model_fn, config=ws, params=PARAMS, **kwargs)
   est.train(_train_input, max_steps=1, use_cs=True)
   assert est.get_variable_value("global_step") == 1
 

@@ -26,6 +26,8 @@ from cerebras_tf.runtime import tf_config
 from cerebras_tf.runtime.ckpt_files import list_checkpoints
 
 CLIENT_JOB = "localhost"
+# The directory this package is imported from (a checkout or site-packages).
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 READY_TIMEOUT_S = 60.0
 MAX_RESTARTS = 3
 # How long the client waits for a (restarted) weight server before it gives up cleanly.
@@ -108,6 +110,9 @@ class LocalCluster:
         "ps": list(ps_addresses) if ps_addresses else
               [f"127.0.0.1:{free_port()}" for _ in range(num_ps)]}
     self.procs: List[subprocess.Popen] = []
+    # Weight servers run the restore ops of the client's graph (warm starts, a model_fn's own
+    # init_from_checkpoint): relative paths in it must mean what they mean to the client.
+    self._cwd = os.getcwd()
     self._logs = []
     self._closing = threading.Event()
     self.restarts = 0
@@ -150,13 +155,15 @@ class LocalCluster:
   def _start(self, i: int) -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
+    # In the client's directory, importing this package from where the client did (-P: not
+    # whatever the user's directory holds).
+    env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
     log = open(os.path.join(self.log_dir, f"ps_{i}.log"), "a")
     self._logs.append(log)
     return subprocess.Popen(
-        [sys.executable, "-m", "cerebras_tf.runtime.server", "--cluster",
+        [sys.executable, "-P", "-m", "cerebras_tf.runtime.server", "--cluster",
          json.dumps(self.cluster), "--job", "ps", "--index", str(i), "--parent", str(os.getpid())],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self._cwd)
 
   def _watch(self) -> None:
     """Restarts a weight server that died, on the same port, up to MAX_RESTARTS times.
