@@ -20,7 +20,7 @@ import tensorflow as tf
 from cerebras_tf.core import ir
 from cerebras_tf.compiler import kernels
 from cerebras_tf.compiler.capture import CapturedGraph
-from cerebras_tf.errors import UnsupportedOpError
+from cerebras_tf.errors import CompileError, UnsupportedOpError
 
 # Backward ops: tf.gradients' scope, at the top or under another (Keras's optimizers build
 # "training/SGD/gradients/gradients/..."), or a GradientTape's.
@@ -371,6 +371,8 @@ def _check_op(op) -> Optional[str]:
   cat = kernels.category(op.type)
   if cat is None:
     return kernels.unsupported_reason(op.type)
+  if cat not in (kernels.FREE, kernels.LOOP) and any(o.dtype == tf.float64 for o in op.outputs):
+    return "computes in float64; the engine's floating-point units are 16- and 32-bit"
   if cat == kernels.LOOP:
     if trip_count(op) is None:
       return ("is a loop without a static trip count (give tf.while_loop maximum_iterations, "
@@ -446,6 +448,12 @@ def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None) 
 
   The error's `ops` attribute lists (op name, op type, file:line, reason) for each of them.
   """
+  wide = sorted(n for n, t in captured.inputs.items() if t.dtype == tf.float64)
+  if wide:  # one line for the cause, not one per op that inherits it
+    raise CompileError(
+        f"input {', '.join(wide)} is float64 (numpy's default); the engine's floating-point "
+        f"units are 16- and 32-bit: cast it in the input_fn (x.astype('float32'), or "
+        f"dataset.map with tf.cast)")
   fwd = forward_ops(captured) if fwd is None else fwd
   bad = unsupported_ops(fwd)
   # The gradient and update path is the optimizer's; only what cannot run there at all.

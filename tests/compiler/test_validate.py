@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf.compiler import capture, lower
-from cerebras_tf.errors import UnsupportedOpError
+from cerebras_tf.errors import CompileError, UnsupportedOpError
 from source_marks import line_of
 
 
@@ -143,3 +143,31 @@ def test_the_gradient_path_passes_what_the_optimizer_does_and_refuses_a_print():
       rf"test_validate.py:{line_of(__file__, 'MARK-print-norm')}: 'PrintV2' of type PrintV2 "
       r"\(it prints on the host\); take them out of the training step \(.*LoggingTensorHook")):
     lower.validate(_captured(lambda f, l: model_fn(f, l, print_norm=True)))
+
+
+def test_a_float64_input_is_one_line_naming_it():
+  """numpy arrays are float64: an input_fn built from them trained in float64 on the host
+  while the plan costed 16- and 32-bit numbers, which is all the engine has."""
+  def input_fn():
+    return tf.data.Dataset.from_tensors(({"x": tf.zeros([4, 3], tf.float64)},
+                                         tf.zeros([4], tf.int64)))
+
+  def model_fn(features, labels):
+    loss = tf.reduce_mean(tf.keras.layers.Dense(2, dtype="float64")(features["x"]))
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=tf.no_op())
+  with pytest.raises(CompileError, match=r"^input features/x is float64 \(numpy's default\); .* "
+                                         r"cast it in the input_fn"):
+    lower.validate(capture.capture(input_fn, model_fn, 4))
+
+
+def test_float64_math_inside_the_model_is_named_with_its_line():
+  def model_fn(features, labels):
+    x = tf.cast(features["x"], tf.float64) * 2.0  # MARK-float64
+    loss = _dense_loss({"x": tf.cast(x, tf.float32)}, labels)
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=tf.no_op())
+  with pytest.raises(UnsupportedOpError) as err:
+    lower.validate(_captured(model_fn))
+  assert {t for _, t, _, _ in err.value.ops} == {"Cast", "Mul"}
+  assert all(where.endswith(f":{line_of(__file__, 'MARK-float64')}")
+             for _, _, where, _ in err.value.ops)
+  assert "computes in float64" in str(err.value)
