@@ -614,8 +614,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
 
 def _absolute(path: Optional[str]) -> Optional[str]:
-  """A local path made absolute; None and URLs (gs://...) as they are."""
-  return os.path.abspath(path) if path and "://" not in path else path
+  """A local path made absolute, `~` expanded (as scripts/run.py does); None and URLs
+  (gs://...) as they are."""
+  return os.path.abspath(os.path.expanduser(path)) if path and "://" not in path else path
 
 
 def _absolute_warm_start(warm_start_from):

@@ -315,6 +315,9 @@ def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   assert est.get_variable_value("global_step") == 4
   assert sorted(os.listdir("model")).count("model.ckpt-4.index") == 1
   assert not glob.glob("model/*.corrupt")
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))  # `~` is the home, not a directory "~"
+  est = CerebrasEstimator(model_fn, config=cfg.replace(model_dir="~/m"), params=PARAMS)
+  assert est.model_dir == str(tmp_path / "home" / "m")
 
 
 @pytest.mark.parametrize("how", ["init_checkpoint", "warm_start_from", "WarmStartSettings",
