@@ -38,6 +38,7 @@ FIXTURE_YAML = {
     "reshape.yaml": "train_input:\n  batch_size: 8\nmodel:\n  name: reshape_model\n",
     "own_batch.yaml": "train_input:\n  batch_size: 8\nmodel:\n  name: own_batch_model\n"
                       "csconfig:\n  execution_strategy: multi_replica\n",
+    "broken.yaml": "train_input:\n  batch_size: 8\nmodel:\n  name: broken\n",
     "empty.yaml": "",
     "list.yaml": "- train_input\n- model\n",
     "dup.yaml": "model:\n  name: mlp\nmodel:\n  name: bert\ntrain_input:\n  batch_size: 8\n",

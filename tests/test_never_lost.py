@@ -342,3 +342,15 @@ def test_graceful_interrupt_first_stops_at_the_step_second_at_once():
       with pytest.raises(KeyboardInterrupt):    # the second one stops at once
         sig.raise_signal(sig.SIGINT)
   assert sig.getsignal(sig.SIGINT) == before
+
+
+def test_optimizer_state_is_told_apart_from_the_models_own_variables():
+  """A resume refused for missing optimizer slots (another optimizer_type or grad_accum_steps)
+  says the weights all match (row ckpt_changed_optimizer); a missing model variable, even a
+  non-trainable one such as a batch-norm moving mean, is a changed model."""
+  trainable = {"dense/kernel", "dense/bias"}
+  for name in ("dense/kernel/Momentum", "dense/bias/Adam_1", "grad_accum/dense/kernel",
+               "training/Adam/dense/kernel/m", "beta1_power", "training/Adam/iter"):
+    assert checkpoints._optimizer_state(name, trainable), name  # pylint: disable=protected-access
+  for name in ("dense/kernel", "bn/moving_mean", "dense_1/kernel/Momentum", "dense/kernel_1"):
+    assert not checkpoints._optimizer_state(name, trainable), name  # pylint: disable=protected-access

@@ -24,7 +24,7 @@ import glob
 import os
 import re
 import shutil
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -296,14 +296,37 @@ def check_matches(checkpoint: str, graph: tf.Graph, model_dir: str) -> None:
   if not diff:
     return
   name, theirs, ours = diff[0]
+  more = f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""
+  trainable = {v.name.split(":")[0]
+               for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
+  if all(t is None and _optimizer_state(n, trainable) for n, t, _ in diff):
+    # Another optimizer_type, grad_accum_steps, ...: every weight is there.
+    raise ConfigError(
+        f"checkpoint {checkpoint} holds every weight of this model but not the optimizer "
+        f"state this run needs ('{name}' {_fmt_shape(ours)}{more}): the optimizer or its "
+        f"settings changed since it was written; keep the optimizer it was trained with, or "
+        f"start a new model_dir with --warm_start {checkpoint} (CerebrasEstimator("
+        f"init_checkpoint=...) in Python): the weights are restored, the step and the "
+        f"optimizer state start afresh")
   what = (f"variable '{name}' is {_fmt_shape(theirs)} there and {_fmt_shape(ours)} in this model"
           if theirs is not None else f"it has no variable '{name}' {_fmt_shape(ours)} of this model")
-  more = f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""
   raise ConfigError(
       f"checkpoint {checkpoint} does not match this model: {what}{more}; it was written by "
       f"another model (or by this one before a change): use a new --model_dir, keep the params "
       f"it was trained with, or start a new model_dir with --warm_start {checkpoint} "
       f"(CerebrasEstimator(init_checkpoint=...) in Python) to reuse the variables that match")
+
+
+def _optimizer_state(name: str, trainable: Set[str]) -> bool:
+  """Whether a non-trainable variable is an optimizer's, not the model's: a slot or an
+  accumulator of a trainable variable (dense/kernel/Momentum, grad_accum/dense/kernel, Keras's
+  training/Adam/dense/kernel/m) or Adam's beta powers and Keras's iteration count."""
+  if name in trainable:
+    return False
+  if name.rsplit("/", 1)[-1] in ("beta1_power", "beta2_power", "iter", "iterations"):
+    return True
+  padded = f"/{name}/"
+  return any(f"/{t}/" in padded for t in trainable)
 
 
 def _finite(prefix: str) -> bool:
