@@ -199,7 +199,9 @@ class _CerebrasMethods:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
-          hooks = hooks + [checkpoints.InputPositionHook(self, external_state_policy="warn")]
+          position = checkpoints.InputPositionHook(self, external_state_policy="warn")
+          hooks = hooks + [position]
+          saving_listeners = list(saving_listeners or []) + [position.listener]
         with GracefulInterrupt() as interrupt, \
             self._model_fn_sees_batch(runtime.per_replica_batch):
           return tf.estimator.Estimator.train(self, input_fn, hooks=hooks + [interrupt.hook],

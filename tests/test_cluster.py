@@ -46,6 +46,26 @@ def test_dead_weight_server_is_restarted_on_its_port(tmp_path):
   assert not _alive(c.procs[0].pid)
 
 
+def test_weight_servers_run_in_the_clients_directory_and_follow_it(tmp_path, monkeypatch):
+  """They run the restore ops of the client's graph, so a relative checkpoint path must mean
+  the same to both; a process that changes directory between training calls (a notebook, a
+  test suite) gets them restarted there, not counted as a crash."""
+  first, second = tmp_path / "first", tmp_path / "second"
+  first.mkdir()
+  second.mkdir()
+  monkeypatch.chdir(first)
+  with cluster_lib.LocalCluster(num_ps=2, log_dir=str(tmp_path / "logs")) as c:
+    assert {os.readlink(f"/proc/{p.pid}/cwd") for p in c.procs} == {str(first)}
+    c.follow_cwd()  # the same directory: nothing restarts
+    pids = [p.pid for p in c.procs]
+    assert [p.pid for p in c.procs] == pids
+    monkeypatch.chdir(second)
+    c.follow_cwd()
+    assert {os.readlink(f"/proc/{p.pid}/cwd") for p in c.procs} == {str(second)}
+    assert not set(pids) & {p.pid for p in c.procs} and c.restarts == 0
+    assert all(cluster_lib._port_open(a) for a in c.cluster["ps"])
+
+
 def test_port_already_in_use_retries_with_fresh_ports(tmp_path, monkeypatch):
   squatter = socket.socket()
   squatter.bind(("127.0.0.1", 0))

@@ -262,6 +262,29 @@ def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
   assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))
 
 
+def test_time_based_checkpoints_save_the_input_position_at_the_same_steps(tmp_path):
+  """With save_checkpoints_secs, TF's input-position hook ran its own timer: the model was
+  saved at 0, 1371, 2932, the input at 0, 1426, 2999, and a run killed before its last save
+  resumed from step 0, the only step with both. The position is now written by the model's
+  saver, at each of its steps."""
+  from cerebras_tf.runtime import ckpt_files  # pylint: disable=import-outside-toplevel
+  cfg = CSRunConfig(model_dir=str(tmp_path / "model"), save_checkpoints_secs=1,
+                    save_checkpoints_steps=None, keep_checkpoint_max=0, log_step_count_steps=1000,
+                    cs_config=CSConfig(execution_strategy="pipelined"))
+  est = CerebrasEstimator(model_fn, config=cfg, params={**PARAMS, "hidden_sizes": [256, 256]})
+
+  class Slow(tf.compat.v1.train.SessionRunHook):
+    def after_run(self, run_context, run_values):
+      time.sleep(0.01)  # 400 steps: 4 s or more, at least three timed saves in one call
+  est.train(_train_input, max_steps=400, hooks=[Slow()], use_cs=True)
+  model = [ckpt_files.step_of(p) for p in ckpt_files.list_checkpoints(cfg.model_dir)]
+  inputs = [ckpt_files.step_of(p) for p in ckpt_files.list_checkpoints(
+      cfg.model_dir, ckpt_files.INPUT_PREFIX)]
+  assert model == inputs and len(model) >= 3, (model, inputs)
+  # A kill before the last save: the run resumes from the save before it, not from step 0.
+  assert ckpt_files.paired_step(model[:-1], inputs[:-1]) == model[-2] > 0
+
+
 def test_max_steps_already_reached_says_so(tmp_path, caplog):
   """tf.estimator returns at once when the model_dir is at max_steps already, saying so only
   at INFO (the log file under scripts/run.py): a rerun with a smaller --max_steps looked like

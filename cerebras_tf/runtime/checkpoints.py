@@ -41,8 +41,14 @@ INPUT_SIGNATURE = INPUT_STATE + ".signature"  # the input it was saved from (mat
 
 class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
   """Saves the input pipeline's position with the model (TF's CheckpointInputPipelineHook),
-  and stands down when there is none: an input_fn that returns tensors rather than a
-  tf.data.Dataset makes no iterator, and TF's hook then fails with "No variables to save".
+  at exactly the model's checkpoint steps, and stands down when there is none: an input_fn
+  that returns tensors rather than a tf.data.Dataset makes no iterator, and TF's hook then
+  fails with "No variables to save".
+
+  TF's hook saves on a timer of its own. With `save_checkpoints_secs` the two timers drift
+  apart (model at 1371 and 2932, input at 1426 and 2999), no step has both, and a run killed
+  there resumed from step 0. Here the position is written by `listener`, a saving listener
+  of the model's CheckpointSaverHook: every model save, and only those, has its input twin.
 
   An input that ran out (a dataset without .repeat()) keeps no position: restored at its end,
   every later train call stopped at once, having trained nothing. Its state is retired
@@ -51,7 +57,10 @@ class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
   def __init__(self, estimator, external_state_policy: str = "warn"):
     super().__init__(estimator, external_state_policy=external_state_policy)
     self._model_dir = estimator.model_dir
+    self._keep = estimator.config.keep_checkpoint_max
     self._active = True
+    self._first_run = True
+    self.listener = _SavedWithTheModel(self)
 
   def begin(self):
     self._active = bool(tf.compat.v1.get_collection(iterator_ops.GLOBAL_ITERATORS))
@@ -61,25 +70,43 @@ class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
           "is not checkpointed (a resumed run calls it afresh)")
       return
     super().begin()
+    # TF's iterator saver keeps 5 whatever the model keeps: retain what the model retains.
+    saver = self._checkpoint_saver_hook._saver  # pylint: disable=protected-access
+    saver.saver_def.max_to_keep = self._keep or 0  # (0: all, as the model's)
 
   def after_create_session(self, session, coord):
     if self._active:
       super().after_create_session(session, coord)
 
   def before_run(self, run_context):
-    return super().before_run(run_context) if self._active else None
+    # Only TF's first-run part: restore the position, or save the starting one (the
+    # iterator is initialized by then). Later saves come from `listener`.
+    if self._active and self._first_run:
+      self._restore_or_save_initial_ckpt(run_context.session)
+      self._first_run = False
 
   def after_run(self, run_context, run_values):
-    if self._active:
-      super().after_run(run_context, run_values)
+    pass
 
   def end(self, session):
-    if not self._active:
-      return
-    if input_ran_out():
+    if self._active and input_ran_out():
       retire_input_state(self._model_dir, log=lambda _: None)
-      return
-    super().end(session)
+
+  def save(self, session, step: int) -> None:
+    """Writes the position at `step`, the model's checkpoint step."""
+    if self._active and not self._first_run and not input_ran_out():
+      self._checkpoint_saver_hook._save(session, step)  # pylint: disable=protected-access
+
+
+class _SavedWithTheModel(tf.estimator.CheckpointSaverListener):
+  """The model's CheckpointSaverHook calls this after each save (its first one, at session
+  creation, comes before the iterator is initialized: InputPositionHook saves that one)."""
+
+  def __init__(self, hook: InputPositionHook):
+    self._hook = hook
+
+  def after_save(self, session, global_step_value):
+    self._hook.save(session, int(global_step_value))
 
 
 def _readable(prefix: str) -> Optional[str]:

@@ -121,7 +121,9 @@ class LocalCluster:
     self._step_started: Optional[float] = None  # monotonic time the running step began
     self._longest_step = 0.0
     self.stalls = 0
-    self._stall_killed: Set[int] = set()  # ps tasks the stall watch killed (not crashes)
+    # ps tasks killed on purpose (a stall, a new working directory): restarted, not counted
+    # as crashes.
+    self._killed_on_purpose: Set[int] = set()
 
   def __enter__(self) -> "LocalCluster":
     for attempt in range(3):
@@ -175,8 +177,8 @@ class LocalCluster:
       for i, p in enumerate(self.procs):
         if p.poll() is None or self._closing.is_set():
           continue
-        if i in self._stall_killed:
-          self._stall_killed.discard(i)
+        if i in self._killed_on_purpose:
+          self._killed_on_purpose.discard(i)
           self.procs[i] = self._start(i)
           continue
         if self.restarts >= MAX_RESTARTS:
@@ -192,6 +194,27 @@ class LocalCluster:
               f"({self.restarts}/{MAX_RESTARTS}); training resumes from the last checkpoint",
               file=sys.stderr, flush=True)
         self.procs[i] = self._start(i)
+
+  def follow_cwd(self) -> None:
+    """Between training calls: a process that changed directory (a notebook's os.chdir, a
+    test suite) gets its local weight servers restarted there, so relative paths in the next
+    graph mean what they mean to the client. They hold no state between calls: the next
+    session restores the variables from the checkpoint, as always."""
+    cwd = os.getcwd()
+    if self.external or cwd == self._cwd:
+      return
+    self._cwd = cwd
+    old = list(self.procs)
+    for i, p in enumerate(old):
+      self._killed_on_purpose.add(i)
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError):
+        pass
+    deadline = time.monotonic() + self.ready_timeout_s
+    while any(self.procs[i] is p for i, p in enumerate(old)) and time.monotonic() < deadline:
+      time.sleep(0.1)  # the watchdog starts each one again, in self._cwd
+    self._wait_ready()
 
   @contextlib.contextmanager
   def training(self, model_dir: str):
@@ -251,7 +274,7 @@ class LocalCluster:
             "resumes from the last checkpoint", file=sys.stderr, flush=True)
       for i, p in enumerate(self.procs):
         if p.poll() is None:
-          self._stall_killed.add(i)
+          self._killed_on_purpose.add(i)
           try:
             os.killpg(p.pid, signal.SIGKILL)
           except (ProcessLookupError, PermissionError):
@@ -368,6 +391,7 @@ def client_for(num_ps: int, log_dir: str, replicas: int) -> Client:
         or _CLIENT.replicas < replicas or not all(_port_open(a) for a in _CLIENT.cluster["ps"])):
       raise ConfigError("this process already serves a weight-streaming cluster of another shape "
                         "or one whose weight servers died; start a new process to change it")
+    _CLIENT.local.follow_cwd()
     return _CLIENT
   import atexit  # pylint: disable=import-outside-toplevel
   cfg = tf_config.current()
