@@ -384,6 +384,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       config = config.replace(model_dir=_absolute(config.model_dir))
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
                      config=config, params=params, warm_start_from=warm_start_from)
+    _check_readable_path(self.model_dir)
     self._compile_dir = _absolute(compile_dir) or os.path.join(self.model_dir, "cs_compile")
     self._compiler = compile_lib.Compiler(self._compile_dir)
     _hint_onednn_once()
@@ -619,6 +620,18 @@ def _absolute(path: Optional[str]) -> Optional[str]:
   """A local path made absolute, `~` expanded (as scripts/run.py does); None and URLs
   (gs://...) as they are."""
   return os.path.abspath(os.path.expanduser(path)) if path and "://" not in path else path
+
+
+def _check_readable_path(model_dir: str) -> None:
+  """TensorFlow's checkpoint reader takes its path as a glob pattern: under a model_dir named
+  `runs/bert[2]` every checkpoint is written and none is ever read back (the resume said
+  "checkpoint ... is corrupt")."""
+  found = sorted(set("[]*?") & set(model_dir))
+  if found:
+    raise ConfigError(
+        f"model_dir {model_dir} contains {' '.join(found)}, which TensorFlow's checkpoint "
+        f"reader takes as a glob pattern: its checkpoints could be written but never read "
+        f"back; choose a name without [ ] * ?")
 
 
 def _absolute_warm_start(warm_start_from):
