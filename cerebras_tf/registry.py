@@ -33,6 +33,10 @@ Rules:
   TensorFlow. Callables work too.
 - `check_params(params, fail)` (optional) cross-checks the family's keys after validation;
   `fail(key_path, message)` raises the one-line error with the key's file:line.
+- `unapplied` maps the shared keys the family does not apply, `("model",
+  "mixed_precision")` say, to their "off" value; any other value is refused by name. A
+  validated key is applied or refused, never silently ignored. (`INERT_KEYS`, modelzoo keys
+  no family applies, are refused that way for every family.)
 - The reference families are listed in `BUILTIN` (name -> package) and imported the first time
   their name is asked for.
 - Models outside this package: list their modules, comma-separated, in the environment
@@ -44,7 +48,7 @@ import difflib
 import importlib
 import os
 import traceback
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from cerebras_tf.errors import ConfigError, ParamsError
 from cerebras_tf.schema import EXTENSIBLE_SECTIONS, Field
@@ -61,6 +65,18 @@ _REGISTRY: Dict[str, "ModelSpec"] = {}
 
 FnRef = Union[Callable, str]
 
+# Shared keys no family here applies (modelzoo configs carry them): accepted when off.
+INERT_KEYS: Mapping[Tuple[str, str], Any] = {("model", "boundary_casting"): False,
+                                             ("model", "tf_summary"): False}
+
+
+def _yaml_value(value: Any) -> str:
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  return str(value)
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
@@ -71,6 +87,8 @@ class ModelSpec:
   input_fn: FnRef
   schema: Mapping[str, Mapping[str, Field]] = dataclasses.field(default_factory=dict)
   check: Optional[Callable[[dict, Callable], None]] = None
+  # Shared keys this family does not apply -> their "off" value; any other value is refused.
+  unapplied: Mapping[Tuple[str, str], Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -93,7 +111,14 @@ class ModelSpec:
     object.__setattr__(self, "schema", {s: dict(f) for s, f in self.schema.items()})
 
   def check_params(self, params: dict, fail: Callable) -> None:
-    """The family's cross-checks of validated params (`fail(key_path, message)` raises)."""
+    """The family's cross-checks of validated params (`fail(key_path, message)` raises).
+    First, a key it does not apply (`unapplied`, INERT_KEYS) set to anything but off: a
+    validated key is never silently ignored."""
+    for (section, key), off in {**INERT_KEYS, **self.unapplied}.items():
+      value = (params.get(section) or {}).get(key, off)
+      if value != off:
+        fail((section, key), f"{section}.{key}: the {self.name} model does not apply it; "
+                             f"remove it (or set it to {_yaml_value(off)})")
     if self.check is not None:
       self.check(params, fail)
 

@@ -15,6 +15,7 @@ clipping, gradient accumulation, loss scaling; every `optimizer` key of a params
   beta1, beta2, epsilon
   grad_accum_steps    N micro-batches per update (default 1)
   loss_scaling_factor static loss scale (default 1.0); "dynamic" means none here
+  log_summaries       TensorBoard scalars optimizer/learning_rate and optimizer/gradient_norm
 
 Steps. `global_step` counts micro-batches, like every Estimator hook and `max_steps`. The
 optimizer update count is `global_step // grad_accum_steps`, and the learning-rate schedule
@@ -277,4 +278,7 @@ def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
 
   with tf.control_dependencies([update]):
     train_op = global_step.assign_add(1)
+  if opt.get("log_summaries"):
+    tf1.summary.scalar("optimizer/learning_rate", lr)
+    tf1.summary.scalar("optimizer/gradient_norm", norm)  # -1 on accumulating micro-steps
   return train_op, {"learning_rate": lr, "gradient_norm": norm}

@@ -1,4 +1,4 @@
-"""The `optimizer` keys a params file validates are applied, or refused: never ignored.
+"""The keys a params file validates are applied, or refused: never ignored.
 
 The MLP's model_fn hard-coded Adam at the first rate of a schedule, so `optimizer_type: sgd`,
 `max_gradient_norm` or a schedule were validated and then silently not used. It now builds its
@@ -60,3 +60,32 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
                         ("optimizer.grad_accum_steps=2", "grad_accum_steps")]:
     with pytest.raises(ParamsError, match=rf"optimizer.{key}"):
       load_params(cnn, overrides=[override])
+
+
+@pytest.mark.parametrize("config, override", [
+    ("params_mlp.yaml", "model.mixed_precision=true"),
+    ("params_transformer_tiny.yaml", "model.mixed_precision=true"),
+    ("params_cnn_digits.yaml", "model.mixed_precision=true"),
+    ("params_bert_tiny_msl128.yaml", "model.tf_summary=true"),
+    ("params_gpt_tiny.yaml", "model.boundary_casting=true"),
+])
+def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override):
+  """mixed_precision is applied by bert and gpt only; tf_summary and boundary_casting
+  (modelzoo keys) by none: accepted when off, refused when on, never silently ignored."""
+  key = override.split("=")[0]
+  path = os.path.join(ROOT, "configs", config)
+  with pytest.raises(ParamsError, match=rf"{key}: the \w+ model does not apply it; remove it "
+                                        r"\(or set it to false\)"):
+    load_params(path, overrides=[override])
+  load_params(path, overrides=[override.replace("true", "false")])
+
+
+def test_log_summaries_writes_the_optimizer_scalars(tmp_path):
+  """optimizer.log_summaries was validated and applied by no model."""
+  _train_one_step(tmp_path, "optimizer.log_summaries=true",
+                  "runconfig.save_summary_steps=1")
+  tags = set()
+  for path in tf.io.gfile.glob(os.path.join(str(tmp_path), "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(v.tag for v in event.summary.value)
+  assert {"optimizer/learning_rate", "optimizer/gradient_norm"} <= tags, tags

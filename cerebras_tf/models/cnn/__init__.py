@@ -21,15 +21,18 @@ SCHEMA = {
     },
 }
 
-# `optimizer` keys a Keras optimizer does not apply here -> the value that means "off".
-_OFF = {"warmup_steps": None, "weight_decay_rate": 0.0, "max_gradient_norm": None,
+# Keys a compiled Keras model does not apply here -> the value that means "off".
+UNAPPLIED = {
+    **{("optimizer", key): off for key, off in {
+        "warmup_steps": None, "weight_decay_rate": 0.0, "max_gradient_norm": None,
         "loss_scaling_factor": 1.0, "grad_accum_steps": 1, "log_summaries": False,
-        "disable_lr_steps_reset": False}
+        "disable_lr_steps_reset": False}.items()},
+    ("model", "mixed_precision"): False,
+}
 
 
 def check_cnn_params(out: dict, fail) -> None:
-  """The CNN is a compiled Keras model (SGD, momentum or Adam at a constant rate); the
-  `optimizer` keys it cannot apply are refused rather than ignored."""
+  """The CNN is a compiled Keras model: SGD, momentum or Adam at a constant rate."""
   opt = out.get("optimizer") or {}
   if opt.get("optimizer_type") not in ("sgd", "momentum", "adam"):
     fail(("optimizer", "optimizer_type"), f"optimizer.optimizer_type is "
@@ -38,13 +41,8 @@ def check_cnn_params(out: dict, fail) -> None:
   if isinstance(opt.get("learning_rate"), list):
     fail(("optimizer", "learning_rate"), "optimizer.learning_rate: the cnn model takes a "
          "constant rate, not schedule segments")
-  for key, off in _OFF.items():
-    if key in opt and opt[key] != off:
-      fail(("optimizer", key), f"optimizer.{key}: the cnn model (a Keras model with a Keras "
-           f"optimizer) does not apply it; remove it (the mlp, bert, gpt and transformer "
-           f"models do)")
 
 
 SPEC = register(ModelSpec(name="cnn", model_fn="cerebras_tf.models.cnn.model:model_fn",
                           input_fn="cerebras_tf.models.cnn.model:input_fn", schema=SCHEMA,
-                          check=check_cnn_params))
+                          check=check_cnn_params, unapplied=UNAPPLIED))

@@ -19,4 +19,5 @@ SCHEMA = {
 }
 
 SPEC = register(ModelSpec(name="mlp", model_fn="cerebras_tf.models.mlp.model:model_fn",
-                          input_fn="cerebras_tf.models.mlp.model:input_fn", schema=SCHEMA))
+                          input_fn="cerebras_tf.models.mlp.model:input_fn", schema=SCHEMA,
+                          unapplied={("model", "mixed_precision"): False}))

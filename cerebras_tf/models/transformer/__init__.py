@@ -72,5 +72,5 @@ SCHEMA = {
 SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
 
 SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
-                          schema=SCHEMA,
-                          check=check_transformer_params))
+                          schema=SCHEMA, check=check_transformer_params,
+                          unapplied={("model", "mixed_precision"): False}))  # float32 only
