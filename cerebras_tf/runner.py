@@ -14,6 +14,7 @@ import importlib
 import math
 import os
 import re
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 from cerebras_tf import registry
@@ -168,14 +169,21 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
     step = latest_step(rc["model_dir"])
     last = step + opts.steps if opts.steps is not None else max_steps
     interval = rc["save_checkpoints_steps"] or last
+    throttle = rc.get("throttle_secs") or 0
     summary["evals"] = []
+    evaluated_at = None  # monotonic time the last evaluation started
     while step < last:
       target = min(step + interval, last)
       est.train(input_for(TRAIN), max_steps=target, use_cs=use_cs, run_max_steps=last)
+      step = target  # never loop on a step counter that does not move
+      if (target < last and evaluated_at is not None
+          and time.monotonic() - evaluated_at < throttle):
+        continue  # tf.estimator.train_and_evaluate's throttle_secs; the last round evaluates
+      evaluated_at = time.monotonic()
       metrics = est.evaluate(input_for(EVAL), steps=eval_steps, use_cs=use_cs)
       summary["evals"].append(metrics)
-      step = int(metrics.get("global_step", target)) if isinstance(metrics, dict) else target
-      step = max(step, target)  # never loop on a step counter that does not move
+      if isinstance(metrics, dict):
+        step = max(int(metrics.get("global_step", target)), target)
     summary["global_step"] = step
   elif mode == "predict":
     count, keys = 0, set()

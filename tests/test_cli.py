@@ -257,6 +257,13 @@ def test_runner_train_and_eval_alternates(params_file):
   assert summary["global_step"] == 10
   text = runner.format_summary(summary)
   assert "eval: global_step=10 accuracy=0.75 loss=0.5" in text
+  # runconfig.throttle_secs was validated and ignored: an hour between evaluations leaves
+  # the first round's and the last one's.
+  _, calls = _run(params_file, ["--mode", "train_and_eval", "--model_dir", "throttled",
+                                "--params_override", "runconfig.throttle_secs=3600"])
+  assert [c[:4] for c in calls] == [
+      ("train", "train", None, 4), ("evaluate", "eval", 2, None),
+      ("train", "train", None, 8), ("train", "train", None, 10), ("evaluate", "eval", 2, None)]
 
 
 def test_runner_compile_and_validate(params_file):

@@ -38,6 +38,11 @@ TRANSFORMER_MODEL_FIELDS = {
 }
 
 
+# Keys of TRANSFORMER_MODEL_FIELDS no text family applies (registry.ModelSpec.unapplied):
+# modelzoo's variable sequence length is csconfig.vts here.
+TRANSFORMER_UNAPPLIED = {("model", "use_vsl"): False}
+
+
 def check_transformer_params(out: dict, fail) -> None:
   """Cross-checks of the text/transformer keys; `fail(key_path, message)` raises the one line."""
   for section in ("train_input", "eval_input"):

@@ -68,10 +68,12 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
     ("params_cnn_digits.yaml", "model.mixed_precision=true"),
     ("params_bert_tiny_msl128.yaml", "model.tf_summary=true"),
     ("params_gpt_tiny.yaml", "model.boundary_casting=true"),
+    ("params_transformer_tiny.yaml", "model.use_vsl=true"),
 ])
 def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override):
-  """mixed_precision is applied by bert and gpt only; tf_summary and boundary_casting
-  (modelzoo keys) by none: accepted when off, refused when on, never silently ignored."""
+  """mixed_precision is applied by bert and gpt only; tf_summary, boundary_casting and
+  use_vsl (modelzoo keys; csconfig.vts is ours) by none: accepted when off, refused when on,
+  never silently ignored."""
   key = override.split("=")[0]
   path = os.path.join(ROOT, "configs", config)
   with pytest.raises(ParamsError, match=rf"{key}: the \w+ model does not apply it; remove it "

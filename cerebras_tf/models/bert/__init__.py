@@ -11,7 +11,7 @@ No TensorFlow import here: the registry imports model_fn/input_fn on first use.
 """
 
 from cerebras_tf.models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
-                                       check_transformer_params)
+                                       check_transformer_params, TRANSFORMER_UNAPPLIED)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -45,4 +45,4 @@ SCHEMA["eval_input"]["split"] = Field("str", None, "TFRecord split name (null: e
                                       "for classification)")
 
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
-                          check=check_transformer_params))
+                          check=check_transformer_params, unapplied=TRANSFORMER_UNAPPLIED))

@@ -7,7 +7,7 @@ No TensorFlow import here.
 """
 
 from cerebras_tf.models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
-                                       check_transformer_params)
+                                       check_transformer_params, TRANSFORMER_UNAPPLIED)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -31,4 +31,4 @@ SCHEMA["eval_input"] = SCHEMA["train_input"]
 
 SPEC = register(ModelSpec(name="gpt", model_fn="cerebras_tf.models.gpt.model:model_fn",
                           input_fn="cerebras_tf.models.gpt.input:input_fn", schema=SCHEMA,
-                          check=check_transformer_params))
+                          check=check_transformer_params, unapplied=TRANSFORMER_UNAPPLIED))

@@ -12,7 +12,7 @@
 """
 
 from cerebras_tf.models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
-                                       check_transformer_params)
+                                       check_transformer_params, TRANSFORMER_UNAPPLIED)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -73,4 +73,5 @@ SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
 
 SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
                           schema=SCHEMA, check=check_transformer_params,
-                          unapplied={("model", "mixed_precision"): False}))  # float32 only
+                          unapplied={**TRANSFORMER_UNAPPLIED,
+                                     ("model", "mixed_precision"): False}))  # float32 only
