@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import json
 import math
 import os
 import re
@@ -22,7 +23,7 @@ from cerebras_tf.engine import report as engine_report
 from cerebras_tf.errors import ConfigError, FitError, ParamsError
 from cerebras_tf.runtime import tf_config
 from cerebras_tf.runtime.dir_lock import model_dir_lock
-from cerebras_tf.runtime.ckpt_files import latest_step, list_checkpoints
+from cerebras_tf.runtime.ckpt_files import latest_step, list_checkpoints, step_of
 from cerebras_tf.schema import MAX_STEPS, MODES
 
 # tf.estimator.ModeKeys values, spelled out to keep TensorFlow out of this module's imports.
@@ -150,6 +151,39 @@ def run(params: dict, opts: RunOptions,
   return summary
 
 
+def write_predictions(predictions, path: str):
+  """Writes each prediction as one JSON line to `path` (arrays as lists, bytes as text);
+  returns (count, keys). Written to `path`.tmp and renamed at the end, so an interrupted
+  predict leaves no partial file."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  count, keys = 0, set()
+  try:
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+      for prediction in predictions:
+        count += 1
+        if isinstance(prediction, dict):
+          keys.update(prediction)
+        fh.write(json.dumps(_jsonable(prediction)) + "\n")
+    os.replace(path + ".tmp", path)
+  except BaseException:
+    if os.path.exists(path + ".tmp"):
+      os.remove(path + ".tmp")
+    raise
+  return count, keys
+
+
+def _jsonable(value):
+  if isinstance(value, dict):
+    return {str(k): _jsonable(v) for k, v in value.items()}
+  if isinstance(value, bytes):
+    return value.decode("utf-8", errors="replace")
+  if hasattr(value, "tolist"):  # numpy arrays and scalars, without importing numpy here
+    return _jsonable(value.tolist())
+  if isinstance(value, (list, tuple)):
+    return [_jsonable(v) for v in value]
+  return value
+
+
 def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, eval_steps):
   rc, mode = params["runconfig"], opts.mode
   if mode == "train":
@@ -186,13 +220,13 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
         step = max(int(metrics.get("global_step", target)), target)
     summary["global_step"] = step
   elif mode == "predict":
-    count, keys = 0, set()
-    for prediction in est.predict(input_for(PREDICT), checkpoint_path=opts.checkpoint_path,
-                                  use_cs=use_cs):
-      count += 1
-      if isinstance(prediction, dict):
-        keys.update(prediction)
-    summary.update(predictions=count, prediction_keys=sorted(keys))
+    step = step_of(opts.checkpoint_path) if opts.checkpoint_path else -1
+    step = step if step >= 0 else latest_step(rc["model_dir"])
+    path = os.path.join(rc["model_dir"], "predictions", f"predictions-{step}.jsonl")
+    count, keys = write_predictions(
+        est.predict(input_for(PREDICT), checkpoint_path=opts.checkpoint_path, use_cs=use_cs),
+        path)
+    summary.update(predictions=count, prediction_keys=sorted(keys), predictions_file=path)
   if opts.export_dir and mode in ("export", "train", "train_and_eval"):
     summary["export"] = export(est, spec, params, opts.export_dir, opts.checkpoint_path)
 
@@ -326,5 +360,6 @@ def format_summary(summary: dict) -> str:
     lines.append(f"SavedModel: {summary['export']}")
   if "predictions" in summary:
     keys = ", ".join(summary["prediction_keys"]) or "-"
-    lines.append(f"predictions: {summary['predictions']} (keys: {keys})")
+    lines.append(f"predictions: {summary['predictions']} (keys: {keys}) written to "
+                 f"{summary['predictions_file']}")
   return "\n".join(lines)

@@ -1,5 +1,6 @@
 """scripts/run.py: flags over YAML, one-line errors with exit code 2, and runner dispatch."""
 
+import json
 import os
 import subprocess
 import sys
@@ -245,7 +246,13 @@ def test_runner_eval_eval_all_predict(params_file):
   summary, calls = _run(params_file, ["--mode", "predict"])
   assert calls == [("predict", "infer", None, True)]
   assert summary["predictions"] == 3
-  assert "predictions: 3 (keys: class, probabilities)" in runner.format_summary(summary)
+  # The predictions were counted and thrown away; they are kept, one JSON line each.
+  path = summary["predictions_file"]
+  assert (f"predictions: 3 (keys: class, probabilities) written to {path}"
+          in runner.format_summary(summary))
+  with open(path) as fh:
+    assert [json.loads(line) for line in fh] == [{"class": 1, "probabilities": [0.1, 0.9]}] * 3
+  assert not os.path.exists(path + ".tmp")
 
 
 def test_runner_train_and_eval_alternates(params_file):
