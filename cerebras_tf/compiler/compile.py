@@ -283,7 +283,10 @@ class Compiler:
       return dataclasses.replace(hit, cached=True, seconds=now() - t0, input_signature=signature)
 
     fwd = lower.forward_ops(captured)
-    lower.validate(captured, fwd)
+    listing = os.path.join(self.compile_dir, "unsupported_ops.tsv")
+    lower.validate(captured, fwd, listing=listing)
+    if os.path.exists(listing):  # an earlier failure's list no longer holds
+      os.remove(listing)
     if validate_only:
       result = CompileResult(None, None, None, {}, False, self.compile_dir, now() - t0,
                              validate_only=True, input_signature=signature)

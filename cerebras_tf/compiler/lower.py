@@ -419,10 +419,15 @@ def _advice(bad, gradient_path: bool) -> str:
   return f"move {they} into the input_fn or replace {they} with supported TF ops"
 
 
+# Places (op type, source line) one error line names; the rest go to the listing file.
+MAX_PLACES = 5
+
+
 def unsupported_message(bad: List[Tuple[tf.Operation, str, str]],
-                        gradient_path: bool = False) -> str:
-  """One line naming every unsupported op; ops of one type from one source line are counted
-  together (a Keras LSTM has dozens of TensorList ops from the same line)."""
+                        gradient_path: bool = False, listing: Optional[str] = None) -> str:
+  """One line naming the unsupported ops; ops of one type from one source line are counted
+  together (a Keras LSTM has dozens of TensorList ops from the same line). With `listing`
+  (a file that lists them all), only the first MAX_PLACES places are named."""
   if len(bad) == 1:
     op, why, where = bad[0]
     return (f"{where + ': ' if where else ''}unsupported op '{op.name}' of type {op.type}: it "
@@ -436,17 +441,23 @@ def unsupported_message(bad: List[Tuple[tf.Operation, str, str]],
     more = f" and {len(ops) - 1} more of that type there" if len(ops) > 1 else ""
     parts.append(f"{where + ': ' if where else ''}'{op.name}' of type {op_type}{more} "
                  f"(it {why})")
+  if listing and len(parts) > MAX_PLACES:
+    parts = parts[:MAX_PLACES] + [f"{len(parts) - MAX_PLACES} more place(s), every op listed "
+                                  f"in {listing}"]
   types = sorted({op.type for op, _, _ in bad})
   return (f"{len(bad)} unsupported ops of {len(types)} type(s) ({', '.join(types)}): "
           f"{'; '.join(parts)}; {_advice(bad, gradient_path)}")
 
 
-def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None) -> None:
+def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None,
+             listing: Optional[str] = None) -> None:
   """Raises UnsupportedOpError naming every op the engine cannot run, with its source line:
   any forward op without a kernel; on the gradient and update path, the op types no part of a
   step can run (kernels.never_on_engine: a TPUEstimator model_fn's CrossShardOptimizer).
 
   The error's `ops` attribute lists (op name, op type, file:line, reason) for each of them.
+  With `listing`, a path, they are also written there, one per line, and an error line with
+  more than MAX_PLACES places names the first ones and the file.
   """
   wide = sorted(n for n, t in captured.inputs.items() if t.dtype == tf.float64)
   if wide:  # one line for the cause, not one per op that inherits it
@@ -460,8 +471,15 @@ def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None) 
   on_gradients = [(op, kernels.unsupported_reason(op.type), user_source(op))
                   for op in update_path_ops(captured, fwd) if kernels.never_on_engine(op.type)]
   if bad or on_gradients:
-    err = UnsupportedOpError(unsupported_message(bad + on_gradients, gradient_path=not bad))
-    err.ops = tuple((op.name, op.type, where, why) for op, why, where in bad + on_gradients)
+    ops = tuple((op.name, op.type, where, why) for op, why, where in bad + on_gradients)
+    if listing:
+      os.makedirs(os.path.dirname(listing) or ".", exist_ok=True)
+      with open(listing, "w", encoding="utf-8") as fh:
+        fh.writelines(f"{where or '?'}\t{name}\t{op_type}\tit {why}\n"
+                      for name, op_type, where, why in ops)
+    err = UnsupportedOpError(unsupported_message(bad + on_gradients, gradient_path=not bad,
+                                                 listing=listing))
+    err.ops = ops
     raise err
 
 

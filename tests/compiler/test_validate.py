@@ -171,3 +171,30 @@ def test_float64_math_inside_the_model_is_named_with_its_line():
   assert all(where.endswith(f":{line_of(__file__, 'MARK-float64')}")
              for _, _, where, _ in err.value.ops)
   assert "computes in float64" in str(err.value)
+
+
+def test_a_long_list_names_five_places_and_writes_them_all(tmp_path):
+  """A model with unsupported ops on many lines gave one line of thousands of characters;
+  past five places the line names the file that lists every op with its line."""
+  def model_fn(features, labels):
+    x = features["x"]
+    as_number = lambda t: tf.cast(tf.strings.length(tf.strings.as_string(t)), tf.float32)  # noqa: E731
+    x = x + as_number(x + 1.0)
+    x = x + as_number(x + 2.0)
+    x = x + as_number(x + 3.0)
+    x = x + tf.strings.to_number(tf.strings.as_string(x))
+    x = x + tf.strings.to_number(tf.strings.as_string(x * 2.0))
+    x = x + tf.strings.to_number(tf.strings.as_string(x * 3.0))
+    loss = _dense_loss({"x": x}, labels)
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=tf.no_op())
+  listing = str(tmp_path / "unsupported_ops.tsv")
+  with pytest.raises(UnsupportedOpError) as err:
+    lower.validate(_captured(model_fn), listing=listing)
+  with open(listing) as fh:
+    rows = [line.rstrip("\n").split("\t") for line in fh]
+  assert len(rows) == len(err.value.ops) and all(len(r) == 4 for r in rows)
+  msg = str(err.value)
+  groups = {(t, w) for _, t, w, _ in err.value.ops}
+  assert len(groups) > lower.MAX_PLACES, groups
+  assert f"{len(groups) - lower.MAX_PLACES} more place(s), every op listed in {listing}" in msg
+  assert msg.count(" of type ") == lower.MAX_PLACES
