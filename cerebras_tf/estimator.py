@@ -34,7 +34,7 @@ from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnE
                                 NonFiniteLossError, TrainingError)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import checkpoints, dir_lock, logs, strategies
-from cerebras_tf.runtime.hooks import CSProgressHook, GracefulInterrupt
+from cerebras_tf.runtime.hooks import CSProgressHook, EvalProgressHook, GracefulInterrupt
 
 ModeKeys = tf.estimator.ModeKeys
 _SECTION = {ModeKeys.TRAIN: "train_input", ModeKeys.EVAL: "eval_input",
@@ -277,8 +277,10 @@ class _CerebrasMethods:
         self._check_last_compile()
         input_fn = self._batch_param_input_fn(input_fn, ModeKeys.EVAL)
         batch = batch_size_for_mode(self.params, ModeKeys.EVAL)
+      progress = EvalProgressHook(batch_size_for_mode(self.params, ModeKeys.EVAL), steps)
       with self._model_fn_sees_batch(batch):
-        return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps, hooks=hooks,
+        return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps,
+                                               hooks=list(hooks or []) + [progress],
                                                checkpoint_path=checkpoint_path, name=name)
     finally:
       self._restore_from = None

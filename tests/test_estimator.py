@@ -285,6 +285,32 @@ def test_time_based_checkpoints_save_the_input_position_at_the_same_steps(tmp_pa
   assert ckpt_files.paired_step(model[:-1], inputs[:-1]) == model[-2] > 0
 
 
+def test_evaluation_shows_progress_then_its_total():
+  """A long evaluation was silent until its metrics (tf.estimator's "Evaluation [n/N]" is INFO,
+  hidden by default, and absent without `steps`). Hand-checked with a fake clock: batches of
+  32, one every 2 s, a line at most every 10 s."""
+  from cerebras_tf.runtime.hooks import EvalProgressHook  # pylint: disable=import-outside-toplevel
+  now, lines = [0.0], []
+  hook = EvalProgressHook(32, total_batches=20, every_s=10.0, log_fn=lines.append,
+                          clock=lambda: now[0])
+  hook.begin()
+  for _ in range(20):
+    now[0] += 2.0
+    hook.after_run(None, None)
+  hook.end(None)
+  # First line at batch 6 (10 s after batch 1): 5 batches x 32 / 10 s = 16 examples/s;
+  # 14 batches left at 0.5 batch/s = 28 s. Then batches 11 and 16, then the total.
+  assert lines[0] == "eval batch 6/20 (192 examples)  16.0 examples/s  ETA 0:00:28"
+  assert len(lines) == 4 and lines[-1] == "eval done: 20 batch(es) (640 examples) in 40.0 s"
+  unknown = []
+  hook = EvalProgressHook(None, None, every_s=0.0, log_fn=unknown.append, clock=lambda: now[0])
+  hook.begin()
+  for _ in range(3):
+    now[0] += 4.0
+    hook.after_run(None, None)
+  assert unknown == ["eval batch 2  0.25 batches/s", "eval batch 3  0.25 batches/s"]
+
+
 def test_max_steps_already_reached_says_so(tmp_path, caplog):
   """tf.estimator returns at once when the model_dir is at max_steps already, saying so only
   at INFO (the log file under scripts/run.py): a rerun with a smaller --max_steps looked like

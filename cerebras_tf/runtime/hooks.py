@@ -129,6 +129,50 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
             f"train to max_steps, or call train again for another pass over the data")
 
 
+class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
+  """Evaluation progress: batches, examples, examples/s and (when the number of batches is
+  known) ETA, at most every `every_s` seconds, then the total. tf.estimator's own
+  "Evaluation [n/N]" lines are INFO, hidden at TensorFlow's default verbosity, and absent when
+  the eval runs to the end of its data."""
+
+  def __init__(self, batch_size: Optional[int], total_batches: Optional[int],
+               every_s: float = 10.0, log_fn=None, clock=time.monotonic):
+    self._batch = batch_size
+    self._total = total_batches
+    self._every = every_s
+    self._log = log_fn or tf.compat.v1.logging.info
+    self._clock = clock
+
+  def begin(self):
+    self._n, self._t0, self._last = 0, None, None
+    self._started = self._clock()  # the total counts session start-up and restore too
+
+  def after_run(self, run_context, run_values):
+    self._n += 1
+    now = self._clock()
+    if self._t0 is None:
+      self._t0 = self._last = now  # rates from the first batch on: it includes start-up
+    elif now - self._last >= self._every:
+      self._last = now
+      rate = (self._n - 1) / max(now - self._t0, 1e-9)
+      eta = (f"  ETA {_fmt_eta((self._total - self._n) / rate)}" if self._total else "")
+      self._log(f"eval batch {self._n}{f'/{self._total}' if self._total else ''}"
+                f"{self._examples(self._n)}  {self._rate(rate)}{eta}")
+
+  def end(self, session):
+    if self._n:
+      seconds = self._clock() - self._started
+      self._log(f"eval done: {self._n} batch(es){self._examples(self._n)} in {seconds:.1f} s")
+
+  def _examples(self, batches: int) -> str:
+    return f" ({batches * self._batch:,} examples)" if self._batch else ""
+
+  def _rate(self, batches_per_s: float) -> str:
+    if self._batch:
+      return f"{batches_per_s * self._batch:,.1f} examples/s"
+    return f"{batches_per_s:,.2f} batches/s"
+
+
 class GracefulInterrupt:
   """Ctrl-C during training stops it at the end of the step it is in, so that the session's
   end() hooks save the model and the input pipeline's position at that same step (a
