@@ -34,7 +34,7 @@ from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnE
                                 NonFiniteLossError, TrainingError)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import checkpoints, dir_lock, logs, strategies
-from cerebras_tf.runtime.hooks import CSProgressHook, EvalProgressHook, GracefulInterrupt
+from cerebras_tf.runtime.hooks import BatchProgressHook, CSProgressHook, GracefulInterrupt
 
 ModeKeys = tf.estimator.ModeKeys
 _SECTION = {ModeKeys.TRAIN: "train_input", ModeKeys.EVAL: "eval_input",
@@ -277,7 +277,7 @@ class _CerebrasMethods:
         self._check_last_compile()
         input_fn = self._batch_param_input_fn(input_fn, ModeKeys.EVAL)
         batch = batch_size_for_mode(self.params, ModeKeys.EVAL)
-      progress = EvalProgressHook(batch_size_for_mode(self.params, ModeKeys.EVAL), steps)
+      progress = BatchProgressHook(batch_size_for_mode(self.params, ModeKeys.EVAL), steps)
       with self._model_fn_sees_batch(batch):
         return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps,
                                                hooks=list(hooks or []) + [progress],
@@ -296,10 +296,12 @@ class _CerebrasMethods:
       input_fn = self._batch_param_input_fn(input_fn, ModeKeys.PREDICT)
       batch = batch_size_for_mode(self.params, ModeKeys.PREDICT)
     self._restore_from = restore_from
+    progress = BatchProgressHook(batch_size_for_mode(self.params, ModeKeys.PREDICT), None,
+                                 what="predict")
     try:
       with self._model_fn_sees_batch(batch):
         yield from tf.estimator.Estimator.predict(
-            self, input_fn, predict_keys=predict_keys, hooks=hooks,
+            self, input_fn, predict_keys=predict_keys, hooks=list(hooks or []) + [progress],
             checkpoint_path=checkpoint_path, yield_single_examples=yield_single_examples)
     finally:
       self._restore_from = None

@@ -289,9 +289,9 @@ def test_evaluation_shows_progress_then_its_total():
   """A long evaluation was silent until its metrics (tf.estimator's "Evaluation [n/N]" is INFO,
   hidden by default, and absent without `steps`). Hand-checked with a fake clock: batches of
   32, one every 2 s, a line at most every 10 s."""
-  from cerebras_tf.runtime.hooks import EvalProgressHook  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime.hooks import BatchProgressHook  # pylint: disable=import-outside-toplevel
   now, lines = [0.0], []
-  hook = EvalProgressHook(32, total_batches=20, every_s=10.0, log_fn=lines.append,
+  hook = BatchProgressHook(32, total_batches=20, every_s=10.0, log_fn=lines.append,
                           clock=lambda: now[0])
   hook.begin()
   for _ in range(20):
@@ -303,12 +303,13 @@ def test_evaluation_shows_progress_then_its_total():
   assert lines[0] == "eval batch 6/20 (192 examples)  16.0 examples/s  ETA 0:00:28"
   assert len(lines) == 4 and lines[-1] == "eval done: 20 batch(es) (640 examples) in 40.0 s"
   unknown = []
-  hook = EvalProgressHook(None, None, every_s=0.0, log_fn=unknown.append, clock=lambda: now[0])
+  hook = BatchProgressHook(None, None, what="predict", every_s=0.0, log_fn=unknown.append,
+                           clock=lambda: now[0])
   hook.begin()
   for _ in range(3):
     now[0] += 4.0
     hook.after_run(None, None)
-  assert unknown == ["eval batch 2  0.25 batches/s", "eval batch 3  0.25 batches/s"]
+  assert unknown == ["predict batch 2  0.25 batches/s", "predict batch 3  0.25 batches/s"]
 
 
 def test_max_steps_already_reached_says_so(tmp_path, caplog):

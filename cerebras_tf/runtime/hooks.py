@@ -129,14 +129,15 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
             f"train to max_steps, or call train again for another pass over the data")
 
 
-class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
-  """Evaluation progress: batches, examples, examples/s and (when the number of batches is
-  known) ETA, at most every `every_s` seconds, then the total. tf.estimator's own
-  "Evaluation [n/N]" lines are INFO, hidden at TensorFlow's default verbosity, and absent when
-  the eval runs to the end of its data."""
+class BatchProgressHook(tf.compat.v1.train.SessionRunHook):
+  """Evaluation or prediction progress (`what`): batches, examples, examples/s and (when the
+  number of batches is known) ETA, at most every `every_s` seconds, then the total.
+  tf.estimator's own "Evaluation [n/N]" lines are INFO, hidden at TensorFlow's default
+  verbosity, and absent when the eval runs to the end of its data; predict has none."""
 
   def __init__(self, batch_size: Optional[int], total_batches: Optional[int],
-               every_s: float = 10.0, log_fn=None, clock=time.monotonic):
+               what: str = "eval", every_s: float = 10.0, log_fn=None, clock=time.monotonic):
+    self._what = what
     self._batch = batch_size
     self._total = total_batches
     self._every = every_s
@@ -156,13 +157,13 @@ class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
       self._last = now
       rate = (self._n - 1) / max(now - self._t0, 1e-9)
       eta = (f"  ETA {_fmt_eta((self._total - self._n) / rate)}" if self._total else "")
-      self._log(f"eval batch {self._n}{f'/{self._total}' if self._total else ''}"
+      self._log(f"{self._what} batch {self._n}{f'/{self._total}' if self._total else ''}"
                 f"{self._examples(self._n)}  {self._rate(rate)}{eta}")
 
   def end(self, session):
     if self._n:
       seconds = self._clock() - self._started
-      self._log(f"eval done: {self._n} batch(es){self._examples(self._n)} in {seconds:.1f} s")
+      self._log(f"{self._what} done: {self._n} batch(es){self._examples(self._n)} in {seconds:.1f} s")
 
   def _examples(self, batches: int) -> str:
     return f" ({batches * self._batch:,} examples)" if self._batch else ""
