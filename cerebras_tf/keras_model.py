@@ -49,6 +49,18 @@ def load(keras_model=None, keras_model_path: Optional[str] = None, custom_object
                       f"this process converted Keras to graph mode, which invalidates models "
                       f"made before it (Keras says so itself; model.save fails too): build the "
                       f"model again (call the code that makes it) for this estimator")
+  for step in ("train_step", "test_step"):
+    method = getattr(type(keras_model), step, None)
+    if method is not None and not getattr(method, "__module__", "").startswith("keras."):
+      # keras_lib (and model_to_estimator) build the loss from model.compile and never call
+      # it: a custom step would be skipped without a word.
+      code = getattr(method, "__code__", None)
+      where = f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
+      raise ConfigError(
+          f"Keras model '{keras_model.name}' overrides {step}{where}: the estimator trains "
+          f"and evaluates model.compile's loss, optimizer and metrics (as "
+          f"tf.keras.estimator.model_to_estimator does) and would skip it; write that step as "
+          f"a model_fn for CerebrasEstimator, or drop the override")
   if not getattr(keras_model, "optimizer", None):
     raise ConfigError(f"Keras model '{keras_model.name}' is not compiled: call "
                       f"model.compile(optimizer, loss, metrics) before putting it on the engine")

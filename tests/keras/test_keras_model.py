@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import ConfigError
+from source_marks import line_of
 
 L = tf.keras.layers
 BATCH, STEPS, DIM, CLASSES = 16, 4, 6, 3
@@ -237,3 +238,31 @@ def test_the_bare_model_fn_compiles_without_materializing_the_model(tmp_path):
   other = full.compile(input_fn)  # the same architecture (its layers are named dense_2, ...)
   assert other.plan.memory_needed_bytes == result.plan.memory_needed_bytes
   assert other.performance.samples_per_sec == result.performance.samples_per_sec
+
+
+def test_a_custom_train_step_is_refused_not_skipped(tmp_path):
+  """keras_lib trains model.compile's loss and never calls train_step: a model whose
+  train_step scaled its loss by 100 trained unscaled, without a word."""
+  class CustomStep(tf.keras.Model):
+    def __init__(self):
+      super().__init__(name="custom_step")
+      self.dense = tf.keras.layers.Dense(2)
+
+    def call(self, x):
+      return self.dense(x)
+
+    def train_step(self, data):  # LINE: train_step
+      x, y = data
+      with tf.GradientTape() as tape:
+        loss = 100.0 * self.compiled_loss(y, self(x, training=True))
+      grads = tape.gradient(loss, self.trainable_variables)
+      self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+      return {"loss": loss}
+  model = CustomStep()
+  model.build((None, 8))
+  model.compile(tf.keras.optimizers.legacy.SGD(0.1),
+                tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  with pytest.raises(ConfigError, match=(
+      rf"^Keras model 'custom_step' overrides train_step \(tests/keras/test_keras_model.py:"
+      rf"{line_of(__file__, 'LINE: train_step')}\): the estimator trains")):
+    CerebrasEstimator.from_keras_model(model, config=CSRunConfig(model_dir=str(tmp_path)))
