@@ -463,13 +463,19 @@ def test_a_model_fn_that_fails_in_predict_names_its_line(tmp_path):
     step = tf.compat.v1.train.get_or_create_global_step()
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train
                                       .GradientDescentOptimizer(0.1).minimize(loss, step))
-  est = CerebrasEstimator(needs_labels, config=_config(tmp_path), params=PARAMS)
-  est.train(_train_input, max_steps=1, use_cs=True)
-  with pytest.raises(ModelFnError, match=(
+  _predict_fails_after_training(
+      tmp_path, needs_labels, _train_input, PARAMS,
       rf"^tests/test_estimator.py:{line_of(__file__, 'LINE: loss')}: model_fn failed in "
       r"predict mode: ValueError: .*; in predict mode labels is None: build the loss only "
-      r"for train and eval$")):
-    next(iter(est.predict(lambda params: _eval_input(params).map(lambda f, l: f),
+      r"for train and eval$")
+
+
+def _predict_fails_after_training(tmp_path, model_fn_, train_input, params, pattern):
+  """Trains one step, then predicts on the same input without labels: a ModelFnError."""
+  est = CerebrasEstimator(model_fn_, config=_config(tmp_path), params=params)
+  est.train(train_input, max_steps=1, use_cs=True)
+  with pytest.raises(ModelFnError, match=pattern):
+    next(iter(est.predict(lambda params: train_input(params).map(lambda f, l: f),
                           use_cs=True)))
 
 
@@ -515,15 +521,12 @@ def test_a_serving_receiver_that_wraps_a_bare_tensor_is_told_the_one_that_does_n
 def test_a_model_fn_that_reads_labels_in_predict_is_named_not_a_traceback(tmp_path):
   """`labels.shape` in predict mode raised AttributeError, which was not caught: a traceback
   through tf.estimator instead of the model_fn's line."""
-  est = CerebrasEstimator(_bare_features_model_fn, config=_config(tmp_path),
-                          params={**PARAMS, "touch_labels": True})
-  est.train(_bare_features_input, max_steps=1, use_cs=True)
-  with pytest.raises(ModelFnError, match=(
+  _predict_fails_after_training(
+      tmp_path, _bare_features_model_fn, _bare_features_input,
+      {**PARAMS, "touch_labels": True},
       rf"^tests/test_estimator.py:{line_of(__file__, 'LINE: labels')}: model_fn failed "
       r"in predict mode: AttributeError: 'NoneType' object has no attribute 'shape'; in "
-      r"predict mode labels is None")):
-    next(iter(est.predict(lambda params: _bare_features_input(params).map(lambda f, l: f),
-                          use_cs=True)))
+      r"predict mode labels is None")
 
 
 def test_a_tpu_estimator_model_fn_trains_and_evaluates(tmp_path):
