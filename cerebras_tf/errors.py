@@ -5,6 +5,16 @@ that does not fit) raises a subclass of `CerebrasTFError`. Its message is one li
 the file, key or op and says what to do; `scripts/run.py` prints it to stderr and exits 2.
 """
 
+import inspect
+import os
+
+
+def defined_at(fn) -> str:
+  """` (file:line)` of a Python function's definition, through partials and wrappers, for a
+  message that names the user's code; '' for a callable without Python code."""
+  code = getattr(inspect.unwrap(getattr(fn, "func", fn)), "__code__", None)
+  return f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
+
 
 class CerebrasTFError(Exception):
   """Base class: a problem the user can fix. `str(e)` is the one-line message."""

@@ -31,7 +31,7 @@ from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnError,
-                                NonFiniteLossError, TrainingError)
+                                NonFiniteLossError, TrainingError, defined_at)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import checkpoints, dir_lock, logs, strategies
 from cerebras_tf.runtime.hooks import BatchProgressHook, CSProgressHook, GracefulInterrupt
@@ -53,12 +53,6 @@ def _call_with_supported_args(fn, **kwargs):
   return fn(**{k: v for k, v in kwargs.items() if k in args})
 
 
-def _defined_at(fn) -> str:
-  """` (file:line)` of a Python function's definition (through partials and wrappers)."""
-  code = getattr(inspect.unwrap(getattr(fn, "func", fn)), "__code__", None)
-  return f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
-
-
 def _check_required_args(fn, passed) -> None:
   try:
     parameters = inspect.signature(fn).parameters.values()
@@ -70,7 +64,7 @@ def _check_required_args(fn, passed) -> None:
     return
   name = getattr(fn, "__name__", type(fn).__name__)
   raise ConfigError(
-      f"{name}{_defined_at(fn)} requires argument(s) {', '.join(repr(m) for m in missing)}, but "
+      f"{name}{defined_at(fn)} requires argument(s) {', '.join(repr(m) for m in missing)}, but "
       f"tf.estimator passes arguments by name, only {', '.join(sorted(passed))}: rename "
       f"{missing[0]!r} to one of those (the input_fn's is usually 'params'), or give it a "
       "default")
@@ -107,7 +101,7 @@ def _as_estimator_spec(spec, user_model_fn) -> model_fn_lib.EstimatorSpec:
     return spec
   if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
     return spec.as_estimator_spec()
-  raise ModelFnError(f"model_fn{_defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
+  raise ModelFnError(f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
                      f"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec(mode, "
                      f"loss=..., train_op=...) (predictions=... in predict mode)")
 

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 from tensorflow_estimator.python.estimator import keras_lib
 
-from cerebras_tf.errors import ConfigError
+from cerebras_tf.errors import ConfigError, defined_at
 
 ModeKeys = tf.estimator.ModeKeys
 KERAS_DIR = "keras"  # <model_dir>/keras/keras_model.ckpt, as model_to_estimator names it
@@ -54,10 +54,9 @@ def load(keras_model=None, keras_model_path: Optional[str] = None, custom_object
     if method is not None and not getattr(method, "__module__", "").startswith("keras."):
       # keras_lib (and model_to_estimator) build the loss from model.compile and never call
       # it: a custom step would be skipped without a word.
-      code = getattr(method, "__code__", None)
-      where = f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
       raise ConfigError(
-          f"Keras model '{keras_model.name}' overrides {step}{where}: the estimator trains "
+          f"Keras model '{keras_model.name}' overrides {step}{defined_at(method)}: the "
+          f"estimator trains "
           f"and evaluates model.compile's loss, optimizer and metrics (as "
           f"tf.keras.estimator.model_to_estimator does) and would skip it; write that step as "
           f"a model_fn for CerebrasEstimator, or drop the override")

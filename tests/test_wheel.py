@@ -1,6 +1,7 @@
 """The package as a user installs it: a wheel built from the repo, installed (not editable) into
 a fresh virtualenv, used from another directory. It compiles and trains a user's model_fn and a
-reference model, finds its engine specs as package data, and installs no top-level `models`.
+reference model (in weight streaming: its weight servers start from the wheel), finds its
+engine specs as package data, and installs no top-level `models`.
 
 The fresh virtualenv borrows the dependencies (TensorFlow, ...) of the project's .venv through
 a path file, so the test costs seconds instead of a 1.7 GB install; cerebras_tf itself comes
@@ -56,8 +57,8 @@ p = params.parse_params("""
 model: {name: mlp, hidden_sizes: [16]}
 train_input: {batch_size: 8}
 runconfig: {model_dir: mlp_run, max_steps: 2}
-csconfig: {execution_strategy: pipelined}
-""", "mlp.yaml")
+csconfig: {execution_strategy: weight_streaming}
+""", "mlp.yaml")  # weight servers started from the wheel, in this (the user's) directory
 summary = runner.run(p, runner.RunOptions(mode="train"))
 assert summary["global_step"] == 2, summary
 print("WHEEL OK", est.latest_checkpoint())

@@ -3,8 +3,8 @@
 Pure data. `lower.py` consults it for every op on the path from the inputs to the loss; an op
 type missing here fails validation with its name, type and the user's source line. On the
 gradient and update path only `never_on_engine` types fail (host Python, printing, strings,
-TPU collectives); the optimizer's own ops there are costed by its model, not this table. Each op type
-has a category (how the planner sees it), a FLOP form (how `lower.op_flops` counts it from
+TPU collectives); the optimizer's own ops there are costed by its model, not this table.
+Each op type has a category (how the planner sees it), a FLOP form (how `lower.op_flops` counts it from
 static shapes) and the layers it implements; `docs/kernels.md` is generated from this table
 (`scripts/kernel_doc.py`), and a test keeps the two equal.
 

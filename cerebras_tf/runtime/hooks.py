@@ -163,7 +163,8 @@ class BatchProgressHook(tf.compat.v1.train.SessionRunHook):
   def end(self, session):
     if self._n:
       seconds = self._clock() - self._started
-      self._log(f"{self._what} done: {self._n} batch(es){self._examples(self._n)} in {seconds:.1f} s")
+      self._log(f"{self._what} done: {self._n} batch(es){self._examples(self._n)} in "
+                f"{seconds:.1f} s")
 
   def _examples(self, batches: int) -> str:
     return f" ({batches * self._batch:,} examples)" if self._batch else ""
