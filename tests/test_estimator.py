@@ -349,6 +349,32 @@ def test_a_dataset_that_runs_out_says_so_and_the_next_call_takes_another_pass(tm
   assert "ran out" not in caplog.text
 
 
+def test_a_generator_dataset_trains_on_and_never_rolls_the_model_back(tmp_path, caplog):
+  """Dataset.from_generator cannot save its position past step 0: the pipelined run crashed at
+  its first checkpoint (UnimplementedError from SerializeIterator) with the model saved and
+  the input not, and the next call paired them at step 0: "resuming both from step 0", every
+  step lost. Now the run trains on and says its input restarts on resume; no rollback."""
+  def gen_input(params):
+    def gen():
+      r = np.random.RandomState(0)
+      while True:
+        x = r.randn(PARAMS["input_dim"]).astype("float32")
+        yield {"x": x}, np.int32(x[0] > 0)
+    spec = ({"x": tf.TensorSpec([PARAMS["input_dim"]], tf.float32)},
+            tf.TensorSpec([], tf.int32))
+    return tf.data.Dataset.from_generator(gen, output_signature=spec).batch(params["batch_size"])
+  cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
+  est = CerebrasEstimator(model_fn, config=cfg.replace(save_checkpoints_steps=10), params=PARAMS)
+  est.train(gen_input, max_steps=20, use_cs=True)
+  assert est.get_variable_value("global_step") == 20
+  assert "cannot save its position (GeneratorDataset does not support checkpointing.)" \
+      in caplog.text
+  caplog.clear()
+  est.train(gen_input, max_steps=30, use_cs=True)
+  assert est.get_variable_value("global_step") == 30
+  assert "resuming both from step" not in caplog.text
+
+
 @pytest.mark.parametrize("strategy", ["pipelined", "weight_streaming"])
 def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   """`model_dir="model"`, the way a notebook writes it. TF's checkpoint state joins its

@@ -82,8 +82,25 @@ class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
     # Only TF's first-run part: restore the position, or save the starting one (the
     # iterator is initialized by then). Later saves come from `listener`.
     if self._active and self._first_run:
-      self._restore_or_save_initial_ckpt(run_context.session)
       self._first_run = False
+      try:
+        self._restore_or_save_initial_ckpt(run_context.session)
+      except tf.errors.UnimplementedError as e:  # "GeneratorDataset does not support ..."
+        self._stand_down(e)
+
+  def _stand_down(self, error) -> None:
+    """A dataset that cannot save its position (from_generator, tf.data service): the run
+    trains on as tf.estimator's would, its input restarting on resume. A position an
+    earlier run saved no longer pairs with the model's checkpoints, so it is retired."""
+    self._active = False
+    lines = [l.strip() for l in str(getattr(error, "message", error)).splitlines()]
+    why = next((l for l in lines if "checkpointing" in l), lines[0] if lines else "")
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: the input_fn's dataset cannot save its position (%s): training goes "
+        "on, but a resumed run starts the input_fn afresh and repeats batches; build it from "
+        "from_tensor_slices, TFRecordDataset or another checkpointable source to resume "
+        "exactly", why)
+    retire_input_state(self._model_dir)
 
   def after_run(self, run_context, run_values):
     pass
@@ -95,7 +112,10 @@ class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
   def save(self, session, step: int) -> None:
     """Writes the position at `step`, the model's checkpoint step."""
     if self._active and not self._first_run and not input_ran_out():
-      self._checkpoint_saver_hook._save(session, step)  # pylint: disable=protected-access
+      try:
+        self._checkpoint_saver_hook._save(session, step)  # pylint: disable=protected-access
+      except tf.errors.UnimplementedError as e:  # from_generator saves at step 0, not later
+        self._stand_down(e)
 
 
 class _SavedWithTheModel(tf.estimator.CheckpointSaverListener):
@@ -250,6 +270,7 @@ def retire_input_state(model_dir: str, log=tf.compat.v1.logging.info) -> bool:
       f"earlier pipelined run saved no longer pairs with the model's checkpoints: retired it "
       f"({INPUT_STATE}.retired); a later pipelined run starts its input afresh")
   return True
+
 
 def repair_state(model_dir: str, log=tf.compat.v1.logging.warning) -> None:
   """An empty or unparsable `checkpoint` state file beside checkpoints: renamed
