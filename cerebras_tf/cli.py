@@ -16,12 +16,13 @@ import logging
 import os
 import re
 import sys
+import threading
 from typing import List, Optional, Tuple
 
 from absl import flags
 
 from cerebras_tf.core import plans
-from cerebras_tf.errors import CerebrasTFError, ConfigError
+from cerebras_tf.errors import CerebrasTFError, ConfigError, disk_full, disk_full_path
 from cerebras_tf import params as params_lib
 from cerebras_tf import runner
 from cerebras_tf import schema
@@ -184,7 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
       flags.FLAGS.mark_as_parsed()  # absl logging (used by TF) otherwise warns on every run
-    with routed_logs(params["runconfig"]["model_dir"]):
+    with routed_logs(params["runconfig"]["model_dir"]), _disk_full_in_threads_said_once():
       summary = runner.run(params, opts)
   except CerebrasTFError as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
@@ -193,7 +194,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"error: interrupted{_resume_hint(params)}", file=sys.stderr)
     return 130
   except Exception as e:  # pylint: disable=broad-except
-    message = _user_facing_tf_error(e)
+    message = _disk_full_message(e, params) or _user_facing_tf_error(e)
     if message is None:
       raise  # a bug: keep the traceback
     print(f"error: {message}", file=sys.stderr)
@@ -226,14 +227,31 @@ def log_file_name() -> str:
 
 
 class _LogFile(logging.FileHandler):
-  """A log file in the model_dir, opened once the run has created that directory."""
+  """A log file in the model_dir, opened once the run has created that directory. On a full
+  disk it stops (once, quietly): logging would print a traceback for every line, and the
+  run's own disk-full error says what happened."""
 
   def __init__(self, path: str):
     super().__init__(path, delay=True)
+    self._failed = False
 
   def emit(self, record):
+    if self._failed:
+      return
     if self.stream is not None or os.path.isdir(os.path.dirname(self.baseFilename)):
       super().emit(record)
+
+  def handleError(self, record):
+    if isinstance(sys.exc_info()[1], OSError):
+      self._failed = True
+      return
+    super().handleError(record)
+
+  def close(self):
+    try:
+      super().close()
+    except OSError:  # the last flush, on a full disk
+      self.stream = None
 
 
 @contextlib.contextmanager
@@ -274,6 +292,34 @@ def routed_logs(model_dir: str):
     (tf_logger.handlers, tf_logger.propagate, level, logging.root.handlers,
      warn_logger.handlers, warn_logger.propagate) = saved
     tf_logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _disk_full_in_threads_said_once():
+  """TensorFlow's event-writer thread prints a traceback when the disk fills; the same error
+  reaches the main thread at the writer's flush, and becomes the run's one error line."""
+  saved = threading.excepthook
+
+  def hook(args):
+    if not disk_full(args.exc_value):
+      saved(args)
+  threading.excepthook = hook
+  try:
+    yield
+  finally:
+    threading.excepthook = saved
+
+
+def _disk_full_message(e: BaseException, params) -> Optional[str]:
+  """A full disk outside a training step (those say which checkpoint is intact themselves):
+  the model_dir's lock or log, a compile report, eval summaries, predictions, an export."""
+  if not disk_full(e):
+    return None
+  mode = params["runconfig"]["mode"] if params else "run"
+  model_dir = params["runconfig"]["model_dir"] if params else None
+  where = disk_full_path(e) or model_dir or "a file"
+  return (f"disk full while writing {where}: {mode} stopped, and what was written before it is "
+          f"intact; free some space (or choose another --model_dir) and rerun the same command")
 
 
 def _user_facing_tf_error(e: BaseException) -> Optional[str]:

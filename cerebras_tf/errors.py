@@ -5,8 +5,11 @@ that does not fit) raises a subclass of `CerebrasTFError`. Its message is one li
 the file, key or op and says what to do; `scripts/run.py` prints it to stderr and exits 2.
 """
 
+import errno
 import inspect
 import os
+import re
+from typing import Optional
 
 
 def defined_at(fn) -> str:
@@ -14,6 +17,20 @@ def defined_at(fn) -> str:
   message that names the user's code; '' for a callable without Python code."""
   code = getattr(inspect.unwrap(getattr(fn, "func", fn)), "__code__", None)
   return f" ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})" if code else ""
+
+
+def disk_full(error: BaseException) -> bool:
+  """Whether an error is a full disk: an OSError with ENOSPC, or a TensorFlow error (or the
+  event writer's RuntimeError) whose message says so."""
+  if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+    return True
+  return "No space left on device" in str(getattr(error, "message", error))
+
+
+def disk_full_path(error: BaseException) -> Optional[str]:
+  """The file a disk-full error was writing, when it says."""
+  found = re.search(r"(\S+); No space left on device", str(getattr(error, "message", error)))
+  return found.group(1) if found else getattr(error, "filename", None)
 
 
 class CerebrasTFError(Exception):

@@ -12,11 +12,9 @@ Estimator in the MRO.
 """
 
 import contextlib
-import errno
 import functools
 import inspect
 import os
-import re
 import tempfile
 from typing import Optional
 
@@ -31,7 +29,8 @@ from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnError,
-                                NonFiniteLossError, TrainingError, defined_at)
+                                NonFiniteLossError, TrainingError, defined_at, disk_full,
+                                disk_full_path)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import checkpoints, dir_lock, logs, strategies
 from cerebras_tf.runtime.hooks import BatchProgressHook, CSProgressHook, GracefulInterrupt
@@ -159,7 +158,7 @@ class _CerebrasMethods:
     except (tf.compat.v1.train.NanLossDuringTrainingError, NonFiniteLossError) as e:
       raise TrainingError(self._after_nan(e)) from None
     except (tf.errors.ResourceExhaustedError, OSError) as e:
-      if not _disk_full(e):
+      if not disk_full(e):
         raise
       raise TrainingError(self._after_disk_full(e)) from e
     finally:
@@ -250,8 +249,7 @@ class _CerebrasMethods:
     """Removes the partial files of the failed write; says what is intact and what to do."""
     checkpoints.remove_partial_writes(self.model_dir)
     kept = checkpoints.ensure_restorable(self.model_dir, log=lambda _: None)
-    found = re.search(r"(\S+); No space left on device", str(getattr(error, "message", error)))
-    where = found.group(1) if found else getattr(error, "filename", None)
+    where = disk_full_path(error)
     saved = (f"checkpoints up to {os.path.basename(kept)} are intact" if kept
              else "no checkpoint was written")
     return (f"disk full while writing {where or self.model_dir}: training stopped; {saved} "
@@ -640,12 +638,6 @@ def _absolute_warm_start(warm_start_from):
     return warm_start_from._replace(
         ckpt_to_initialize_from=_absolute(warm_start_from.ckpt_to_initialize_from))
   return warm_start_from
-
-
-def _disk_full(error: BaseException) -> bool:
-  if isinstance(error, OSError):
-    return error.errno == errno.ENOSPC
-  return "No space left on device" in str(getattr(error, "message", error))
 
 
 def _check_batch(dataset, per_replica_batch: int, cs_config) -> None:

@@ -162,6 +162,44 @@ def test_a_really_full_disk_stops_cleanly_and_resumes(tmp_path, capsys):
     subprocess.run(["umount", str(disk)], check=False)
 
 
+def _fill(disk):
+  """Writes zeros until the disk refuses."""
+  with open(disk / "filler", "wb") as fh:
+    try:
+      while True:
+        fh.write(b"\0" * (1 << 16))
+        fh.flush()
+    except OSError:
+      pass
+
+
+def test_every_mode_on_a_full_disk_is_one_line(tmp_path, capsys):
+  """Only the training step knew a full disk: a train call on a full disk printed logging
+  tracebacks for every log line and then the model_dir lock's ENOSPC; eval printed
+  TensorFlow's event-writer thread traceback; predict lost its predictions to a traceback.
+  Each is now the one error line, and a predict leaves no partial file."""
+  disk = tmp_path / f"disk{uuid.uuid4().hex[:6]}"
+  _tmpfs(disk, "40m")
+  try:
+    model_dir = disk / "m"
+    assert run(model_dir, "--max_steps", "4") == 0
+    _fill(disk)
+    capsys.readouterr()
+    for flags in (["--max_steps", "8"], ["--mode", "eval"], ["--mode", "predict"]):
+      assert run(model_dir, *flags) == 2, flags
+      err = capsys.readouterr().err
+      assert err.startswith("error: disk full while writing ") and err.count("\n") == 1, err
+      assert "rerun the same command" in err
+    assert latest_step(model_dir) == 4
+    assert not glob.glob(str(model_dir / "predictions" / "*"))
+    os.remove(disk / "filler")
+    assert run(model_dir, "--mode", "predict") == 0
+    assert [os.path.basename(p) for p in glob.glob(str(model_dir / "predictions" / "*"))] == \
+        ["predictions-4.jsonl"]
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)
+
+
 def test_warm_start_reuses_what_matches_in_a_new_model_dir(tmp_path, capsys):
   """What the changed-model error suggests: a new model_dir with --warm_start <old>."""
   old = tmp_path / "old"
