@@ -146,6 +146,12 @@ class _CerebrasMethods:
           "cerebras_tf: %s is at step %d already, max_steps is %d: nothing to train; raise "
           "max_steps, or give steps=N to train N more", self.model_dir, self._current_step(),
           max_steps)
+    if not self._saves_checkpoints():
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: checkpoints are off (save_checkpoints_steps and save_checkpoints_secs "
+          "are both None, as tf.estimator reads it): the weights this call trains are not "
+          "saved, so evaluate, predict, export and the next train call will not see them; set "
+          "save_checkpoints_steps to keep them")
     try:
       if not self._resolve_use_cs(use_cs):
         self._say_off_engine(use_cs)
@@ -170,7 +176,8 @@ class _CerebrasMethods:
     self._raise_unless_fits(result)
     # Only a single-replica pipelined run saves its input pipeline's position (below).
     input_checkpointed = (result.plan.execution_strategy == plans.PIPELINED
-                          and result.plan.batching.host_replicas_per_worker == 1)
+                          and result.plan.batching.host_replicas_per_worker == 1
+                          and self._saves_checkpoints())
     if input_checkpointed:
       checkpoints.match_input_state(self.model_dir, result.input_signature)
       checkpoints.align_input_state(self.model_dir)
@@ -208,6 +215,9 @@ class _CerebrasMethods:
       raise NonFiniteLossError(float("nan"), hook.last_run_step()) from None
     finally:
       self._cs_run = None
+
+  def _saves_checkpoints(self) -> bool:
+    return bool(self._config.save_checkpoints_steps or self._config.save_checkpoints_secs)
 
   def _say_off_engine(self, use_cs) -> None:
     """A CSConfig chosen by hand, then a train call that leaves use_cs unset: most likely

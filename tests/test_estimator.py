@@ -375,6 +375,19 @@ def test_a_generator_dataset_trains_on_and_never_rolls_the_model_back(tmp_path, 
   assert "resuming both from step" not in caplog.text
 
 
+def test_checkpoints_off_trains_and_says_the_weights_are_not_kept(tmp_path, caplog):
+  """save_checkpoints_steps=None and save_checkpoints_secs=None is tf.estimator's "no
+  checkpoints". The pipelined run crashed building its input-position saver ("Either
+  every_secs or every_steps should be provided"); every mode trained weights that nothing
+  could read back, without a word."""
+  cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined")).replace(
+      save_checkpoints_steps=None, save_checkpoints_secs=None)
+  CerebrasEstimator(model_fn, config=cfg, params=PARAMS).train(_train_input, max_steps=3,
+                                                                use_cs=True)
+  assert "checkpoints are off" in caplog.text and "not saved" in caplog.text
+  assert tf.train.latest_checkpoint(cfg.model_dir) is None
+
+
 @pytest.mark.parametrize("strategy", ["pipelined", "weight_streaming"])
 def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   """`model_dir="model"`, the way a notebook writes it. TF's checkpoint state joins its
