@@ -307,6 +307,7 @@ class _Validator:
                   f"{_show(value)}")
 
     schemas = self.section_schemas(raw)
+    self.refuse_unknown_keys(raw, schemas)
     out = {}
     for section, fields in schemas.items():
       if section == "eval_input" and section not in raw:
@@ -343,6 +344,21 @@ class _Validator:
     return {key: self.value((section, key), raw[key], field) if key in raw
             else self.default((section, key), field)
             for key, field in fields.items()}
+
+  def refuse_unknown_keys(self, raw: dict, schemas: Mapping[str, Mapping[str, Field]]) -> None:
+    """Every unknown key of the file in one error, so a file brought from elsewhere (a
+    modelzoo config) is fixed in one pass, not one run per key."""
+    unknown = [(section, key) for section, fields in schemas.items()
+               for key in (raw.get(section) or {}) if key not in fields]
+    if not unknown:
+      return
+    section, key = unknown[0]
+    message = self.unknown_key(section, key, schemas[section])
+    if len(unknown) > 1:
+      more = [f"{_dotted(p)} ({self.where(p).replace(self.filename + ':', 'line ')})"
+              for p in unknown[1:]]
+      message += f"; {len(more)} more unknown key(s): {', '.join(more)}"
+    self.fail((section, key), message)
 
   def unknown_key(self, section: str, key, fields) -> str:
     hint = _suggest(key, fields)
@@ -455,7 +471,24 @@ class _Validator:
       segments.append(out)
     return segments
 
+  def modelzoo_keys(self, out: dict, raw: dict) -> None:
+    """Keys modelzoo configs carry elsewhere or under older names, mapped onto their one owner
+    here, so a modelzoo file runs as it is."""
+    cs, rc = out["csconfig"], out["runconfig"]
+    if rc.pop("multireplica"):
+      cs["multireplica"] = True
+    if rc.pop("enable_distributed"):
+      self.fail(("runconfig", "enable_distributed"), "runconfig.enable_distributed: true is "
+                "modelzoo's multi-GPU switch; a cluster here is the TF_CONFIG environment "
+                "variable (docs/distributed.md): remove the key")
+    if out["model"].get("use_vsl"):  # modelzoo's variable sequence length is VTS here
+      if (raw.get("csconfig") or {}).get("vts") is False:
+        self.fail(("model", "use_vsl"), "model.use_vsl: true (modelzoo's name for csconfig.vts) "
+                  "conflicts with csconfig.vts: false; keep one of them")
+      cs["vts"] = True
+
   def cross_checks(self, out: dict, raw: dict):
+    self.modelzoo_keys(out, raw)
     cs, rc = out["csconfig"], out["runconfig"]
     strategy_given = "execution_strategy" in (raw.get("csconfig") or {})
     replicas = cs["num_replicas"]

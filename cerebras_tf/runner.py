@@ -66,7 +66,14 @@ class RunOptions:
 def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
   """CerebrasEstimator + CSRunConfig from the params sections `runconfig` and `csconfig`."""
   # What TensorFlow would otherwise fail on with a traceback, checked before it starts.
-  tf_config.current()
+  cluster = tf_config.current()
+  if cluster is not None and cluster.multi_worker:
+    for section in ("train_input", "eval_input"):
+      if (params.get(section) or {}).get("use_multiple_workers") is False:
+        raise ConfigError(
+            f"{section}.use_multiple_workers is false, but TF_CONFIG has "
+            f"{cluster.num_workers} workers: each worker reads its own shard of the input "
+            f"here; set it to true (or remove it)")
   check_model_dir(params["runconfig"]["model_dir"])
   check_compile_dir(params["csconfig"]["compile_dir"])
   if opts.checkpoint_path and opts.mode in ("eval", "predict"):

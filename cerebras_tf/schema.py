@@ -139,6 +139,9 @@ INPUT_FIELDS = {
     "shuffle_buffer": pos_int(10000, "elements in the shuffle buffer"),
     "repeat": Field("bool", True, "repeat the data forever (steps bound the run)"),
     "num_parallel_calls": pos_int(None, "parallel map calls (null: tf.data.AUTOTUNE)"),
+    "use_multiple_workers": Field("bool", None, "modelzoo key: each worker of a cluster reads "
+                                  "its own shard (what happens here); false is refused when "
+                                  "TF_CONFIG has several workers"),
 }
 EVAL_INPUT_DEFAULTS = {"shuffle": False, "repeat": False}
 
@@ -186,6 +189,10 @@ RUNCONFIG_FIELDS = {
                         "name and shape start a new run; the others are initialized"),
     "op_determinism": Field("bool", False, "deterministic TF ops: a resumed run ends with the "
                             "weights of an uninterrupted one (slower)"),
+    # modelzoo configs carry these two here; params.py maps them onto their owners.
+    "multireplica": Field("bool", False, "modelzoo's place for csconfig.multireplica"),
+    "enable_distributed": Field("bool", False, "modelzoo's multi-GPU switch: true is refused "
+                                "(a cluster is TF_CONFIG here)"),
 }
 
 CSCONFIG_FIELDS = {

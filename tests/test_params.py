@@ -188,6 +188,48 @@ def test_modelzoo_style_file(tmp_path):
   assert "eval_input" not in p
 
 
+def test_a_modelzoo_roberta_file_runs_as_it_is(tmp_path):
+  """The keys of modelzoo's TF RoBERTa config, each one mapped onto what applies it here: it
+  took six runs to learn five unknown keys and a refused use_vsl, one per run."""
+  text = textwrap.dedent("""\
+      train_input:
+          data_processor: "BertMlmOnlyTfRecordsDynamicMaskProcessor"
+          data_dir: "./input"
+          do_lower: False
+          max_sequence_length: 512
+          max_predictions_per_seq: 80
+          mask_whole_word: False
+          batch_size: 256
+          use_multiple_workers: True
+      model:
+          name: bert
+          hidden_size: 768
+          use_segment_embedding: False
+          max_position_embeddings: 512
+          disable_nsp: True
+          use_vsl: True
+          mixed_precision: True
+          boundary_casting: False
+          tf_summary: False
+      optimizer:
+          optimizer_type: 'adamw'
+          loss_scaling_factor: 'dynamic'
+      runconfig:
+          max_steps: 1000000
+          enable_distributed: False
+          multireplica: True
+      """)
+  p = params_lib.load_params(_write(tmp_path, text))
+  assert p["model"]["disable_nsp"] and not p["model"]["use_segment_embedding"]
+  assert p["csconfig"]["vts"]  # use_vsl is modelzoo's name for it
+  assert p["csconfig"]["multireplica"] and p["csconfig"]["execution_strategy"] == "multi_replica"
+  assert "multireplica" not in p["runconfig"]  # one owner: csconfig
+  path = _write(tmp_path, text.replace("enable_distributed: False", "enable_distributed: True"))
+  assert "runconfig.enable_distributed: true is modelzoo's multi-GPU switch" in _error(path)
+  path = _write(tmp_path, text + "csconfig:\n    vts: false\n")
+  assert "conflicts with csconfig.vts: false" in _error(path)
+
+
 # (file text or None for GOOD, overrides, expected message; {f} is the file's path)
 BAD_CASES = [
     ("syntax", "train_input:\n  batch_size: 32\n  bad: [1, 2\nmodel:\n  name: toy\n", None,
@@ -197,6 +239,11 @@ BAD_CASES = [
      "token"),
     ("unknown key", GOOD.replace("hidden_size: 64", "hiden_size: 64"), None,
      "{f}:9: unknown key 'hiden_size' in model (did you mean 'hidden_size'?)"),
+    ("every unknown key at once",
+     GOOD.replace("hidden_size: 64", "hiden_size: 64\n  colour: red").replace(
+         "max_steps: 1000", "max_steps: 1000\n  speed: 9"), None,
+     "{f}:9: unknown key 'hiden_size' in model (did you mean 'hidden_size'?); 2 more unknown "
+     "key(s): model.colour (line 10), runconfig.speed (line 23)"),
     ("key in wrong section", GOOD + "  max_steps: 5\n", None,
      "{f}:25: unknown key 'max_steps' in csconfig (it belongs in runconfig.max_steps)"),
     ("wrong type", GOOD.replace("batch_size: 32", "batch_size: abc"), None,

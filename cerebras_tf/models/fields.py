@@ -32,15 +32,19 @@ TRANSFORMER_MODEL_FIELDS = {
     "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation",
                                   choices=("gelu", "relu", "tanh")),
     "use_ffn_bias": Field("bool", True, "bias in the feed-forward layers"),
-    "use_vsl": Field("bool", False, "variable sequence length (modelzoo compat)"),
+    "use_vsl": Field("bool", False, "variable sequence length: modelzoo's name for "
+                     "csconfig.vts (true sets it)"),
     "initializer_range": Field("float", 0.02, "stddev of the truncated-normal init", low=0,
                                low_open=True),
 }
 
 
-# Keys of TRANSFORMER_MODEL_FIELDS no text family applies (registry.ModelSpec.unapplied):
-# modelzoo's variable sequence length is csconfig.vts here.
-TRANSFORMER_UNAPPLIED = {("model", "use_vsl"): False}
+# Shared switches a family builds only one way (registry.ModelSpec.unapplied): the value it
+# builds is accepted, any other refused. Each family adds its own.
+ALWAYS_BUILT = {("model", "use_position_embedding"): True, ("model", "use_ffn_bias"): True}
+# For the families without segments (GPT, the Transformer): the shared field, off by default.
+NO_SEGMENTS = {"use_segment_embedding": Field("bool", False, "segment (token type) embeddings: "
+                                              "this model has none")}
 
 
 def check_transformer_params(out: dict, fail) -> None:

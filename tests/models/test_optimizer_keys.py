@@ -62,24 +62,30 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
       load_params(cnn, overrides=[override])
 
 
-@pytest.mark.parametrize("config, override", [
-    ("params_mlp.yaml", "model.mixed_precision=true"),
-    ("params_transformer_tiny.yaml", "model.mixed_precision=true"),
-    ("params_cnn_digits.yaml", "model.mixed_precision=true"),
-    ("params_bert_tiny_msl128.yaml", "model.tf_summary=true"),
-    ("params_gpt_tiny.yaml", "model.boundary_casting=true"),
-    ("params_transformer_tiny.yaml", "model.use_vsl=true"),
+@pytest.mark.parametrize("config, override, built", [
+    ("params_mlp.yaml", "model.mixed_precision=true", "false"),
+    ("params_transformer_tiny.yaml", "model.mixed_precision=true", "false"),
+    ("params_cnn_digits.yaml", "model.mixed_precision=true", "false"),
+    ("params_bert_tiny_msl128.yaml", "model.tf_summary=true", "false"),
+    ("params_gpt_tiny.yaml", "model.boundary_casting=true", "false"),
+    ("params_gpt_tiny.yaml", "model.use_ffn_bias=false", "true"),
+    ("params_gpt_tiny.yaml", "model.use_segment_embedding=true", "false"),
+    ("params_gpt_tiny.yaml", "model.encoder_nonlinearity=relu", "gelu"),
+    ("params_transformer_tiny.yaml", "model.use_position_embedding=false", "true"),
+    ("params_bert_tiny_msl128.yaml", "model.share_embedding_weights=false", "true"),
+    ("params_bert_tiny_msl128.yaml", "model.position_embedding_type=fixed", "learned"),
 ])
-def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override):
-  """mixed_precision is applied by bert and gpt only; tf_summary, boundary_casting and
-  use_vsl (modelzoo keys; csconfig.vts is ours) by none: accepted when off, refused when on,
-  never silently ignored."""
+def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, built):
+  """mixed_precision is applied by bert and gpt only; tf_summary and boundary_casting
+  (modelzoo keys) by none; the shared transformer switches by the families that build them
+  (GPT read neither use_ffn_bias nor its activation; BERT failed tracing on them): the value
+  a family builds is accepted, any other refused, never silently ignored."""
   key = override.split("=")[0]
   path = os.path.join(ROOT, "configs", config)
   with pytest.raises(ParamsError, match=rf"{key}: the \w+ model does not apply it; remove it "
-                                        r"\(or set it to false\)"):
+                                        rf"\(or set it to {built}\)"):
     load_params(path, overrides=[override])
-  load_params(path, overrides=[override.replace("true", "false")])
+  load_params(path, overrides=[f"{key}={built}"])
 
 
 def test_log_summaries_writes_the_optimizer_scalars(tmp_path):

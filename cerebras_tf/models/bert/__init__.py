@@ -10,8 +10,8 @@ Its optimizer (AdamW, schedules, clipping, accumulation) is the shared `models/o
 No TensorFlow import here: the registry imports model_fn/input_fn on first use.
 """
 
-from cerebras_tf.models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
-                                       check_transformer_params, TRANSFORMER_UNAPPLIED)
+from cerebras_tf.models.fields import (ALWAYS_BUILT, TEXT_INPUT_FIELDS,
+                                       TRANSFORMER_MODEL_FIELDS, check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -27,6 +27,8 @@ SCHEMA = {
         "task": Field("str", "pretraining", "what the heads train",
                       choices=("pretraining", "classification")),
         "num_classes": Field("int", 2, "classes of the classification head", low=2),
+        "disable_nsp": Field("bool", False, "pretraining without the next-sentence head and "
+                             "loss: masked LM only (RoBERTa; modelzoo's key)"),
         "init_checkpoint": Field("path", None, "warm start: checkpoint restored by variable name "
                                  "(google-bert checkpoints load as they are)"),
         "predict_all_outputs": Field("bool", False, "predict also yields hidden states and "
@@ -38,11 +40,17 @@ SCHEMA = {
         "file_pattern": Field("path", None, "TFRecord glob; overrides data_dir and split"),
         "num_shards": Field("int", None, "shard the records (when no input_context)", low=1),
         "shard_index": Field("int", None, "this worker's shard", low=0),
+        "mask_whole_word": Field("bool", False, "masked LM picks whole words: every wordpiece "
+                                 "of a picked word is masked (pretraining)"),
     },
 }
 SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
 SCHEMA["eval_input"]["split"] = Field("str", None, "TFRecord split name (null: eval, or dev "
                                       "for classification)")
 
+# What this BERT builds one way only (modeling.BertConfig.from_params holds to it too).
+FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned",
+                 ("model", "share_embedding_weights"): True}
+
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
-                          check=check_transformer_params, unapplied=TRANSFORMER_UNAPPLIED))
+                          check=check_transformer_params, unapplied=FIXED_OPTIONS))

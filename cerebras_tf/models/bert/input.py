@@ -105,16 +105,38 @@ def pack_single(a, max_seq_length: int, cls_id: int, sep_id: int):
   return tft.combine_segments([a], start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
 
 
+def group_words(ids, continues):
+  """ragged [B, (t)] wordpiece ids -> ragged [B, (words), (pieces)]: a piece that `continues`
+  (its vocab entry starts with ##) joins the word before it; a row's first piece starts one.
+
+  `continues`: [V] bool, indexed by id.
+  """
+  flat = ids.flat_values
+  starts = tf.logical_not(tf.gather(continues, flat))
+  row_starts = ids.row_starts()
+  starts = tf.tensor_scatter_nd_update(starts, row_starts[:, tf.newaxis],
+                                       tf.ones_like(row_starts, tf.bool))
+  word_of_piece = tf.cumsum(tf.cast(starts, tf.int64)) - 1
+  words = tf.RaggedTensor.from_value_rowids(flat, word_of_piece)
+  row_of_word = tf.gather(ids.value_rowids(), tf.where(starts)[:, 0])
+  return tf.RaggedTensor.from_value_rowids(words, row_of_word, nrows=ids.nrows())
+
+
 def mask_tokens(ids, ids_special: Mapping[str, int], vocab_size: int,
-                max_predictions_per_seq: int, masked_lm_prob: float = 0.15):
+                max_predictions_per_seq: int, masked_lm_prob: float = 0.15,
+                continues=None):
   """BERT masking: pick ceil(prob * len) non-special tokens (at most P) per sequence; of
-  those, 80% become [MASK], 10% a random token, 10% stay.
+  those, 80% become [MASK], 10% a random token, 10% stay. With `continues` ([V] bool: the
+  ids that continue a word), whole-word masking: words are picked, all their pieces masked
+  (tensorflow-text masks over the second-to-last axis of a 3-D input).
 
   Args:
     ids: ragged [B, (t)] int64 packed ids.
   Returns:
     (masked_ids ragged [B, (t)], positions ragged [B, (p)], original ids ragged [B, (p)]).
   """
+  if continues is not None:
+    ids = group_words(ids, continues)
   selector = tft.RandomItemSelector(
       max_selections_per_batch=max_predictions_per_seq, selection_rate=masked_lm_prob,
       unselectable_ids=[ids_special[CLS], ids_special[SEP], ids_special[PAD]],
@@ -244,9 +266,17 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
                                  tokenize(tokenizer, ex["text_b"]), msl, ids[CLS], ids[SEP])
     return packed, segments, tf.cast(ex["next_sentence_label"], tf.int32)
 
+  continues = None
+  if _flag(section, "mask_whole_word", False):
+    flags = [False] * (max(vocab.values()) + 1)
+    for token, i in vocab.items():
+      flags[i] = token.startswith("##")
+    continues = tf.constant(flags)
+
   @graph_fn
   def mask(packed, segments, nsp):  # random: run sequentially
-    masked, positions, originals = mask_tokens(packed, ids, vocab_size, max_pred, mlm_prob)
+    masked, positions, originals = mask_tokens(packed, ids, vocab_size, max_pred, mlm_prob,
+                                               continues)
     token_ids, padding_mask = _pad(masked, msl, static_batch)
     segment_ids, _ = _pad(segments, msl, static_batch)
     positions, weights = _pad(positions, max_pred, static_batch)

@@ -37,48 +37,55 @@ def _task(model_params: Mapping[str, Any]) -> str:
   return task
 
 
-def _pretraining(features, outputs, config, training):
-  """MLM + NSP heads; returns (total_loss, tensors dict)."""
+def _pretraining(features, outputs, config, training, nsp: bool):
+  """MLM heads, and the NSP head unless `nsp` is off (model.disable_nsp); returns
+  (total_loss, tensors dict)."""
   head = heads.masked_lm_head(outputs["sequence_output"], features["masked_lm_positions"],
                               outputs["word_embeddings"], config)
   mlm_logits = heads.masked_lm_logits(head)  # the fp32 training loss does not read it
   mlm_log_probs = tf.nn.log_softmax(mlm_logits, axis=-1)  # [B*P, V]
-  nsp_log_probs = tf.nn.log_softmax(
-      heads.next_sentence_logits(outputs["pooled_output"], config), axis=-1)  # [B, 2]
   positions = features["masked_lm_positions"]
   batch, preds = tf.shape(positions)[0], positions.shape[1]
   t = {
       "masked_lm_log_probs": tf.reshape(mlm_log_probs, [batch, preds, config.vocab_size]),
       "masked_lm_predictions": tf.reshape(tf.argmax(mlm_logits, -1, output_type=tf.int32),
                                           [batch, preds]),
-      "next_sentence_log_probs": nsp_log_probs,
-      "next_sentence_probabilities": tf.exp(nsp_log_probs),
-      "next_sentence_predictions": tf.argmax(nsp_log_probs, -1, output_type=tf.int32),
   }
+  if nsp:
+    nsp_log_probs = tf.nn.log_softmax(
+        heads.next_sentence_logits(outputs["pooled_output"], config), axis=-1)  # [B, 2]
+    t.update(next_sentence_log_probs=nsp_log_probs,
+             next_sentence_probabilities=tf.exp(nsp_log_probs),
+             next_sentence_predictions=tf.argmax(nsp_log_probs, -1, output_type=tf.int32))
   if "masked_lm_ids" not in features:  # PREDICT without labels
     return None, t
   mlm_loss, mlm_example = heads.masked_lm_loss(head, features["masked_lm_ids"],
                                                features["masked_lm_weights"],
                                                mlm_logits, training)
+  t.update(masked_lm_loss=mlm_loss, masked_lm_example_loss=mlm_example)
+  if not nsp:
+    return mlm_loss, t
   nsp_labels = tf.reshape(features["next_sentence_label"], [-1])
   nsp_example = -tf.gather(nsp_log_probs, tf.cast(nsp_labels, tf.int32), batch_dims=1)
   nsp_loss = tf.reduce_mean(nsp_example)
-  t.update(masked_lm_loss=mlm_loss, masked_lm_example_loss=mlm_example,
-           next_sentence_loss=nsp_loss, next_sentence_example_loss=nsp_example)
+  t.update(next_sentence_loss=nsp_loss, next_sentence_example_loss=nsp_example)
   return mlm_loss + nsp_loss, t
 
 
 def _pretraining_metrics(features, t):
   weights = tf.reshape(features["masked_lm_weights"], [-1])
   ids = tf.reshape(features["masked_lm_ids"], [-1])
-  return {
+  metrics = {
       "masked_lm_accuracy": tf1.metrics.accuracy(
           ids, tf.reshape(t["masked_lm_predictions"], [-1]), weights=weights),
       "masked_lm_loss": tf1.metrics.mean(t["masked_lm_example_loss"], weights=weights),
-      "next_sentence_accuracy": tf1.metrics.accuracy(
-          tf.reshape(features["next_sentence_label"], [-1]), t["next_sentence_predictions"]),
-      "next_sentence_loss": tf1.metrics.mean(t["next_sentence_example_loss"]),
   }
+  if "next_sentence_predictions" in t:
+    metrics.update(
+        next_sentence_accuracy=tf1.metrics.accuracy(
+            tf.reshape(features["next_sentence_label"], [-1]), t["next_sentence_predictions"]),
+        next_sentence_loss=tf1.metrics.mean(t["next_sentence_example_loss"]))
+  return metrics
 
 
 def _classification(features, labels, outputs, config, num_classes, training):
@@ -119,10 +126,12 @@ def model_fn(features, labels, mode, params):
   config = modeling.BertConfig.from_params(model_params)
   training = mode == tf.estimator.ModeKeys.TRAIN
 
+  nsp = task == PRETRAINING and not model_params.get("disable_nsp")
   outputs = modeling.bert_model(features["token_ids"], features["segment_ids"],
-                                features["padding_mask"], config, training)
+                                features["padding_mask"], config, training,
+                                with_pooler=task == CLASSIFICATION or nsp)
   if task == PRETRAINING:
-    loss, t = _pretraining(features, outputs, config, training)
+    loss, t = _pretraining(features, outputs, config, training, nsp)
     cls_labels = None
   else:
     num_classes = int(model_params.get("num_classes") or 2)
@@ -138,12 +147,13 @@ def model_fn(features, labels, mode, params):
   # predictions there) so tests and debugging can fetch hidden states from one graph.
   everything = dict(t)
   everything.update({k: tf.cast(outputs[k], tf.float32)
-                     for k in ("embedding_output", "sequence_output", "pooled_output")})
+                     for k in ("embedding_output", "sequence_output", "pooled_output")
+                     if k in outputs})
   everything["all_encoder_layers"] = tf.cast(tf.stack(outputs["all_encoder_layers"], axis=1),
                                              tf.float32)  # [B, L, S, H]
 
   if mode == tf.estimator.ModeKeys.PREDICT:
-    keys = _PREDICT_KEYS[task]
+    keys = [k for k in _PREDICT_KEYS[task] if k in everything]
     if model_params.get("predict_all_outputs"):
       keys = [k for k, v in everything.items() if v.shape.rank and v.shape.rank > 0]
     preds = {k: everything[k] for k in keys}
@@ -163,5 +173,6 @@ def model_fn(features, labels, mode, params):
   tf1.summary.scalar("learning_rate", logs["learning_rate"])
   if task == PRETRAINING:
     tf1.summary.scalar("masked_lm_loss", t["masked_lm_loss"])
-    tf1.summary.scalar("next_sentence_loss", t["next_sentence_loss"])
+    if nsp:
+      tf1.summary.scalar("next_sentence_loss", t["next_sentence_loss"])
   return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, predictions=everything)

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping
 import tensorflow as tf
 
 from cerebras_tf.models import dropout as dropout_lib
+from cerebras_tf.models.bert import FIXED_OPTIONS
 
 tf1 = tf.compat.v1
 
@@ -42,6 +43,7 @@ class BertConfig:
   initializer_range: float = 0.02
   dtype: str = "float32"  # compute dtype: "float32" or "bfloat16"
   hidden_act: str = "gelu"  # gelu (tanh form, as google-bert) | relu | tanh
+  use_segment_embedding: bool = True  # False: no token_type_embeddings (RoBERTa)
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
@@ -67,7 +69,7 @@ class BertConfig:
 
     Shared transformer switches this BERT does not implement must keep their defaults.
     """
-    for key, wanted in _FIXED_OPTIONS.items():
+    for (_, key), wanted in FIXED_OPTIONS.items():
       if model_params.get(key, wanted) != wanted:
         raise ValueError("model.%s=%r is not supported by BERT (only %r)"
                          % (key, model_params[key], wanted))
@@ -112,12 +114,6 @@ def gelu_erf(x):
 
 
 _ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
-
-# Keys of cerebras_tf.params' shared transformer schema that BERT fixes.
-_FIXED_OPTIONS = {"use_position_embedding": True, "use_segment_embedding": True,
-                  "position_embedding_type": "learned", "share_embedding_weights": True,
-                  "use_ffn_bias": True}
-
 
 def initializer(initializer_range: float):
   return tf1.truncated_normal_initializer(stddev=initializer_range)
@@ -169,11 +165,12 @@ def dense(x, units: int, name: str, initializer_range: float, activation=None):
 
 
 def embeddings(token_ids, segment_ids, config: BertConfig, training: bool):
-  """Word + token-type + position embeddings, then LayerNorm and dropout.
+  """Word + token-type (unless config.use_segment_embedding is off) + position embeddings,
+  then LayerNorm and dropout.
 
   Args:
     token_ids: [B, S] int32.
-    segment_ids: [B, S] int32 in [0, type_vocab_size).
+    segment_ids: [B, S] int32 in [0, type_vocab_size); unread without segment embeddings.
   Returns:
     (embedding_output [B, S, H] compute dtype, word_embeddings variable [V, H] float32).
   """
@@ -187,13 +184,14 @@ def embeddings(token_ids, segment_ids, config: BertConfig, training: bool):
                                   [config.vocab_size, config.hidden_size], initializer=init)
     type_table = tf1.get_variable("token_type_embeddings",
                                   [config.type_vocab_size, config.hidden_size],
-                                  initializer=init)
+                                  initializer=init) if config.use_segment_embedding else None
     position_table = tf1.get_variable("position_embeddings",
                                       [config.max_position_embeddings, config.hidden_size],
                                       initializer=init)
     # Sum order word + type + position matches google-bert, which keeps fp32 results bitwise.
     x = tf.gather(word_table, token_ids)
-    x += tf.gather(type_table, segment_ids)
+    if type_table is not None:
+      x += tf.gather(type_table, segment_ids)
     x += position_table[tf.newaxis, :tf.shape(token_ids)[1], :]
     x = layer_norm(x, config.layer_norm_epsilon)
     x = dropout(x, config.dropout_rate, training)
@@ -307,7 +305,7 @@ def pooler(sequence_output, config: BertConfig):
 
 
 def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,
-               training: bool) -> Dict[str, Any]:
+               training: bool, with_pooler: bool = True) -> Dict[str, Any]:
   """The BERT backbone under scope `bert`.
 
   Args:
@@ -316,25 +314,28 @@ def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,
     padding_mask: [B, S] int32, 1 = real token.
     config: BertConfig.
     training: True only in TRAIN mode (turns dropout on).
+    with_pooler: build `bert/pooler` (what the next-sentence and classifier heads read).
   Returns:
     dict with
       embedding_output [B, S, H], all_encoder_layers (list of [B, S, H]),
-      sequence_output [B, S, H], pooled_output [B, H] (all in compute dtype) and
+      sequence_output [B, S, H], pooled_output [B, H] (with_pooler; all in compute dtype) and
       word_embeddings, the float32 [V, H] table (tied to the MLM output layer).
   """
   with tf1.variable_scope("bert"):
     emb, word_table = embeddings(token_ids, segment_ids, config, training)
     layers = encoder(emb, padding_mask, config, training)
-    pooled = pooler(layers[-1], config)
-  return {"embedding_output": emb, "all_encoder_layers": layers,
-          "sequence_output": layers[-1], "pooled_output": pooled,
-          "word_embeddings": word_table}
+    out = {"embedding_output": emb, "all_encoder_layers": layers,
+           "sequence_output": layers[-1], "word_embeddings": word_table}
+    if with_pooler:
+      out["pooled_output"] = pooler(layers[-1], config)
+  return out
 
 
 def num_parameters(config: BertConfig) -> int:
   """Backbone parameter count (no heads), for reports and tests."""
   h, f, l = config.hidden_size, config.filter_size, config.num_hidden_layers
-  emb = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h
+  types = config.type_vocab_size if config.use_segment_embedding else 0
+  emb = (config.vocab_size + config.max_position_embeddings + types) * h + 2 * h
   layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h
   return int(emb + l * layer + h * h + h)
 

@@ -6,14 +6,15 @@ here on the real corpus) to GPT-3 175B (compile only).
 No TensorFlow import here.
 """
 
-from cerebras_tf.models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
-                                       check_transformer_params, TRANSFORMER_UNAPPLIED)
+from cerebras_tf.models.fields import (ALWAYS_BUILT, NO_SEGMENTS, TEXT_INPUT_FIELDS,
+                                       TRANSFORMER_MODEL_FIELDS, check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
 SCHEMA = {
     "model": {
         **TRANSFORMER_MODEL_FIELDS,
+        **NO_SEGMENTS,
         "vocab_size": Field("int", 50257, "vocabulary rows", low=1),
         "position_embedding_type": Field("str", "learned", "learned (GPT-2/3) or rotary (GPT-J)",
                                          choices=("learned", "rotary")),
@@ -31,4 +32,6 @@ SCHEMA["eval_input"] = SCHEMA["train_input"]
 
 SPEC = register(ModelSpec(name="gpt", model_fn="cerebras_tf.models.gpt.model:model_fn",
                           input_fn="cerebras_tf.models.gpt.input:input_fn", schema=SCHEMA,
-                          check=check_transformer_params, unapplied=TRANSFORMER_UNAPPLIED))
+                          check=check_transformer_params,
+                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False,
+                                     ("model", "encoder_nonlinearity"): "gelu"}))

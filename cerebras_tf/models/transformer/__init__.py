@@ -12,7 +12,7 @@
 """
 
 from cerebras_tf.models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
-                                       check_transformer_params, TRANSFORMER_UNAPPLIED)
+                                       check_transformer_params, ALWAYS_BUILT, NO_SEGMENTS)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -27,6 +27,7 @@ def _pos_int(default, help_text):
 SCHEMA = {
     "model": {
         **TRANSFORMER_MODEL_FIELDS,
+        **NO_SEGMENTS,
         "vocab_size": _pos_int(None, "vocabulary rows (null: the vocabulary file's size)"),
         "hidden_size": _pos_int(512, "d_model"),
         "num_hidden_layers": _pos_int(6, "encoder and decoder layers (unless set apart)"),
@@ -73,5 +74,5 @@ SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
 
 SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
                           schema=SCHEMA, check=check_transformer_params,
-                          unapplied={**TRANSFORMER_UNAPPLIED,
+                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False,
                                      ("model", "mixed_precision"): False}))  # float32 only

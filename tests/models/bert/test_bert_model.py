@@ -202,6 +202,73 @@ class HeadsAndTrainingTest(base.BertTestCase):
     self.assertLess(last, 0.3 * first, "MLM loss %.3f -> %.3f" % (first, last))
 
 
+class RobertaStyleTest(base.BertTestCase):
+  """modelzoo's RoBERTa config: `use_segment_embedding: False`, `disable_nsp: True` and
+  `mask_whole_word`. The first failed tracing ("not supported by BERT"), the other two were
+  unknown keys."""
+
+  def test_no_segments_no_nsp_trains_on_the_masked_lm_loss_alone(self):
+    params = base.tiny_params(use_segment_embedding=False, disable_nsp=True)
+    rng = np.random.RandomState(0)
+    b, s, p = 4, 16, 3
+    feats = {"token_ids": rng.randint(5, 40, (b, s)).astype(np.int32),
+             "segment_ids": np.ones((b, s), np.int32), "padding_mask": np.ones((b, s), np.int32),
+             "masked_lm_positions": rng.randint(1, s, (b, p)).astype(np.int32),
+             "masked_lm_ids": rng.randint(5, 40, (b, p)).astype(np.int32),
+             "masked_lm_weights": np.ones((b, p), np.float32),
+             "next_sentence_label": np.zeros(b, np.int32)}
+
+    def build():
+      spec = model.model_fn({k: tf.constant(v) for k, v in feats.items()}, None, TRAIN, params)
+      return spec, {v.op.name for v in tf1.trainable_variables()}
+
+    sess, (spec, names) = self.run_graph(build)
+    self.assertNotIn("bert/embeddings/token_type_embeddings", names)
+    self.assertFalse([n for n in names if n.startswith(("bert/pooler", "cls/seq_relationship"))])
+    self.assertIn("bert/embeddings/position_embeddings", names)
+    loss, mlm = sess.run([spec.loss, spec.predictions["masked_lm_loss"]])
+    self.assertEqual(loss, mlm)  # no next-sentence term
+    # The parameter count follows: no type table (2 x 32) and no pooler (32 x 32 + 32).
+    full = modeling.num_parameters(modeling.BertConfig(
+        vocab_size=len(base.VOCAB), hidden_size=32, num_hidden_layers=2, num_heads=2,
+        filter_size=64, max_position_embeddings=64))
+    lean = modeling.num_parameters(modeling.BertConfig(
+        vocab_size=len(base.VOCAB), hidden_size=32, num_hidden_layers=2, num_heads=2,
+        filter_size=64, max_position_embeddings=64, use_segment_embedding=False))
+    self.assertEqual(full - lean, 2 * 32)
+
+  def test_whole_word_masking_masks_every_piece_of_a_picked_word(self):
+    # Rows of words: [CLS] w1 w2##a w3##b##c ... [SEP]; ids >= 20 continue a word.
+    continues = np.zeros(40, bool)
+    continues[20:] = True
+    rows, words_of = [], []
+    rng = np.random.RandomState(0)
+    for _ in range(32):
+      row, words = [2], []
+      for _ in range(rng.randint(4, 9)):
+        word = [rng.randint(5, 20)] + list(rng.randint(20, 40, rng.randint(0, 3)))
+        words.append(list(range(len(row), len(row) + len(word))))
+        row += word
+      rows.append(row + [3])
+      words_of.append(words)
+    special = {t: i for i, t in enumerate(base.SPECIAL)}
+    with tf.Graph().as_default():
+      tf1.set_random_seed(1)
+      out = input_lib.mask_tokens(tf.ragged.constant(rows, dtype=tf.int64), special, 40, 12,
+                                  0.3, continues=tf.constant(continues))
+      with tf1.Session() as sess:
+        _, positions, originals = (v.to_list() for v in sess.run(out))
+    picked_some = 0
+    for r, words in enumerate(words_of):
+      chosen = set(positions[r])
+      for word in words:
+        self.assertIn(len(chosen & set(word)), (0, len(word)), (r, word, chosen))
+      picked_some += any(len(w) > 1 and set(w) <= chosen for w in words)
+      self.assertAllEqual(originals[r], [rows[r][i] for i in positions[r]])
+      self.assertNotIn(0, positions[r])  # never [CLS]
+    self.assertGreater(picked_some, 5)  # multi-piece words were picked, whole
+
+
 class OptimizationTest(base.BertTestCase):
 
   def test_adamw_excludes_layer_norm_and_bias_from_weight_decay(self):
