@@ -481,7 +481,17 @@ class _Validator:
       self.fail(("runconfig", "enable_distributed"), "runconfig.enable_distributed: true is "
                 "modelzoo's multi-GPU switch; a cluster here is the TF_CONFIG environment "
                 "variable (docs/distributed.md): remove the key")
-    if out["model"].get("use_vsl"):  # modelzoo's variable sequence length is VTS here
+    model = out["model"]
+    if model.get("nonlinearity") is not None:  # modelzoo GPT's name for it
+      given = (raw.get("model") or {}).get("encoder_nonlinearity")
+      if given is not None and model["encoder_nonlinearity"] != model["nonlinearity"]:
+        self.fail(("model", "nonlinearity"), f"model.nonlinearity {model['nonlinearity']} "
+                  f"conflicts with model.encoder_nonlinearity {given}; keep one of them")
+      model["encoder_nonlinearity"] = model["nonlinearity"]
+      self.origins[("model", "encoder_nonlinearity")] = self.where(("model", "nonlinearity"))
+    if "nonlinearity" in model:
+      del model["nonlinearity"]
+    if model.get("use_vsl"):  # modelzoo's variable sequence length is VTS here
       if (raw.get("csconfig") or {}).get("vts") is False:
         self.fail(("model", "use_vsl"), "model.use_vsl: true (modelzoo's name for csconfig.vts) "
                   "conflicts with csconfig.vts: false; keep one of them")

@@ -230,6 +230,28 @@ def test_a_modelzoo_roberta_file_runs_as_it_is(tmp_path):
   assert "conflicts with csconfig.vts: false" in _error(path)
 
 
+def test_a_modelzoo_gpt_file_names_its_activation_its_way(tmp_path):
+  """modelzoo's GPT-2 files say `nonlinearity`, `use_projection_bias_in_attention` and
+  `loss_scaling`: the first is encoder_nonlinearity, the others are built (or refused)."""
+  text = textwrap.dedent("""\
+      train_input:
+          batch_size: 32
+      model:
+          name: gpt
+          use_projection_bias_in_attention: True
+          nonlinearity: "gelu"
+          loss_scaling: "num_tokens"
+      """)
+  p = params_lib.load_params(_write(tmp_path, text))
+  assert p["model"]["encoder_nonlinearity"] == "gelu" and "nonlinearity" not in p["model"]
+  path = _write(tmp_path, text.replace('"gelu"', '"relu"'))
+  assert _error(path) == (f"{path}:6: model.encoder_nonlinearity: the gpt model does not apply "
+                          "it; remove it (or set it to gelu)")
+  path = _write(tmp_path, text.replace("attention: True", "attention: False"))
+  assert "model.use_projection_bias_in_attention: the gpt model does not apply it" in \
+      _error(path)
+
+
 # (file text or None for GOOD, overrides, expected message; {f} is the file's path)
 BAD_CASES = [
     ("syntax", "train_input:\n  batch_size: 32\n  bad: [1, 2\nmodel:\n  name: toy\n", None,

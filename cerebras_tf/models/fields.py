@@ -32,6 +32,10 @@ TRANSFORMER_MODEL_FIELDS = {
     "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation",
                                   choices=("gelu", "relu", "tanh")),
     "use_ffn_bias": Field("bool", True, "bias in the feed-forward layers"),
+    "use_projection_bias_in_attention": Field("bool", True, "bias in the attention's q, k, v "
+                                              "and output projections"),
+    "nonlinearity": Field("str", None, "modelzoo GPT's name for encoder_nonlinearity",
+                          choices=("gelu", "relu", "tanh")),
     "use_vsl": Field("bool", False, "variable sequence length: modelzoo's name for "
                      "csconfig.vts (true sets it)"),
     "initializer_range": Field("float", 0.02, "stddev of the truncated-normal init", low=0,
@@ -41,7 +45,8 @@ TRANSFORMER_MODEL_FIELDS = {
 
 # Shared switches a family builds only one way (registry.ModelSpec.unapplied): the value it
 # builds is accepted, any other refused. Each family adds its own.
-ALWAYS_BUILT = {("model", "use_position_embedding"): True, ("model", "use_ffn_bias"): True}
+ALWAYS_BUILT = {("model", "use_position_embedding"): True, ("model", "use_ffn_bias"): True,
+                ("model", "use_projection_bias_in_attention"): True}
 # For the families without segments (GPT, the Transformer): the shared field, off by default.
 NO_SEGMENTS = {"use_segment_embedding": Field("bool", False, "segment (token type) embeddings: "
                                               "this model has none")}

@@ -20,6 +20,10 @@ SCHEMA = {
                                          choices=("learned", "rotary")),
         "rotary_dim": Field("int", 64, "features per head that rotary rotates", low=2),
         "parallel_attention": Field("bool", False, "GPT-J: attention and FFN in parallel"),
+        "loss_scaling": Field("str", "num_tokens", "the loss is the token loss summed and "
+                              "divided by the real tokens (num_tokens) or by the batch size "
+                              "(batch_size), as modelzoo's key", choices=("num_tokens",
+                                                                          "batch_size")),
         "layer_norm_epsilon": Field("float", 1e-5, "layer norm epsilon", low=0, low_open=True),
         "dropout_rate": Field("float", 0.0, "dropout", low=0, high=1, high_open=True),
         "attention_dropout_rate": Field("float", 0.0, "attention dropout", low=0, high=1,

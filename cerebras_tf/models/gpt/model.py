@@ -13,10 +13,14 @@ from cerebras_tf.models.gpt import modeling
 tf1 = tf.compat.v1
 
 
-def lm_loss(xent, weights):
-  """Weighted mean of the per-position cross-entropy.  xent/weights [B,S] -> scalar."""
+def lm_loss(xent, weights, per: str = "num_tokens"):
+  """The real positions' cross-entropy summed, over the real tokens (`num_tokens`: the
+  weighted mean) or over the batch size (`batch_size`).  xent/weights [B,S] -> scalar."""
   weights = tf.cast(weights, tf.float32)
-  return tf.reduce_sum(xent * weights) / (tf.reduce_sum(weights) + 1e-6)
+  total = tf.reduce_sum(xent * weights)
+  if per == "batch_size":
+    return total / tf.cast(tf.shape(xent)[0], tf.float32)
+  return total / (tf.reduce_sum(weights) + 1e-6)
 
 
 def model_fn(features, labels, mode, params):
@@ -24,8 +28,9 @@ def model_fn(features, labels, mode, params):
   training = mode == tf.estimator.ModeKeys.TRAIN
   hidden = modeling.gpt_hidden(features["token_ids"], features["padding_mask"], config, training)
   weights = features["padding_mask"]
+  per = params["model"].get("loss_scaling") or "num_tokens"
   if training:  # no logits tensor: the head's loss and gradient come from the hidden states
-    loss = lm_loss(modeling.lm_xent(hidden, labels, config), weights)
+    loss = lm_loss(modeling.lm_xent(hidden, labels, config), weights, per)
     total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
     train_op, logs = optimization.build_train_op(loss, params["optimizer"], total_steps)
     tf1.summary.scalar("learning_rate", logs["learning_rate"])
@@ -35,11 +40,12 @@ def model_fn(features, labels, mode, params):
   if mode == tf.estimator.ModeKeys.PREDICT:
     predictions["log_probs"] = tf.nn.log_softmax(logits[:, -1])
     return tf.estimator.EstimatorSpec(mode, predictions=predictions)
-  loss = lm_loss(losses.sparse_softmax_xent(logits, labels), weights)
+  xent = losses.sparse_softmax_xent(logits, labels)
+  loss = lm_loss(xent, weights, per)
   if mode == tf.estimator.ModeKeys.EVAL:
     metrics = {
         "accuracy": tf1.metrics.accuracy(labels, predictions["next_token"], weights=weights),
-        "perplexity": _perplexity(loss),
+        "perplexity": _perplexity(lm_loss(xent, weights)),  # per token, whatever the scaling
     }
   return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
 

@@ -80,3 +80,13 @@ def test_learns_a_repeating_sequence():
       for _ in range(60):
         _, last = sess.run([spec.train_op, spec.loss])
   assert first > 2.0 and last < 0.2  # ln 16 = 2.77 at start; a memorized cycle near 0
+
+
+def test_loss_scaling_divides_by_tokens_or_by_the_batch():
+  """modelzoo's model.loss_scaling. By hand: xent [[1, 2], [3, 4]] with the last position
+  padded sums to 1 + 2 + 3 = 6 over 3 real tokens (2.0) or over a batch of 2 (3.0)."""
+  from cerebras_tf.models.gpt.model import lm_loss  # pylint: disable=import-outside-toplevel
+  xent = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+  weights = tf.constant([[1, 1], [1, 0]])
+  assert abs(float(lm_loss(xent, weights)) - 2.0) < 1e-5
+  assert abs(float(lm_loss(xent, weights, "batch_size")) - 3.0) < 1e-5
