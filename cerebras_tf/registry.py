@@ -75,6 +75,8 @@ def _yaml_value(value: Any) -> str:
     return "null"
   if isinstance(value, bool):
     return "true" if value else "false"
+  if isinstance(value, list):
+    return "[" + ", ".join(_yaml_value(v) for v in value) + "]"
   return str(value)
 
 

@@ -40,6 +40,8 @@ SCHEMA = {
         "file_pattern": Field("path", None, "TFRecord glob; overrides data_dir and split"),
         "num_shards": Field("int", None, "shard the records (when no input_context)", low=1),
         "shard_index": Field("int", None, "this worker's shard", low=0),
+        "buckets": Field("int_list", [], "modelzoo's length buckets: not built by this input "
+                         "(refused when set; csconfig.vts already costs real tokens only)"),
         "mask_whole_word": Field("bool", False, "masked LM picks whole words: every wordpiece "
                                  "of a picked word is masked (pretraining)"),
     },
@@ -53,4 +55,6 @@ FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned"
                  ("model", "share_embedding_weights"): True}
 
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
-                          check=check_transformer_params, unapplied=FIXED_OPTIONS))
+                          check=check_transformer_params,
+                          unapplied={**FIXED_OPTIONS, ("train_input", "buckets"): [],
+                                     ("eval_input", "buckets"): []}))
