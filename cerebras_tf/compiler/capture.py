@@ -9,6 +9,7 @@ its gradients and its optimizer, and nothing of the input pipeline.
 import contextlib
 import dataclasses
 import os
+import re
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -148,13 +149,23 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
       # The cause stays chained; the message names the user's line.
       message = " ".join(str(getattr(e, "message", e)).split())
       message = message.split(" for '{{node")[0][:300]  # TF appends the node's whole NodeDef
+      if message.startswith("Loss must be scalar"):
+        hint = "; reduce the per-example losses to one number (tf.reduce_mean) for the spec"
+      elif _SHAPE_WORDS.search(message):
+        hint = f"; check the batch size and the input shapes ({_shapes(inputs)})"
+      else:
+        hint = ""
       raise CompileError(f"{user_line(e)}model_fn failed while being traced for the engine at "
-                         f"batch {batch}: {message}; check the batch size and the input "
-                         f"shapes ({_shapes(inputs)})") from e
+                         f"batch {batch}: {message}{hint}") from e
   if spec.loss is None:
     raise CompileError("model_fn returned no loss in TRAIN mode; the engine trains on the loss")
   return CapturedGraph(graph=graph, loss=spec.loss, train_op=spec.train_op, inputs=inputs,
                        batch_size=batch, optimizers=tuple(optimizers))
+
+
+# An error about shapes, where the batch size and the input shapes are the place to look; a
+# model's own refusal ("... is not supported") gets no such hint.
+_SHAPE_WORDS = re.compile(r"shape|dimension|rank|reshape|broadcast|incompatible|size", re.I)
 
 
 def user_line(error: BaseException) -> str:

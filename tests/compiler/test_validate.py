@@ -198,3 +198,31 @@ def test_a_long_list_names_five_places_and_writes_them_all(tmp_path):
   assert len(groups) > lower.MAX_PLACES, groups
   assert f"{len(groups) - lower.MAX_PLACES} more place(s), every op listed in {listing}" in msg
   assert msg.count(" of type ") == lower.MAX_PLACES
+
+
+def test_a_trace_failure_gets_the_hint_that_fits_it():
+  """Every failure while tracing said "check the batch size and the input shapes", also a
+  per-example loss vector (the fix is a reduce_mean) and a model's own refusal (the fix is in
+  its message)."""
+  def vector_loss(features, labels):
+    logits = tf.keras.layers.Dense(2)(features["x"])
+    loss = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, True)  # [B]
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=tf.no_op())
+
+  def refuses(features, labels):
+    raise ValueError("model.vocab_file is not set")  # MARK-refuses
+
+  def bad_reshape(features, labels):
+    return tf.reshape(features["x"], [5, 3])
+
+  with pytest.raises(CompileError, match=r"Loss must be scalar.*; reduce the per-example losses "
+                                         r"to one number \(tf.reduce_mean\) for the spec$"):
+    _captured(vector_loss)
+  with pytest.raises(CompileError) as err:
+    _captured(refuses)
+  line = line_of(__file__, "MARK-refuses")
+  assert str(err.value) == (f"tests/compiler/test_validate.py:{line}: model_fn failed while "
+                            "being traced for the engine at batch 4: model.vocab_file is not set")
+  with pytest.raises(CompileError, match=r"check the batch size and the input shapes "
+                                         r"\(features/x\[4, 3\], labels\[4\]\)$"):
+    _captured(bad_reshape)
