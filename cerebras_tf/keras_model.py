@@ -25,6 +25,8 @@ from tensorflow_estimator.python.estimator import keras_lib
 from cerebras_tf.errors import ConfigError, defined_at
 
 ModeKeys = tf.estimator.ModeKeys
+_LOOKUP_LAYERS = (tf.keras.layers.TextVectorization, tf.keras.layers.StringLookup,
+                  tf.keras.layers.IntegerLookup)
 KERAS_DIR = "keras"  # <model_dir>/keras/keras_model.ckpt, as model_to_estimator names it
 
 
@@ -60,6 +62,16 @@ def load(keras_model=None, keras_model_path: Optional[str] = None, custom_object
           f"and evaluates model.compile's loss, optimizer and metrics (as "
           f"tf.keras.estimator.model_to_estimator does) and would skip it; write that step as "
           f"a model_fn for CerebrasEstimator, or drop the override")
+  lookups = [m for m in keras_model.submodules if isinstance(m, _LOOKUP_LAYERS)]
+  if lookups:
+    # Its table cannot be cloned into the Estimator's graph (model_to_estimator fails the
+    # same way, "Attempting to capture an EagerTensor"), and the engine computes no strings.
+    raise ConfigError(
+        f"Keras model '{keras_model.name}' has the lookup layer '{lookups[0].name}' "
+        f"({type(lookups[0]).__name__}): its vocabulary table cannot be cloned into the "
+        f"estimator's graph, and the engine computes no strings; map the text to ids in "
+        f"the input_fn (a {type(lookups[0]).__name__} built there with vocabulary=<this "
+        f"layer>.get_vocabulary()) and build the model on the ids")
   if not getattr(keras_model, "optimizer", None):
     raise ConfigError(f"Keras model '{keras_model.name}' is not compiled: call "
                       f"model.compile(optimizer, loss, metrics) before putting it on the engine")
@@ -73,7 +85,9 @@ def load(keras_model=None, keras_model_path: Optional[str] = None, custom_object
 def architecture_token(keras_model) -> str:
   """A hash of what the compiler sees of the model: its layers, their types and weight shapes,
   the loss and the optimizer (the compile cache must not confuse two Keras models)."""
-  layers = [(m.name, type(m).__name__, [list(w.shape) for w in m.weights])
+  # A lookup table's weight (TextVectorization's vocabulary) is a handler without a shape.
+  layers = [(m.name, type(m).__name__,
+             [list(w.shape) if hasattr(w, "shape") else type(w).__name__ for w in m.weights])
             for m in keras_model.submodules if isinstance(m, tf.keras.layers.Layer)]
   try:
     arch = keras_model.to_json()

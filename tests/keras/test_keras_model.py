@@ -266,3 +266,37 @@ def test_a_custom_train_step_is_refused_not_skipped(tmp_path):
       rf"^Keras model 'custom_step' overrides train_step \(tests/keras/test_keras_model.py:"
       rf"{line_of(__file__, 'LINE: train_step')}\): the estimator trains")):
     CerebrasEstimator.from_keras_model(model, config=CSRunConfig(model_dir=str(tmp_path)))
+
+
+def test_a_lookup_layer_is_refused_with_the_way_that_works(tmp_path):
+  """A TextVectorization inside the model failed in architecture_token (its vocabulary is a
+  weight without a shape), then in Keras' cloning ("Attempting to capture an EagerTensor";
+  model_to_estimator too). It is refused by name, and the way the message gives trains: the
+  same layer built inside the input_fn from the adapted vocabulary."""
+  texts = np.array(["a good movie", "a bad film", "great fun", "dull plot"] * 16)
+  labels = np.array([1, 0, 1, 0] * 16, np.int32)
+  vec = L.TextVectorization(max_tokens=50, output_sequence_length=6, name="words")
+  vec.adapt(texts)
+  text_in = L.Input((1,), dtype=tf.string, name="text")
+  inside = tf.keras.Model(text_in, L.Dense(2)(L.GlobalAveragePooling1D()(
+      L.Embedding(50, 4)(vec(text_in)))))
+  inside.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(True))
+  with pytest.raises(ConfigError, match=r"has the lookup layer 'words' \(TextVectorization\).*"
+                                        r"vocabulary=<this layer>.get_vocabulary\(\)"):
+    CerebrasEstimator.from_keras_model(inside, config=_config(tmp_path))
+
+  vocab = vec.get_vocabulary()[2:]  # without the pad and OOV entries it adds itself
+  ids_in = L.Input((6,), dtype=tf.int64, name="ids")
+  model = tf.keras.Model(ids_in, L.Dense(2)(L.GlobalAveragePooling1D()(
+      L.Embedding(50, 4)(ids_in))))
+  model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(True))
+
+  def input_fn(params):
+    del params
+    words = L.TextVectorization(max_tokens=50, output_sequence_length=6, vocabulary=vocab)
+    ds = tf.data.Dataset.from_tensor_slices((texts, labels)).repeat().batch(BATCH,
+                                                                           drop_remainder=True)
+    return ds.map(lambda t, y: ({"ids": words(t)}, y))
+  est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path.joinpath("ids")))
+  est.train(input_fn, max_steps=3, use_cs=True)
+  assert est.get_variable_value("global_step") == 3
