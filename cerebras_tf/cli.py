@@ -265,11 +265,9 @@ def routed_logs(model_dir: str):
   warn_logger = logging.getLogger("py.warnings")
   saved = (list(tf_logger.handlers), tf_logger.propagate, tf_logger.level,
            list(logging.root.handlers), list(warn_logger.handlers), warn_logger.propagate)
-  handlers = []
-  if "://" not in model_dir:
-    to_file = _LogFile(os.path.join(model_dir, log_file_name()))
-    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handlers.append(to_file)
+  to_file = _LogFile(os.path.join(model_dir, log_file_name()))
+  to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+  handlers = [to_file]
   out = logging.StreamHandler(sys.stdout)
   out.addFilter(lambda r: logs.ours(r) and r.levelno < logging.WARNING)
   err = logging.StreamHandler(sys.stderr)

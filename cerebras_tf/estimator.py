@@ -390,7 +390,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       config = config.replace(model_dir=_absolute(config.model_dir))
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
                      config=config, params=params, warm_start_from=warm_start_from)
+    dir_lock.check_local(self.model_dir, "model_dir")
     _check_readable_path(self.model_dir)
+    if compile_dir:
+      dir_lock.check_local(compile_dir, "compile_dir")
     self._compile_dir = _absolute(compile_dir) or os.path.join(self.model_dir, "cs_compile")
     self._compiler = compile_lib.Compiler(self._compile_dir)
     _hint_onednn_once()

@@ -22,7 +22,7 @@ from cerebras_tf import registry
 from cerebras_tf.engine import report as engine_report
 from cerebras_tf.errors import ConfigError, FitError, ParamsError
 from cerebras_tf.runtime import tf_config
-from cerebras_tf.runtime.dir_lock import model_dir_lock
+from cerebras_tf.runtime.dir_lock import check_local, model_dir_lock
 from cerebras_tf.runtime.ckpt_files import latest_step, list_checkpoints, step_of
 from cerebras_tf.schema import MAX_STEPS, MODES
 
@@ -281,8 +281,7 @@ def export(est, spec, params: dict, export_dir: str,
 def check_model_dir(model_dir: str) -> None:
   """Creates `model_dir` if needed; a path that cannot be a writable directory is a one-line
   ConfigError here rather than a traceback from deep inside the Estimator."""
-  if "://" in model_dir:
-    return  # gs://, hdfs://: TensorFlow's file systems decide
+  check_local(model_dir, "runconfig.model_dir")
   try:
     os.makedirs(model_dir, exist_ok=True)
   except OSError as e:
@@ -295,8 +294,9 @@ def check_model_dir(model_dir: str) -> None:
 
 def check_compile_dir(compile_dir: Optional[str]) -> None:
   """csconfig.compile_dir (--compile_dir) must be a directory or a path that can become one."""
-  if not compile_dir or "://" in compile_dir:
+  if not compile_dir:
     return
+  check_local(compile_dir, "csconfig.compile_dir")
   if os.path.exists(compile_dir) and not os.path.isdir(compile_dir):
     raise ConfigError(f"csconfig.compile_dir {compile_dir} is a file, not a directory; choose "
                       "a directory for the compiler's reports and cache (--compile_dir)")

@@ -388,6 +388,18 @@ def test_checkpoints_off_trains_and_says_the_weights_are_not_kept(tmp_path, capl
   assert tf.train.latest_checkpoint(cfg.model_dir) is None
 
 
+def test_a_url_model_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+  """model_dir="ram://m" (or gs://) trained, then reported step 0, and left a local directory
+  named `ram:` with the compile reports in it."""
+  monkeypatch.chdir(tmp_path)
+  for kw, key in (({"model_dir": "ram://m"}, "model_dir"),
+                  ({"model_dir": "m", "compile_dir": "gs://b/c"}, "compile_dir")):
+    with pytest.raises(ConfigError, match=rf"^{key} \S+ is a filesystem URL; .* use a local "
+                                          r"path"):
+      CerebrasEstimator(model_fn, params=PARAMS, **kw)
+  assert not os.path.exists(tmp_path / "ram:") and not os.path.exists(tmp_path / "gs:")
+
+
 @pytest.mark.parametrize("strategy", ["pipelined", "weight_streaming"])
 def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   """`model_dir="model"`, the way a notebook writes it. TF's checkpoint state joins its

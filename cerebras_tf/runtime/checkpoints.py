@@ -276,7 +276,7 @@ def repair_state(model_dir: str, log=tf.compat.v1.logging.warning) -> None:
   """An empty or unparsable `checkpoint` state file beside checkpoints: renamed
   `checkpoint.corrupt` and rebuilt from the newest readable checkpoint on disk."""
   state_file = os.path.join(model_dir, "checkpoint")
-  if "://" in model_dir or not os.path.isfile(state_file):
+  if not os.path.isfile(state_file):
     return
   try:
     state = tf.train.get_checkpoint_state(model_dir)
@@ -304,7 +304,7 @@ def latest(model_dir: str) -> Optional[str]:
     found = tf.train.latest_checkpoint(model_dir)
   except ValueError:
     found = None
-  if found is None and "://" not in model_dir:
+  if found is None:
     on_disk = list_checkpoints(model_dir)
     return on_disk[-1] if on_disk else None
   return found
@@ -425,7 +425,7 @@ def remove_partial_writes(model_dir: str) -> List[str]:
   the checkpoint state) and `*.ckpt-N_temp` directories (a checkpoint being written). Only
   those names: nothing a finished save wrote is touched. Returns what was removed."""
   removed = []
-  if "://" in model_dir or not os.path.isdir(model_dir):
+  if not os.path.isdir(model_dir):
     return removed
   for name in os.listdir(model_dir):
     path = os.path.join(model_dir, name)

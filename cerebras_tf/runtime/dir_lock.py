@@ -20,6 +20,16 @@ _held: Dict[str, Tuple[int, int]] = {}  # realpath -> (thread id, depth)
 _guard = threading.Lock()
 
 
+def check_local(path: str, key: str) -> None:
+  """A model_dir or compile_dir must be on a local (or mounted) filesystem: the run lock is
+  an flock, and the input positions, compile cache and reports are plain files beside the
+  checkpoints. A URL (gs://, hdfs://, ram://) made a local directory named `gs:` instead."""
+  if "://" in path:
+    raise ConfigError(f"{key} {path} is a filesystem URL; cerebras_tf keeps its run lock, "
+                      f"compile reports and input positions beside the checkpoints on a local "
+                      f"filesystem: use a local path (a bucket mounted with gcsfuse is one)")
+
+
 def _owner_message(model_dir: str, holder: str) -> str:
   return (f"model_dir {model_dir} is in use by another training run ({holder}); wait for it "
           "to finish, or use another model_dir")
@@ -34,7 +44,7 @@ def model_dir_lock(model_dir: str):
     ConfigError: another process, or another thread of this one, is training in model_dir.
   """
   task = tf_config.current()
-  if "://" in model_dir or (task is not None and task.task_type not in (None, "chief")):
+  if task is not None and task.task_type not in (None, "chief"):
     yield
     return
   try:
