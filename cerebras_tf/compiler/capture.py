@@ -50,6 +50,11 @@ def element_spec(input_result):
     spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), input_result)
   if isinstance(spec, tuple) and len(spec) == 2:
     return spec[0], spec[1]
+  if isinstance(spec, tuple) and len(spec) == 3:
+    # Keras' (x, y, sample_weight): tf.estimator would hand the model_fn all three as features.
+    raise CompileError("the input_fn's dataset yields 3-tuples (Keras' x, y, sample_weight?); an "
+                       "Estimator takes (features, labels): put the weights in the features "
+                       "dict (features['weight']) and apply them in the model_fn's loss")
   return spec, None
 
 

@@ -226,3 +226,14 @@ def test_a_trace_failure_gets_the_hint_that_fits_it():
   with pytest.raises(CompileError, match=r"check the batch size and the input shapes "
                                          r"\(features/x\[4, 3\], labels\[4\]\)$"):
     _captured(bad_reshape)
+
+
+def test_a_keras_style_sample_weight_triple_is_named():
+  """(x, y, sample_weight) from a Keras habit: tf.estimator hands all three to the model_fn
+  as features, and the trace failed on a Dense layer given three inputs."""
+  def input_fn():
+    return tf.data.Dataset.from_tensors((tf.zeros([4, 3]), tf.zeros([4], tf.int32),
+                                         tf.ones([4])))
+  with pytest.raises(CompileError, match=r"yields 3-tuples \(Keras' x, y, sample_weight\?\); "
+                                         r"an Estimator takes \(features, labels\)"):
+    capture.capture(input_fn, lambda features, labels: None, 4)
