@@ -32,7 +32,7 @@ from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnE
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
                                 disk_full_path)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
-from cerebras_tf.runtime import checkpoints, dir_lock, logs, strategies
+from cerebras_tf.runtime import checkpoints, dir_lock, host_memory, logs, strategies
 from cerebras_tf.runtime.hooks import BatchProgressHook, CSProgressHook, GracefulInterrupt
 
 ModeKeys = tf.estimator.ModeKeys
@@ -174,6 +174,7 @@ class _CerebrasMethods:
                        run_max_steps):
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
+    _raise_unless_host_holds(result)
     # Only a single-replica pipelined run saves its input pipeline's position (below).
     input_checkpointed = (result.plan.execution_strategy == plans.PIPELINED
                           and result.plan.batching.host_replicas_per_worker == 1
@@ -623,6 +624,24 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     if not result.plan.fits:
       raise FitError(f"model does not fit {result.plan.engine} in {result.plan.execution_strategy} "
                      f"mode: {result.plan.reason}")
+
+
+def _raise_unless_host_holds(result) -> None:
+  """TensorFlow runs the numerics on this machine, in float32: weights, gradients and optimizer
+  slots (a copy per host replica). A model that cannot fit here made the weight server
+  segfault on allocation, four restarts and minutes later."""
+  graph = result.graph
+  copies = max(1, result.plan.batching.host_replicas_per_worker)
+  need, have = graph.state_bytes * copies, host_memory.available_bytes()
+  if have is None or need <= have:
+    return
+  raise FitError(
+      f"training this model on this machine needs about {report.fmt_bytes(need)} of memory "
+      f"(TensorFlow runs the numerics here: {graph.num_params:,} float32 parameters with "
+      f"their gradients and {graph.optimizer} state"
+      f"{f', {copies} host replicas' if copies > 1 else ''}), and {report.fmt_bytes(have)} is "
+      f"available; the engine's answers (fit, speed, placement) need no training "
+      f"(--compile_only, or CerebrasEstimator.compile); to train here, make the model smaller")
 
 
 def _absolute(path: Optional[str]) -> Optional[str]:

@@ -388,6 +388,36 @@ def test_checkpoints_off_trains_and_says_the_weights_are_not_kept(tmp_path, capl
   assert tf.train.latest_checkpoint(cfg.model_dir) is None
 
 
+def test_a_model_this_machine_cannot_hold_is_refused_before_training(tmp_path, monkeypatch):
+  """A 4-G-parameter embedding fit the engine in weight streaming, then its weight server
+  segfaulted allocating 65 GB of float32 weights and Adam state on a 23 GB host, four times,
+  minutes later. By hand for this MLP: 32x64+64 + 64x64+64 + 64x4+4 = 6,532 parameters, each
+  with its weight, gradient and two Adam slots in float32: 6,532 x 16 B = 104.51 KB."""
+  from cerebras_tf.runtime import host_memory  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(host_memory, "available_bytes", lambda: 50_000)
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
+  with pytest.raises(FitError, match=r"needs about 104.51 KB of memory \(TensorFlow runs the "
+                                     r"numerics here: 6,532 float32 parameters with their "
+                                     r"gradients and adam state\), and 50.00 KB is available"):
+    est.train(_train_input, max_steps=1, use_cs=True)
+  assert tf.train.latest_checkpoint(est.model_dir) is None
+
+
+def test_available_memory_reads_meminfo_and_a_cgroup_limit(tmp_path):
+  from cerebras_tf.runtime import host_memory  # pylint: disable=import-outside-toplevel
+  meminfo = tmp_path / "meminfo"
+  meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    2000000 kB\n")
+  cgroup = tmp_path / "cg"
+  cgroup.mkdir()
+  assert host_memory.available_bytes(str(meminfo), str(cgroup)) == 2_048_000_000
+  (cgroup / "memory.max").write_text("1000000000\n")
+  (cgroup / "memory.current").write_text("400000000\n")
+  assert host_memory.available_bytes(str(meminfo), str(cgroup)) == 600_000_000
+  (cgroup / "memory.max").write_text("max\n")  # no limit
+  assert host_memory.available_bytes(str(meminfo), str(cgroup)) == 2_048_000_000
+  assert host_memory.available_bytes(str(tmp_path / "none"), str(cgroup)) is None
+
+
 def test_a_url_model_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
   """model_dir="ram://m" (or gs://) trained, then reported step 0, and left a local directory
   named `ram:` with the compile reports in it."""

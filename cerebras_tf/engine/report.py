@@ -117,7 +117,8 @@ def advice_lines(graph, plan, performance, engine, options=None) -> List[str]:
   return out
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
+  """Bytes in GB, MB or KB (decimal, as the reports print memory), two decimals."""
   for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
     if abs(n) >= scale:
       return f"{n / scale:.2f} {unit}"
@@ -358,8 +359,8 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
       f"strategy:         {plan.execution_strategy} (replicas {plan.num_replicas}, systems "
       f"{plan.num_csx}, batch {plan.batch_size})",
       f"fits:             {'yes' if plan.fits else 'NO'} - {plan.reason}",
-      f"memory:           {_fmt_bytes(plan.memory_needed_bytes)} needed / "
-      f"{_fmt_bytes(plan.memory_available_bytes)} available",
+      f"memory:           {fmt_bytes(plan.memory_needed_bytes)} needed / "
+      f"{fmt_bytes(plan.memory_available_bytes)} available",
       f"samples/s:        {sps:,.1f} (compute {_fmt_rate(perf.compute_samples_per_sec)}, io "
       f"{_fmt_rate(perf.io_samples_per_sec)})" if perf else "samples/s:        -",
       f"padded samples/s: {(perf.padded_samples_per_sec or perf.samples_per_sec):,.1f} (VTS "
@@ -390,7 +391,7 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
   for i, p in enumerate(shown):
     share = p.time_s / step if step else 0.0
     lines.append(f"{i:>4}  {p.name:<{width}}  {p.cores:>9,}  {p.cores / total_cores:>7.2%}  "
-                 f"{_fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}  "
+                 f"{fmt_bytes(p.memory_bytes):>11}  {p.flops:>11.4g}  {share:>6.1%}  "
                  f"{p.pe_utilization:>7.1%}")
     if p.detail:
       lines.append(f"{'':>6}{p.detail}")
@@ -407,7 +408,7 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
     used = max((p.cores for p in plan.layers), default=0)
     mem = plan.memory_needed_bytes
   lines.append(f"{'':>4}  {label:<{width}}  {used:>9,}  {used / total_cores:>7.2%}  "
-               f"{_fmt_bytes(mem):>11}  {sum(p.flops for p in plan.layers):>11.4g}")
+               f"{fmt_bytes(mem):>11}  {sum(p.flops for p in plan.layers):>11.4g}")
   return "\n".join(lines) + "\n"
 
 
