@@ -152,7 +152,8 @@ def _read_yaml(text: str, filename: str) -> Tuple[dict, Dict[tuple, str]]:
 
 # Standard tags only: anything else (!!python/object, custom !tags) is refused.
 _SAFE_TAGS = {"tag:yaml.org,2002:" + t for t in
-              ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+              ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge")}
+_MERGE = "tag:yaml.org,2002:merge"  # `<<: *anchor`, a mapping's shared keys
 
 
 # A params file holds hundreds of values; aliases that expand past this are an alias bomb
@@ -208,8 +209,12 @@ def _record_lines(node, path, filename, origins, seen):
   seen.add(id(node))
   if isinstance(node, yaml.MappingNode):
     keys = set()
+    merged = []
     for k, v in node.value:
       line = k.start_mark.line + 1
+      if isinstance(k, yaml.ScalarNode) and k.tag == _MERGE:
+        merged.extend(v.value if isinstance(v, yaml.SequenceNode) else [v])
+        continue
       if not isinstance(k, yaml.ScalarNode) or k.tag != "tag:yaml.org,2002:str":
         shown = k.value if isinstance(k, yaml.ScalarNode) else _node_kind(k)
         where = _dotted(path) or "the top level"
@@ -220,6 +225,12 @@ def _record_lines(node, path, filename, origins, seen):
       keys.add(k.value)
       origins[path + (k.value,)] = f"{filename}:{line}"
       _record_lines(v, path + (k.value,), filename, origins, seen)
+    # Keys a `<<:` merge brings in are where the anchor wrote them (this mapping's own win).
+    for source in merged:
+      for k, _ in source.value if isinstance(source, yaml.MappingNode) else ():
+        if isinstance(k, yaml.ScalarNode) and k.value not in keys:
+          keys.add(k.value)
+          origins[path + (k.value,)] = f"{filename}:{k.start_mark.line + 1}"
   elif isinstance(node, yaml.SequenceNode):
     for i, item in enumerate(node.value):
       origins[path + (i,)] = f"{filename}:{item.start_mark.line + 1}"

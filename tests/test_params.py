@@ -188,6 +188,29 @@ def test_modelzoo_style_file(tmp_path):
   assert "eval_input" not in p
 
 
+def test_yaml_merge_keys_share_a_section(tmp_path):
+  """`eval_input: {<<: *train, batch_size: 128}` is plain YAML (a merge key); it was refused as
+  "YAML tag '!!merge' is not allowed", a tag the user never wrote. The mapping's own keys win;
+  an error in a merged key names the anchor's line."""
+  text = textwrap.dedent("""\
+      train_input: &input
+        batch_size: 64
+        shuffle_seed: 3
+      eval_input:
+        <<: *input
+        batch_size: 128
+      model:
+        name: toy
+      """)
+  p = params_lib.load_params(_write(tmp_path, text))
+  assert p["eval_input"]["batch_size"] == 128 and p["eval_input"]["shuffle_seed"] == 3
+  assert p["train_input"]["batch_size"] == 64
+  path = _write(tmp_path, text.replace("shuffle_seed: 3", "shuffle_seed: many"))
+  assert _error(path).startswith(f"{path}:3: train_input.shuffle_seed must be")
+  path = _write(tmp_path, text.replace("  batch_size: 128", "  batch_size: 128\n  colour: red"))
+  assert _error(path) == f"{path}:7: unknown key 'colour' in eval_input"
+
+
 def test_a_modelzoo_roberta_file_runs_as_it_is(tmp_path):
   """The keys of modelzoo's TF RoBERTa config, each one mapped onto what applies it here: it
   took six runs to learn five unknown keys and a refused use_vsl, one per run."""
