@@ -348,7 +348,8 @@ def _user_facing_tf_error(e: BaseException) -> Optional[str]:
     return (f"file not found: {first}; run `python scripts/prepare_data.py` to fetch the "
             f"datasets, or fix the path in the params file")
   if isinstance(e, tf.errors.PermissionDeniedError):
-    return f"permission denied: {first}; choose a writable runconfig.model_dir (or --model_dir)"
+    return (f"permission denied: {first}; make that path writable, or choose another "
+            f"(runconfig.model_dir / --model_dir, or the data paths in the params file)")
   if isinstance(e, tf.errors.DataLossError):
     return (f"corrupt data: {first}; re-create it with `python scripts/prepare_data.py --force` "
             f"or remove the damaged file")

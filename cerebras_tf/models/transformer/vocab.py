@@ -2,8 +2,9 @@
 
 The vocabulary comes from tensorflow-text's `bert_vocab_from_dataset` over both sides of the
 training pairs (one vocabulary, so source and target can share an embedding table). It is
-cached as `<data_dir>/en_es/vocab/wordpiece_<sha256 of train file>[:16]_v<size>.txt`; a new
-training file or another size gives another file, so a stale vocabulary is never reused.
+cached as `<data_dir>/en_es/vocab/wordpiece_<sha256 of train file>[:16]_v<size>.txt` (or under
+~/.cache/cerebras_tf/vocab when the data directory is read-only); a new training file or another
+size gives another file, so a stale vocabulary is never reused.
 
 Tokenization keeps case and accents (`lower_case=False`): BLEU is case-sensitive and Spanish
 accents carry meaning. Ids 0-3 are the reserved tokens below; [PAD] is 0 so padding masks are
@@ -82,19 +83,39 @@ def _eagerly(fn, *args):
   return out["value"]
 
 
+def user_cache_dir() -> str:
+  """Where a vocabulary goes when the data directory is read-only (a shared dataset)."""
+  return os.path.join(os.path.expanduser("~"), ".cache", "cerebras_tf", "vocab")
+
+
 def ensure_vocab(train_file: str, vocab_size: int, cache_dir: Optional[str] = None,
                  keys: Sequence[str] = ("en", "es")) -> str:
-  """Path of the cached vocabulary for this training file and size, building it if absent."""
+  """Path of the cached vocabulary for this training file and size, building it if absent.
+
+  Cached beside the data; when that directory is read-only, in `user_cache_dir()` (the same
+  file name: it is keyed by the training file's contents)."""
   path = cache_path(train_file, vocab_size, cache_dir)
-  if tf.io.gfile.exists(path):
-    return path
+  fallback = os.path.join(user_cache_dir(), os.path.basename(path))
+  for found in (path, fallback):
+    if tf.io.gfile.exists(found):
+      return found
   tokens = _eagerly(build_vocab, train_file, vocab_size, keys)
+  try:
+    _write(path, tokens)
+  except tf.errors.PermissionDeniedError:
+    tf.compat.v1.logging.info("cerebras_tf: %s is read-only: the learned vocabulary goes to %s",
+                              os.path.dirname(path), fallback)
+    path = fallback
+    _write(path, tokens)
+  return path
+
+
+def _write(path: str, tokens: Sequence[str]) -> None:
   tf.io.gfile.makedirs(os.path.dirname(path))
   tmp = "%s.tmp%d" % (path, os.getpid())
   with tf.io.gfile.GFile(tmp, "w") as f:
     f.write("".join(t + "\n" for t in tokens))
   tf.io.gfile.rename(tmp, path, overwrite=True)  # atomic: concurrent builders cannot tear it
-  return path
 
 
 def read_vocab(path: str) -> List[str]:

@@ -205,6 +205,35 @@ def test_vocab_builds_inside_an_estimator_graph(data_dir, tmp_path):
   assert vocab_lib.read_vocab(path)[:4] == list(vocab_lib.RESERVED)
 
 
+def test_a_read_only_data_dir_caches_the_vocab_in_the_user_cache(tmp_path, monkeypatch):
+  """A shared, read-only dataset: learning the vocabulary failed with "permission denied ...
+  choose a writable runconfig.model_dir", which was not the directory at fault. It is now
+  kept under ~/.cache/cerebras_tf/vocab, and found there on the next run."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  src, ro = tmp_path / "src", tmp_path / "ro"
+  src.mkdir()
+  ro.mkdir()
+  (src / "train.tfrecord").write_bytes(b"records")
+  if subprocess.run(["mount", "--bind", str(src), str(ro)], check=False,
+                    capture_output=True).returncode:
+    pytest.skip("cannot bind-mount here (needs root)")
+  try:
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    built = []
+    monkeypatch.setattr(vocab_lib, "build_vocab",
+                        lambda *a: built.append(1) or list(vocab_lib.RESERVED) + ["hola"])
+    train = str(ro / "train.tfrecord")
+    path = vocab_lib.ensure_vocab(train, 5)
+    assert os.path.dirname(path) == vocab_lib.user_cache_dir()
+    assert vocab_lib.read_vocab(path)[-1] == "hola"
+    assert vocab_lib.ensure_vocab(train, 5) == path and len(built) == 1  # found, not rebuilt
+  finally:
+    subprocess.run(["umount", str(ro)], check=False)
+    shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
 def test_input_masks_lengths_and_static_shapes(data_dir):
   params = _params(data_dir)
   with tf.Graph().as_default():
