@@ -24,6 +24,7 @@ from absl import flags
 from cerebras_tf.core import plans
 from cerebras_tf.errors import CerebrasTFError, ConfigError, disk_full, disk_full_path
 from cerebras_tf import params as params_lib
+from cerebras_tf import registry
 from cerebras_tf import runner
 from cerebras_tf import schema
 from cerebras_tf.runtime import ckpt_files, logs, tf_config
@@ -194,7 +195,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"error: interrupted{_resume_hint(params)}", file=sys.stderr)
     return 130
   except Exception as e:  # pylint: disable=broad-except
-    message = _disk_full_message(e, params) or _user_facing_tf_error(e)
+    message = _disk_full_message(e, params) or _user_facing_tf_error(e, params)
     if message is None:
       raise  # a bug: keep the traceback
     print(f"error: {message}", file=sys.stderr)
@@ -320,7 +321,7 @@ def _disk_full_message(e: BaseException, params) -> Optional[str]:
           f"intact; free some space (or choose another --model_dir) and rerun the same command")
 
 
-def _user_facing_tf_error(e: BaseException) -> Optional[str]:
+def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
   """One line for TensorFlow errors that are the user's to fix (a missing or corrupt data
   file, an unwritable model_dir), else None."""
   if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
@@ -350,10 +351,30 @@ def _user_facing_tf_error(e: BaseException) -> Optional[str]:
   if isinstance(e, tf.errors.PermissionDeniedError):
     return (f"permission denied: {first}; make that path writable, or choose another "
             f"(runconfig.model_dir / --model_dir, or the data paths in the params file)")
+  missing = re.search(r"Feature: (\S+) \(data type: (\w+)\) is required but could not be found",
+                      str(getattr(e, "message", e)))
+  if isinstance(e, tf.errors.InvalidArgumentError) and missing:
+    where = _input_fn_name(params)
+    where = f" ({where} names them)" if where else ""
+    return (f"the input records have no feature '{missing.group(1)}' ({missing.group(2)}), "
+            f"which this model's input_fn reads; write them with the feature names it "
+            f"parses{where}, or point the data paths in the params file at data from "
+            f"`python scripts/prepare_data.py`")
   if isinstance(e, tf.errors.DataLossError):
     return (f"corrupt data: {first}; re-create it with `python scripts/prepare_data.py --force` "
             f"or remove the damaged file")
   return None
+
+
+def _input_fn_name(params) -> Optional[str]:
+  """`module:function` of the model family's input_fn, for a message about its data."""
+  family = ((params or {}).get("model") or {}).get("name")
+  if not family:
+    return None
+  ref = registry.get_model(family).input_fn
+  if isinstance(ref, str):
+    return ref
+  return f"{getattr(ref, '__module__', '?')}:{getattr(ref, '__qualname__', '?')}"
 
 
 def _tf_error_text(e: BaseException) -> str:

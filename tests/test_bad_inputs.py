@@ -100,6 +100,13 @@ def make_fixtures(tmp):
   with open(DATA, "rb") as f:  # a real header, then garbage: a length/CRC mismatch
     head = f.read(64)
   (tmp / "corrupt.tfrecord").write_bytes(head + b"\x00garbage" * 512)
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel  # only for this fixture
+  with tf.io.TFRecordWriter(str(tmp / "other_features.tfrecord")) as writer:
+    for i in range(64):  # a user's own reviews, named "text" (the input reads "sentence")
+      writer.write(tf.train.Example(features=tf.train.Features(feature={
+          "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a good film"])),
+          "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2]))}))
+                   .SerializeToString())
   with open(VOCAB, encoding="utf-8") as f:
     vocab = f.read().splitlines()
   (tmp / "vocab_200.txt").write_text("\n".join(vocab[:200]) + "\n")
