@@ -1,6 +1,7 @@
 """GPT input: windows of S+1 WordPiece tokens from the real pretraining text, or synthetic.
 
-Text: `<data_dir>/bert_pretrain/{train,eval}.txt` (written by scripts/prepare_data.py),
+Text: `<data_dir>/bert_pretrain/{train,eval}.txt` (written by scripts/prepare_data.py) or the
+user's own text files (`file_pattern`, one passage per line),
 tokenized with tensorflow-text's BertTokenizer over the BERT uncased vocab, concatenated and
 cut into windows; inputs are window[:-1], labels window[1:]. `synthetic: true` gives random
 tokens of the same shapes (for compile-only runs of models far too big to train here).
@@ -21,6 +22,24 @@ def _section(params, mode):
   return params["train_input" if mode == ModeKeys.TRAIN else "eval_input"]
 
 
+def _text_files(section, split: str):
+  """The text to train on: `file_pattern` (a glob of the user's own text files), else the
+  prepared corpus `<data_dir>/bert_pretrain/<split>.txt`."""
+  pattern = section.get("file_pattern")
+  if pattern:
+    found = sorted(tf.io.gfile.glob(pattern))
+    if not found:
+      raise DataError(f"GPT text: no file matches file_pattern {pattern}; fix the pattern in "
+                      f"the params file")
+    return found
+  path = os.path.join(section.get("data_dir") or "", "bert_pretrain", f"{split}.txt")
+  if not tf.io.gfile.exists(path):
+    raise DataError(f"GPT text file not found: {path}; run `python scripts/prepare_data.py "
+                    f"--datasets vocab,bert_pretrain`, or set train_input.data_dir or "
+                    f"file_pattern (your own text files, one passage per line)")
+  return [path]
+
+
 def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   section = _section(params, mode)
   batch = batching.input_batch_size(params, section)
@@ -33,13 +52,12 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
         lambda s: tf.random.stateless_uniform([seq + 1], [s, 0], 0, vocab_size, tf.int32))
   else:
     split = "train" if training else "eval"
-    path = os.path.join(section.get("data_dir") or "", "bert_pretrain", f"{split}.txt")
     vocab = section.get("vocab_file") or os.path.join(section.get("data_dir") or "", "vocab",
                                                       "bert_uncased_vocab.txt")
-    for f, what in ((path, "text"), (vocab, "vocab")):
-      if not tf.io.gfile.exists(f):
-        raise DataError(f"GPT {what} file not found: {f}; run `python scripts/prepare_data.py "
-                        f"--datasets vocab,bert_pretrain` or set train_input.data_dir")
+    paths = _text_files(section, split)
+    if not tf.io.gfile.exists(vocab):
+      raise DataError(f"GPT vocab file not found: {vocab}; run `python scripts/prepare_data.py "
+                      f"--datasets vocab,bert_pretrain` or set train_input.vocab_file")
     with tf.io.gfile.GFile(vocab) as f:
       vocab_rows = sum(1 for _ in f)
     if vocab_rows > vocab_size:
@@ -47,7 +65,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
                       f"{vocab_size}: token ids would fall outside the embedding table; set "
                       f"model.vocab_size >= {vocab_rows}")
     tokenizer = tft.BertTokenizer(vocab, lower_case=True, token_out_type=tf.int32)
-    lines = tf.data.TextLineDataset(path).filter(lambda l: tf.strings.length(l) > 0)
+    lines = tf.data.TextLineDataset(paths).filter(lambda l: tf.strings.length(l) > 0)
     if input_context is not None:
       lines = lines.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     tokens = lines.batch(256).map(lambda l: tokenizer.tokenize(l).merge_dims(1, -1).flat_values)

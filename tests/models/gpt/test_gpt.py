@@ -90,3 +90,30 @@ def test_loss_scaling_divides_by_tokens_or_by_the_batch():
   weights = tf.constant([[1, 1], [1, 0]])
   assert abs(float(lm_loss(xent, weights)) - 2.0) < 1e-5
   assert abs(float(lm_loss(xent, weights, "batch_size")) - 3.0) < 1e-5
+
+
+def test_your_own_text_files_through_file_pattern(tmp_path):
+  """A user's corpus had to sit at <data_dir>/bert_pretrain/train.txt. `file_pattern` reads
+  it where it is: 'the cat sat' repeated tokenizes to the vocab ids of those words, in order."""
+  import os  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))
+  vocab = os.path.join(root, "data_cache", "vocab", "bert_uncased_vocab.txt")
+  if not os.path.exists(vocab):
+    pytest.skip("no prepared vocab (python scripts/prepare_data.py)")
+  (tmp_path / "part1.txt").write_text("the cat sat\n" * 40)
+  params = {"train_input": {"file_pattern": str(tmp_path / "part*.txt"), "vocab_file": vocab,
+                            "max_sequence_length": 5, "batch_size": 2, "shuffle_buffer": 1},
+            "model": {"vocab_size": 30522}, "runconfig": {"tf_random_seed": 1}}
+  ids = {line.rstrip("\n"): i for i, line in enumerate(open(vocab, encoding="utf-8"))}
+  words = [ids["the"], ids["cat"], ids["sat"]]
+  features, labels = next(iter(input_lib.input_fn(params)))
+  for row, next_ids in zip(features["token_ids"].numpy(), labels.numpy()):
+    start = words.index(row[0])
+    expected = [words[(start + k) % 3] for k in range(6)]
+    assert list(row) == expected[:5] and list(next_ids) == expected[1:]
+  params["train_input"]["file_pattern"] = str(tmp_path / "nothing*.txt")
+  with pytest.raises(DataError, match="no file matches file_pattern"):
+    input_lib.input_fn(params)
