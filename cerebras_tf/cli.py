@@ -345,6 +345,12 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
   if isinstance(e, tf.errors.FailedPreconditionError) and re.search(
       r"Is a directory|Not a directory", first):
     return f"cannot read data: {first}; fix the data path in the params file"
+  gone = re.search(r"(\S+\.ckpt-\d+)", first)
+  if isinstance(e, (tf.errors.NotFoundError, ValueError)) and gone and re.search(
+      r"Failed to find any matching files|not a valid checkpoint", first):
+    return (f"checkpoint {gone.group(1)} is gone: a training run on this model_dir deletes all "
+            f"but its newest keep_checkpoint_max checkpoints; rerun (the newest is read), or "
+            f"name one that is kept (--checkpoint_path)")
   if isinstance(e, tf.errors.NotFoundError):
     return (f"file not found: {first}; run `python scripts/prepare_data.py` to fetch the "
             f"datasets, or fix the path in the params file")

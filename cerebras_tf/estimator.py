@@ -273,20 +273,27 @@ class _CerebrasMethods:
                use_cs=None):
     """Evaluates a checkpoint (refused when there is none: the metrics of an untrained model
     are not an answer); with use_cs=True the last compile must fit."""
-    self._restore_from = self._checkpoint_for("evaluate", checkpoint_path)
-    try:
-      batch = None
-      if self._resolve_use_cs(use_cs):
-        self._check_last_compile()
-        input_fn = self._batch_param_input_fn(input_fn, ModeKeys.EVAL)
-        batch = batch_size_for_mode(self.params, ModeKeys.EVAL)
+    batch = None
+    if self._resolve_use_cs(use_cs):
+      self._check_last_compile()
+      input_fn = self._batch_param_input_fn(input_fn, ModeKeys.EVAL)
+      batch = batch_size_for_mode(self.params, ModeKeys.EVAL)
+    for attempt in range(_VANISHED_RETRIES + 1):
+      self._restore_from = self._checkpoint_for("evaluate", checkpoint_path)
       progress = BatchProgressHook(batch_size_for_mode(self.params, ModeKeys.EVAL), steps)
-      with self._model_fn_sees_batch(batch):
-        return tf.estimator.Estimator.evaluate(self, input_fn, steps=steps,
-                                               hooks=list(hooks or []) + [progress],
-                                               checkpoint_path=checkpoint_path, name=name)
-    finally:
-      self._restore_from = None
+      try:
+        with self._model_fn_sees_batch(batch):
+          # The checkpoint checked is the one restored (tf.estimator would look up the
+          # latest again, and a training run may have saved another since).
+          return tf.estimator.Estimator.evaluate(
+              self, input_fn, steps=steps, hooks=list(hooks or []) + [progress],
+              checkpoint_path=checkpoint_path or self._restore_from, name=name)
+      except (tf.errors.NotFoundError, ValueError) as e:
+        if not self._vanished(checkpoint_path, attempt, e):
+          raise
+      finally:
+        self._restore_from = None
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True, use_cs=None):
@@ -298,16 +305,41 @@ class _CerebrasMethods:
       self._check_last_compile()
       input_fn = self._batch_param_input_fn(input_fn, ModeKeys.PREDICT)
       batch = batch_size_for_mode(self.params, ModeKeys.PREDICT)
-    self._restore_from = restore_from
-    progress = BatchProgressHook(batch_size_for_mode(self.params, ModeKeys.PREDICT), None,
-                                 what="predict")
-    try:
-      with self._model_fn_sees_batch(batch):
-        yield from tf.estimator.Estimator.predict(
-            self, input_fn, predict_keys=predict_keys, hooks=list(hooks or []) + [progress],
-            checkpoint_path=checkpoint_path, yield_single_examples=yield_single_examples)
-    finally:
-      self._restore_from = None
+    for attempt in range(_VANISHED_RETRIES + 1):
+      if attempt:
+        restore_from = self._checkpoint_for("predict", checkpoint_path)
+      self._restore_from = restore_from
+      progress = BatchProgressHook(batch_size_for_mode(self.params, ModeKeys.PREDICT), None,
+                                   what="predict")
+      yielded = False
+      try:
+        with self._model_fn_sees_batch(batch):
+          for prediction in tf.estimator.Estimator.predict(
+              self, input_fn, predict_keys=predict_keys, hooks=list(hooks or []) + [progress],
+              checkpoint_path=checkpoint_path or restore_from,
+              yield_single_examples=yield_single_examples):
+            yielded = True
+            yield prediction
+        self.last_predict_checkpoint = checkpoint_path or restore_from
+        return
+      except (tf.errors.NotFoundError, ValueError) as e:
+        if yielded or not self._vanished(checkpoint_path, attempt, e):
+          raise
+      finally:
+        self._restore_from = None
+
+  def _vanished(self, checkpoint_path, attempt: int, error) -> bool:
+    """Whether evaluate/predict of the latest checkpoint should start again: a training run on
+    the same model_dir deleted it (it keeps keep_checkpoint_max) before it was restored. A
+    checkpoint the caller named is not swapped for another."""
+    gone = self._restore_from and not tf.io.gfile.exists(self._restore_from + ".index")
+    if not gone or checkpoint_path or attempt >= _VANISHED_RETRIES:
+      return False
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: %s was deleted while being read (a training run on this model_dir keeps "
+        "its newest checkpoints only); taking the newest (%s)",
+        os.path.basename(self._restore_from), type(error).__name__)
+    return True
 
   def _check_last_compile(self) -> None:
     """Eval and predict run the graph the engine compiled for training: the last compile of
@@ -380,6 +412,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._cs_run = None
     self._restore_from = None  # the checkpoint the graph being built will restore
     self._last_compile = None
+    self.last_predict_checkpoint: Optional[str] = None  # what the last finished predict read
     self._said_cs_ip = False
     self._said_off_engine = False
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
@@ -624,6 +657,11 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     if not result.plan.fits:
       raise FitError(f"model does not fit {result.plan.engine} in {result.plan.execution_strategy} "
                      f"mode: {result.plan.reason}")
+
+
+# evaluate/predict of the latest checkpoint start again this often when a training run deletes
+# it mid-read (a run saving every few seconds with keep_checkpoint_max 2, say).
+_VANISHED_RETRIES = 3
 
 
 def _raise_unless_host_holds(result) -> None:

@@ -158,25 +158,28 @@ def run(params: dict, opts: RunOptions,
   return summary
 
 
-def write_predictions(predictions, path: str):
-  """Writes each prediction as one JSON line to `path` (arrays as lists, bytes as text);
-  returns (count, keys). Written to `path`.tmp and renamed at the end, so an interrupted
-  predict leaves no partial file."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
+def write_predictions(predictions, directory: str, name: Callable[[], str]):
+  """Writes each prediction as one JSON line (arrays as lists, bytes as text) to the path
+  `name()` gives once they are all written; returns (count, keys, path). Written to a `.tmp`
+  file in `directory` and renamed at the end, so an interrupted predict leaves no partial
+  file."""
+  os.makedirs(directory, exist_ok=True)
+  tmp = os.path.join(directory, f".predictions-{os.getpid()}.tmp")
   count, keys = 0, set()
   try:
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+    with open(tmp, "w", encoding="utf-8") as fh:
       for prediction in predictions:
         count += 1
         if isinstance(prediction, dict):
           keys.update(prediction)
         fh.write(json.dumps(_jsonable(prediction)) + "\n")
-    os.replace(path + ".tmp", path)
+    path = name()
+    os.replace(tmp, path)
   except BaseException:
-    if os.path.exists(path + ".tmp"):
-      os.remove(path + ".tmp")
+    if os.path.exists(tmp):
+      os.remove(tmp)
     raise
-  return count, keys
+  return count, keys, path
 
 
 def _jsonable(value):
@@ -227,13 +230,14 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
         step = max(int(metrics.get("global_step", target)), target)
     summary["global_step"] = step
   elif mode == "predict":
-    step = step_of(opts.checkpoint_path) if opts.checkpoint_path else -1
-    step = step if step >= 0 else latest_step(rc["model_dir"])
-    path = os.path.join(rc["model_dir"], "predictions", f"predictions-{step}.jsonl")
-    count, keys = write_predictions(
+    def path():  # named once predict is done: a training run may have moved the latest on
+      read = est.last_predict_checkpoint or opts.checkpoint_path or ""
+      step = step_of(read) if step_of(read) >= 0 else latest_step(rc["model_dir"])
+      return os.path.join(rc["model_dir"], "predictions", f"predictions-{step}.jsonl")
+    count, keys, written = write_predictions(
         est.predict(input_for(PREDICT), checkpoint_path=opts.checkpoint_path, use_cs=use_cs),
-        path)
-    summary.update(predictions=count, prediction_keys=sorted(keys), predictions_file=path)
+        os.path.join(rc["model_dir"], "predictions"), path)
+    summary.update(predictions=count, prediction_keys=sorted(keys), predictions_file=written)
   if opts.export_dir and mode in ("export", "train", "train_and_eval"):
     summary["export"] = export(est, spec, params, opts.export_dir, opts.checkpoint_path)
 

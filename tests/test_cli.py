@@ -181,6 +181,7 @@ class FakeEstimator:
 
   def __init__(self, model_dir, fits=True):
     self.model_dir, self.fits, self.calls, self.step = model_dir, fits, [], 0
+    self.last_predict_checkpoint = None
     os.makedirs(model_dir, exist_ok=True)
 
   def _ckpt(self):

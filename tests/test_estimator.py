@@ -418,6 +418,40 @@ def test_available_memory_reads_meminfo_and_a_cgroup_limit(tmp_path):
   assert host_memory.available_bytes(str(tmp_path / "none"), str(cgroup)) is None
 
 
+def test_evaluate_and_predict_take_the_newest_when_training_deletes_theirs(tmp_path, caplog,
+                                                                          monkeypatch):
+  """`--mode eval` in a second terminal while training saves every few seconds (keep 2): the
+  checkpoint picked was deleted before it was restored, and eval failed with "file not found
+  ... run prepare_data.py" or a ValueError traceback. The deletion is staged here: the first
+  pick is a checkpoint whose files are removed before it is read."""
+  cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined")).replace(
+      save_checkpoints_steps=2, keep_checkpoint_max=0)
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  est.train(_train_input, max_steps=4, use_cs=True)
+  real = est._checkpoint_for  # pylint: disable=protected-access
+  picks = []
+
+  def stale_first(what, checkpoint_path):
+    picks.append(what)
+    if len(picks) == 1:
+      old = os.path.join(cfg.model_dir, "model.ckpt-2")
+      for f in glob.glob(old + ".*"):
+        os.remove(f)  # the training run's keep_checkpoint_max, mid-read
+      return old
+    return real(what, checkpoint_path)
+  monkeypatch.setattr(est, "_checkpoint_for", stale_first)
+  assert est.evaluate(_eval_input, steps=1, use_cs=True)["global_step"] == 4
+  assert "model.ckpt-2 was deleted while being read" in caplog.text and len(picks) == 2
+  picks.clear()
+  (tmp_path / "model" / "model.ckpt-2.index").write_text("")  # picked again, then "deleted"
+  assert len(list(est.predict(_eval_input, use_cs=True))) > 0
+  assert est.last_predict_checkpoint.endswith("model.ckpt-4") and len(picks) == 2
+  # A checkpoint the caller names is not swapped for another.
+  with pytest.raises((tf.errors.NotFoundError, ValueError)):
+    est.evaluate(_eval_input, steps=1,
+                 checkpoint_path=os.path.join(cfg.model_dir, "model.ckpt-2"))
+
+
 def test_a_url_model_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
   """model_dir="ram://m" (or gs://) trained, then reported step 0, and left a local directory
   named `ram:` with the compile reports in it."""
