@@ -531,6 +531,16 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
       out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config,
                                       input_context=input_context)
+      if not isinstance(out, tf.data.Dataset) and isinstance(
+          self._train_distribution, (tf.distribute.MirroredStrategy,
+                                     tf.distribute.MultiWorkerMirroredStrategy)):
+        # tf.distribute splits datasets only ("input_fn must return a tf.data.Dataset").
+        raise ConfigError(
+            f"the input_fn returned a {type(out).__name__} of tensors, not a "
+            f"tf.data.Dataset: multi_replica splits a dataset across the replicas (queue-based "
+            f"helpers such as numpy_input_fn make tensors); return "
+            f"tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params['batch_size']), "
+            f"or train pipelined or weight_streaming")
       if "input_context" not in estimator_util.fn_args(input_fn):
         out = strategies.shard_for_input_pipeline(out, input_context)
       _check_batch(out, per_replica_batch, self.cs_config)

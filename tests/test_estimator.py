@@ -452,6 +452,24 @@ def test_evaluate_and_predict_take_the_newest_when_training_deletes_theirs(tmp_p
                  checkpoint_path=os.path.join(cfg.model_dir, "model.ckpt-2"))
 
 
+def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
+  """tf.compat.v1.estimator.inputs.numpy_input_fn (queues, tensors) trains pipelined; in
+  multi_replica tf.distribute raised "input_fn must return a tf.data.Dataset or a callable"."""
+  x = np.random.RandomState(0).randn(64, PARAMS["input_dim"]).astype("float32")
+  y = (x[:, 0] > 0).astype("int32")
+  numpy_fn = tf.compat.v1.estimator.inputs.numpy_input_fn(
+      x={"x": x}, y=y, batch_size=PARAMS["batch_size"], num_epochs=None, shuffle=False)
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path, cs_config=CSConfig(
+      execution_strategy="pipelined")), params=PARAMS)
+  est.train(numpy_fn, max_steps=3, use_cs=True)
+  assert est.get_variable_value("global_step") == 3
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path / "mr", cs_config=CSConfig(
+      execution_strategy="multi_replica", num_replicas=2)), params=PARAMS)
+  with pytest.raises(ConfigError, match=r"returned a tuple of tensors, not a tf.data.Dataset: "
+                                        r"multi_replica splits a dataset"):
+    est.train(numpy_fn, max_steps=3, use_cs=True)
+
+
 def test_a_url_model_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
   """model_dir="ram://m" (or gs://) trained, then reported step 0, and left a local directory
   named `ram:` with the compile reports in it."""
