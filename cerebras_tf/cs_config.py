@@ -67,6 +67,11 @@ class CSConfig(collections.namedtuple("CSConfig", [
         checked[key] = schema.CSCONFIG_FIELDS[key].check(value)
       except ValueError as e:
         raise ConfigError(f"CSConfig {key} {e}") from None
+    conflict = plans.option_conflict(
+        checked["execution_strategy"], checked["num_csx"], checked["num_replicas"],
+        checked["max_wgt_servers"], checked["sparsity"])
+    if conflict:
+      raise ConfigError(f"CSConfig {conflict[1]}")
     return super().__new__(cls, **checked)
 
   def replace(self, **kwargs) -> "CSConfig":

@@ -524,10 +524,11 @@ class _Validator:
         cs["execution_strategy"] = plans.MULTI_REPLICA
     if cs["execution_strategy"] == plans.MULTI_REPLICA:
       cs["multireplica"] = True
+    conflict = plans.option_conflict(cs["execution_strategy"], cs["num_csx"], replicas,
+                                     cs["max_wgt_servers"], cs["sparsity"])
+    if conflict:
+      self.fail(("csconfig", conflict[0]), f"csconfig.{conflict[1]}")
     if replicas is not None and replicas > 1:
-      if cs["execution_strategy"] in (plans.PIPELINED, plans.WEIGHT_STREAMING):
-        self.fail(("csconfig", "num_replicas"), f"csconfig.num_replicas {replicas} needs "
-                  f"execution_strategy multi_replica or auto, got '{cs['execution_strategy']}'")
       for section in ("train_input", "eval_input"):
         if section in out and out[section]["batch_size"] % replicas:
           self.fail((section, "batch_size"), f"{section}.batch_size {out[section]['batch_size']} "

@@ -51,6 +51,29 @@ def test_cs_config_validated(kwargs, fragment):
     CSConfig(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs,message", [
+    ({"execution_strategy": "pipelined", "num_csx": 2},
+     "CSConfig num_csx 2 needs execution_strategy weight_streaming or auto (pipelined runs on "
+     "one system, with the weights on the wafer)"),
+    ({"execution_strategy": "multi_replica", "max_wgt_servers": 3},
+     "CSConfig max_wgt_servers 3 needs execution_strategy weight_streaming or auto "
+     "(multi_replica runs on one system, with the weights on the wafer)"),
+    ({"execution_strategy": "pipelined", "sparsity": 0.5},
+     "CSConfig sparsity 0.5 needs execution_strategy weight_streaming or auto (pipelined runs "
+     "on one system, with the weights on the wafer)"),
+    ({"execution_strategy": "weight_streaming", "num_replicas": 3},
+     "CSConfig num_replicas 3 needs execution_strategy multi_replica or auto, got "
+     "'weight_streaming'"),
+])
+def test_a_setting_the_chosen_strategy_would_ignore_is_refused(kwargs, message):
+  """CSConfig(execution_strategy="pipelined", num_csx=2) planned 1 system without a word (the
+  params file refused only num_replicas). `auto` keeps each for the strategy it belongs to."""
+  with pytest.raises(ConfigError) as err:
+    CSConfig(**kwargs)
+  assert str(err.value) == message
+  CSConfig(**{**kwargs, "execution_strategy": "auto"})
+
+
 @pytest.mark.parametrize("name,value", [("save_checkpoints_steps", "100"),
                                         ("log_step_count_steps", 1.5),
                                         ("keep_checkpoint_max", True)])

@@ -19,6 +19,25 @@ STRATEGIES = (PIPELINED, MULTI_REPLICA, WEIGHT_STREAMING, AUTO)
 PHASES = ("train", "eval", "predict")
 
 
+def option_conflict(strategy: str, num_csx: int = 1, num_replicas: Optional[int] = None,
+                    max_wgt_servers: int = 1, sparsity: float = 0.0
+                    ) -> Optional[Tuple[str, str]]:
+  """(key, "key value needs ...") when a chosen strategy cannot apply a setting, which it
+  would otherwise ignore without a word (2 systems asked for, 1 planned); None when all apply.
+  `auto` applies each setting to the strategy it belongs to. The one rule for CSConfig and the
+  params file."""
+  if strategy in (PIPELINED, MULTI_REPLICA):
+    for key, value, off in (("num_csx", num_csx, 1), ("max_wgt_servers", max_wgt_servers, 1),
+                            ("sparsity", sparsity, 0.0)):
+      if value != off:
+        return key, (f"{key} {value} needs execution_strategy weight_streaming or auto "
+                     f"({strategy} runs on one system, with the weights on the wafer)")
+  if strategy in (PIPELINED, WEIGHT_STREAMING) and num_replicas is not None and num_replicas > 1:
+    return "num_replicas", (f"num_replicas {num_replicas} needs execution_strategy "
+                            f"multi_replica or auto, got '{strategy}'")
+  return None
+
+
 def fmt_gb(nbytes: float) -> str:
   """Memory for a person: '6.62 GB', '8.39 MB', '0.51 KB' (the largest unit it is 1 of),
   where '0.00 GB' told a small model's user nothing."""
