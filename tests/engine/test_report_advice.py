@@ -256,3 +256,20 @@ def test_report_table_shows_one_replica_of_a_multi_replica_plan(cs2):
   assert f"replicas 1-3: the same {len(g.layers)} layers, each copy on its own slab" in text
   total = next(l for l in text.splitlines() if l.strip().startswith("total"))
   assert f"{sum(p.cores for p in plan.layers):,}" in total
+
+
+def test_a_move_off_weight_streaming_says_which_settings_go_back(cs2):
+  """BERT-Base streamed over 2 systems with 50% sparsity: the advice to leave weight streaming
+  planned 1 system and no sparsity but said only "execution_strategy: multi_replica", a config
+  the params check (plans.option_conflict) refuses while num_csx is 2. The label names the
+  reset, and the options it carries pass that check."""
+  opts, plan, pf = compile_(analytic.bert_base(), cs2, batch_size=256,
+                            execution_strategy="weight_streaming", num_csx=2, sparsity=0.5)
+  moves = [a for a in advisor.advise(analytic.bert_base(), cs2, opts, plan, pf, get_planner)
+           if a.options.execution_strategy != plans.WEIGHT_STREAMING]
+  assert moves
+  for a in moves:
+    assert a.label.endswith(" with num_csx: 1, sparsity: 0"), a.label
+    o = a.options
+    assert plans.option_conflict(o.execution_strategy, o.num_csx, None, o.max_wgt_servers,
+                                 o.sparsity) is None

@@ -55,11 +55,20 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
   b = plan.batch_size
   cands = []  # (label, options, why)
   for s in (plans.PIPELINED, plans.MULTI_REPLICA, plans.WEIGHT_STREAMING):
-    if s != strategy:
+    if s == strategy:
+      continue
+    if s == plans.WEIGHT_STREAMING:
       cands.append((f"execution_strategy: {s}",
                     dataclasses.replace(options, execution_strategy=s, num_replicas=None,
-                                        num_csx=1 if s != plans.WEIGHT_STREAMING else
-                                        max(1, plan.num_csx)), ""))
+                                        num_csx=max(1, plan.num_csx)), ""))
+      continue
+    # One system, weights on the wafer: the weight-streaming settings go back to their
+    # defaults, and the label says so (plans.option_conflict refuses them with this mode).
+    reset = {"num_csx": 1, "max_wgt_servers": 1, "sparsity": 0.0}
+    changed = [f"{k}: {v:g}" for k, v in reset.items() if getattr(options, k) != v]
+    cands.append((f"execution_strategy: {s}" + (f" with {', '.join(changed)}" if changed else ""),
+                  dataclasses.replace(options, execution_strategy=s, num_replicas=None, **reset),
+                  ""))
   if strategy == plans.WEIGHT_STREAMING:
     n = plan.num_csx * 2
     if n <= engine.swarmx_max_systems:
@@ -90,7 +99,7 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
       continue
     sps = perf.simulate(p, graph, engine, opts).samples_per_sec
     if p.execution_strategy == plans.MULTI_REPLICA:
-      label += f" (R={p.num_replicas})"
+      label = label.replace(plans.MULTI_REPLICA, f"{plans.MULTI_REPLICA} (R={p.num_replicas})", 1)
     speed = sps / base if base > 0 else math.inf
     if base > 0 and speed < MIN_GAIN:
       continue
