@@ -366,6 +366,14 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"which this model's input_fn reads; write them with the feature names it "
             f"parses{where}, or point the data paths in the params file at data from "
             f"`python scripts/prepare_data.py`")
+  if isinstance(e, tf.errors.DataLossError) and "Is this even a TFRecord file?" in first:
+    # Its first record is already wrong: a text file (CSV, TSV) given where records go.
+    where = _input_fn_name(params)
+    return (f"the data is not a TFRecord file (its first record is unreadable): this input "
+            f"reads TFRecords of "
+            f"tf.train.Example{f' ({where})' if where else ''}; convert your data (a CSV or "
+            f"TSV) to them, or point the data paths in the params file at data from "
+            f"`python scripts/prepare_data.py`")
   if isinstance(e, tf.errors.DataLossError):
     return (f"corrupt data: {first}; re-create it with `python scripts/prepare_data.py --force` "
             f"or remove the damaged file")
