@@ -631,13 +631,16 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     return result
 
   def _log_compile(self, result, previous=None):
-    if self.config.cs_ip and not self._said_cs_ip:
-      # Validated and kept (scripts and configs written for hardware carry one), never used.
+    kept = [f"{k} {v}" for k, v in (("cs_ip", self.config.cs_ip),
+                                     ("system_name", self.config.system_name),
+                                     ("stack_params", self.config.stack_params)) if v]
+    if kept and not self._said_cs_ip:
+      # Validated and kept (scripts written for hardware carry them), never used.
       self._said_cs_ip = True
       tf.compat.v1.logging.warning(
-          "cerebras_tf: cs_ip %s is kept but not contacted: this build has no remote "
-          "runtime; the embedded simulated engine compiles and TensorFlow trains on this host",
-          self.config.cs_ip)
+          "cerebras_tf: %s kept but not used: this build has no remote runtime or software "
+          "stack to pass them to; the embedded simulated engine compiles and TensorFlow "
+          "trains on this host", "; ".join(kept))
     how = "compile cache hit" if result.cached else "compiled"
     if result.cached and previous is not None and previous.plan == result.plan:
       # A notebook's train/evaluate loop: the summary above still holds; say so in one line.

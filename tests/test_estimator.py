@@ -160,14 +160,17 @@ def test_constructor_use_cs_keyword_reaches_train(tmp_path):
 def test_a_cs_ip_is_said_to_be_unused_once(tmp_path, caplog):
   """A config written for hardware names the system's address; it was validated and then
   silently ignored, so a user could believe a remote system trained the model."""
-  est = CerebrasEstimator(model_fn, config=_config(tmp_path, cs_ip="10.0.0.5"), params=PARAMS)
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path, cs_ip="10.0.0.5",
+                                                   stack_params={"ir_mode": "mlir"}),
+                          params=PARAMS)
   with caplog.at_level(logging.WARNING, logger="tensorflow"):
     est.compile(_train_input)
     est.compile(_train_input)
   said = [r.getMessage() for r in caplog.records if "cs_ip" in r.getMessage()]
-  assert said == ["cerebras_tf: cs_ip 10.0.0.5:9000 is kept but not contacted: this build has "
-                  "no remote runtime; the embedded simulated engine compiles and TensorFlow "
-                  "trains on this host"], said
+  assert said == ["cerebras_tf: cs_ip 10.0.0.5:9000; stack_params {'ir_mode': 'mlir'} kept but "
+                  "not used: this build has no remote runtime or software stack to pass them "
+                  "to; the embedded simulated engine compiles and TensorFlow trains on this "
+                  "host"], said
 
 
 def test_a_train_loop_prints_the_plan_once(tmp_path, caplog):
