@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -20,6 +21,8 @@ from cerebras_tf.errors import (CompileError, ConfigError, FitError, ModelFnErro
 from cerebras_tf.runtime import strategies
 from cerebras_tf.models.mlp.model import input_fn, model_fn
 from source_marks import line_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [64, 64],
           "learning_rate": 1e-2, "num_examples": 512}
@@ -466,11 +469,29 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
       execution_strategy="pipelined")), params=PARAMS)
   est.train(numpy_fn, max_steps=3, use_cs=True)
   assert est.get_variable_value("global_step") == 3
-  est = CerebrasEstimator(model_fn, config=_config(tmp_path / "mr", cs_config=CSConfig(
-      execution_strategy="multi_replica", num_replicas=2)), params=PARAMS)
-  with pytest.raises(ConfigError, match=r"returned a tuple of tensors, not a tf.data.Dataset: "
-                                        r"multi_replica splits a dataset"):
-    est.train(numpy_fn, max_steps=3, use_cs=True)
+  # multi_replica needs 2 logical CPUs before TensorFlow starts: a fresh process.
+  script = textwrap.dedent("""\
+      import sys, numpy as np, tensorflow as tf
+      from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+      from cerebras_tf.errors import ConfigError
+      from cerebras_tf.models.mlp import model as mlp
+      x = np.zeros((64, 32), np.float32); y = np.zeros(64, np.int32)
+      fn = tf.compat.v1.estimator.inputs.numpy_input_fn(x={"x": x}, y=y, batch_size=16,
+                                                        num_epochs=None, shuffle=False)
+      params = {"input_dim": 32, "num_classes": 4, "hidden_sizes": [8], "learning_rate": 0.01,
+                "batch_size": 16}
+      est = CerebrasEstimator(mlp.model_fn, params=params, config=CSRunConfig(
+          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
+                                                    num_replicas=2)))
+      try:
+        est.train(fn, max_steps=3, use_cs=True)
+      except ConfigError as e:
+        print("REFUSED", e)
+      """)
+  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "mr")], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert "REFUSED the input_fn returned a tuple of tensors, not a tf.data.Dataset: " \
+         "multi_replica splits a dataset" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
 def test_a_url_model_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
