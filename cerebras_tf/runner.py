@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import json
+import logging
 import math
 import os
 import re
@@ -207,8 +208,18 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
     checkpoints = list_checkpoints(rc["model_dir"])
     if not checkpoints:
       raise ConfigError(f"eval_all: no checkpoints in model_dir {rc['model_dir']}")
-    summary["evals"] = [est.evaluate(input_for(EVAL), steps=eval_steps, checkpoint_path=ckpt,
-                                     use_cs=use_cs) for ckpt in checkpoints]
+    summary["evals"] = []
+    for ckpt in checkpoints:
+      try:
+        summary["evals"].append(est.evaluate(input_for(EVAL), steps=eval_steps,
+                                             checkpoint_path=ckpt, use_cs=use_cs))
+      except Exception:  # pylint: disable=broad-except  # re-raised unless the file is gone
+        if os.path.exists(ckpt + ".index"):
+          raise
+        # Beside a training run that keeps its newest checkpoints only.
+        logging.getLogger("tensorflow").warning(
+            "cerebras_tf: eval_all: %s was deleted (a training run on this model_dir keeps "
+            "its newest checkpoints only); skipped", os.path.basename(ckpt))
   elif mode == "train_and_eval":
     step = latest_step(rc["model_dir"])
     last = step + opts.steps if opts.steps is not None else max_steps

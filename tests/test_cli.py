@@ -253,7 +253,34 @@ def test_runner_eval_eval_all_predict(params_file):
           in runner.format_summary(summary))
   with open(path) as fh:
     assert [json.loads(line) for line in fh] == [{"class": 1, "probabilities": [0.1, 0.9]}] * 3
-  assert not os.path.exists(path + ".tmp")
+  assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no partial file
+
+
+def test_eval_all_skips_a_checkpoint_a_training_run_deleted(params_file, monkeypatch, caplog):
+  """eval_all beside a running training: model.ckpt-8 is deleted (keep_checkpoint_max) while
+  model.ckpt-4 is evaluated. It is skipped with a warning; the others are evaluated. An error
+  on a checkpoint still on disk is raised as it is."""
+  for step in (4, 8, 12):
+    os.makedirs("m", exist_ok=True)
+    open(f"m/model.ckpt-{step}.index", "w").close()
+
+  def evaluate(self, input_fn, steps=None, checkpoint_path=None, use_cs=None):
+    if checkpoint_path.endswith("-4"):
+      os.remove("m/model.ckpt-8.index")
+    if not os.path.exists(checkpoint_path + ".index"):
+      raise ValueError(f"The passed save_path is not a valid checkpoint: {checkpoint_path}")
+    self.calls.append(("evaluate", checkpoint_path))
+    return {"loss": 0.5, "global_step": int(checkpoint_path.rsplit("-", 1)[1])}
+  monkeypatch.setattr(FakeEstimator, "evaluate", evaluate)
+  summary, calls = _run(params_file, ["--mode", "eval_all", "--model_dir", "m"])
+  assert [e["global_step"] for e in summary["evals"]] == [4, 12]
+  assert "eval_all: model.ckpt-8 was deleted" in caplog.text
+
+  def broken(self, input_fn, steps=None, checkpoint_path=None, use_cs=None):
+    raise ValueError("a real failure")
+  monkeypatch.setattr(FakeEstimator, "evaluate", broken)
+  with pytest.raises(ValueError, match="a real failure"):
+    _run(params_file, ["--mode", "eval_all", "--model_dir", "m"])
 
 
 def test_runner_train_and_eval_alternates(params_file):
