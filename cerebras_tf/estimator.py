@@ -273,11 +273,7 @@ class _CerebrasMethods:
                use_cs=None):
     """Evaluates a checkpoint (refused when there is none: the metrics of an untrained model
     are not an answer); with use_cs=True the last compile must fit."""
-    batch = None
-    if self._resolve_use_cs(use_cs):
-      self._check_last_compile()
-      input_fn = self._batch_param_input_fn(input_fn, ModeKeys.EVAL)
-      batch = batch_size_for_mode(self.params, ModeKeys.EVAL)
+    input_fn, batch = self._for_engine(input_fn, ModeKeys.EVAL, use_cs)
     for attempt in range(_VANISHED_RETRIES + 1):
       self._restore_from = self._checkpoint_for("evaluate", checkpoint_path)
       progress = BatchProgressHook(batch_size_for_mode(self.params, ModeKeys.EVAL), steps)
@@ -300,11 +296,7 @@ class _CerebrasMethods:
     """Predicts from a checkpoint (refused when there is none); with use_cs=True the last
     compile must fit."""
     restore_from = self._checkpoint_for("predict", checkpoint_path)
-    batch = None
-    if self._resolve_use_cs(use_cs):
-      self._check_last_compile()
-      input_fn = self._batch_param_input_fn(input_fn, ModeKeys.PREDICT)
-      batch = batch_size_for_mode(self.params, ModeKeys.PREDICT)
+    input_fn, batch = self._for_engine(input_fn, ModeKeys.PREDICT, use_cs)
     for attempt in range(_VANISHED_RETRIES + 1):
       if attempt:
         restore_from = self._checkpoint_for("predict", checkpoint_path)
@@ -327,6 +319,14 @@ class _CerebrasMethods:
           raise
       finally:
         self._restore_from = None
+
+  def _for_engine(self, input_fn, mode, use_cs):
+    """(input_fn, batch) for eval/predict: with use_cs the last compile must fit, and the
+    input_fn and model_fn get the mode's batch; without, both as they are."""
+    if not self._resolve_use_cs(use_cs):
+      return input_fn, None
+    self._check_last_compile()
+    return self._batch_param_input_fn(input_fn, mode), batch_size_for_mode(self.params, mode)
 
   def _vanished(self, checkpoint_path, attempt: int, error) -> bool:
     """Whether evaluate/predict of the latest checkpoint should start again: a training run on
