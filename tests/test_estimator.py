@@ -318,6 +318,22 @@ def test_evaluation_shows_progress_then_its_total():
   assert unknown == ["predict batch 2  0.25 batches/s", "predict batch 3  0.25 batches/s"]
 
 
+def test_the_progress_line_shows_a_tiny_utilization_not_zero():
+  """The MLP's progress line said "util 0.0%" (8.3e-8 of the wafer): read as broken. It is
+  written as the report writes it, two significant digits below 0.1%."""
+  from cerebras_tf.runtime.hooks import CSProgressHook  # pylint: disable=import-outside-toplevel
+  lines = []
+  with tf.Graph().as_default():
+    tf.compat.v1.train.get_or_create_global_step()
+    hook = CSProgressHook(tf.constant(0.5), 16, 15842.0, 8.3e-8, None, 10, every_n_steps=1,
+                          log_fn=lines.append)
+    hook.begin()
+    for step in (0, 1):
+      hook.after_run(None, tf.compat.v1.train.SessionRunValues(
+          results={"loss": 0.5, "step": step}, options=None, run_metadata=None))
+  assert "engine (simulated) 15,842 samples/s  util 0.0000083%  ETA" in lines[1], lines
+
+
 def test_max_steps_already_reached_says_so(tmp_path, caplog):
   """tf.estimator returns at once when the model_dir is at max_steps already, saying so only
   at INFO (the log file under scripts/run.py): a rerun with a smaller --max_steps looked like

@@ -6,6 +6,7 @@ Pure data; no TensorFlow, no imports from the rest of the package but `core`. A 
 """
 
 import dataclasses
+import math
 from typing import Dict, List, Optional, Tuple
 
 from cerebras_tf.core.batching import HOST_CPU_REPLICAS, Batching
@@ -36,6 +37,15 @@ def option_conflict(strategy: str, num_csx: int = 1, num_replicas: Optional[int]
     return "num_replicas", (f"num_replicas {num_replicas} needs execution_strategy "
                             f"multi_replica or auto, got '{strategy}'")
   return None
+
+
+def fmt_share(x: float) -> str:
+  """A share as a percentage with one decimal, or two significant digits below 0.1% (a tiny
+  model's utilization is 0.0045%, not "0.0%")."""
+  if 0 < x < 1e-3:
+    pct = x * 100
+    return f"{pct:.{1 - math.floor(math.log10(pct))}f}%"  # fixed point, never 2.2e-06%
+  return f"{x:.1%}"
 
 
 def fmt_gb(nbytes: float) -> str:

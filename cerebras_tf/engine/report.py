@@ -20,6 +20,7 @@ import yaml
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
+from cerebras_tf.core.plans import fmt_share
 from cerebras_tf.engine import perf as perf_model
 
 _GB = 1e9
@@ -123,15 +124,6 @@ def fmt_bytes(n: float) -> str:
     if abs(n) >= scale:
       return f"{n / scale:.2f} {unit}"
   return f"{n:.0f} B"
-
-
-def fmt_share(x: float) -> str:
-  """A share as a percentage with one decimal, or two significant digits below 0.1% (a tiny
-  model's utilization is 0.0045%, not "0.0%")."""
-  if 0 < x < 1e-3:
-    pct = x * 100
-    return f"{pct:.{1 - math.floor(math.log10(pct))}f}%"  # fixed point, never 2.2e-06%
-  return f"{x:.1%}"
 
 
 def _fmt_rate(x: float) -> str:

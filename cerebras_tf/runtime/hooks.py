@@ -11,6 +11,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from cerebras_tf.core.plans import fmt_share
 from cerebras_tf.errors import NonFiniteLossError
 
 
@@ -101,8 +102,8 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     overall = (step - self._step0) / max(now - self._t0, 1e-9)
     eta = (self._last_step - step) / overall if self._last_step and overall > 0 else float("nan")
     self._log(f"step {step}{total}  loss {loss:.6g}  host {host_eps:,.1f} examples/s  "
-              f"engine (simulated) {self._sim_sps:,.0f} samples/s  util {self._util:.1%}  "
-              f"ETA {_fmt_eta(eta)}")
+              f"engine (simulated) {self._sim_sps:,.0f} samples/s  "
+              f"util {fmt_share(self._util)}  ETA {_fmt_eta(eta)}")
     if self._writer is not None:
       summary = tf.compat.v1.Summary(value=[
           tf.compat.v1.Summary.Value(tag="cerebras/simulated_samples_per_sec", simple_value=self._sim_sps),
