@@ -15,6 +15,7 @@ import contextlib
 import functools
 import inspect
 import os
+import re
 import tempfile
 from typing import Optional
 
@@ -369,6 +370,7 @@ class _CerebrasMethods:
     run = self._cs_run
     if run is not None:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
+      _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 
@@ -670,6 +672,36 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     if not result.plan.fits:
       raise FitError(f"model does not fit {result.plan.engine} in {result.plan.execution_strategy} "
                      f"mode: {result.plan.reason}")
+
+
+_CROSS_REPLICA_UPDATE = re.compile(r"(^|/)update_\d+(_\d+)?/")
+
+
+def _say_per_replica_variables(graph, distribution) -> None:
+  """Under data parallelism (multi_replica), a non-trainable variable the step writes (a
+  counter) with aggregation NONE gets one copy per host replica, each updated by its own
+  replica, and a read sees the first: `examples_seen` counted half the examples on 2 replicas.
+  tf.distribute says nothing in graph mode; this says it once per training call."""
+  if not isinstance(distribution, (tf.distribute.MirroredStrategy,
+                                   tf.distribute.MultiWorkerMirroredStrategy)):
+    return
+  # Writes from a replica's own step; strategy.extended.update (an optimizer's apply) writes
+  # every copy alike, under `update_<device>` scopes; initializers end in /Assign.
+  written = {op.inputs[0].name for op in graph.get_operations()
+             if op.type in ("AssignAddVariableOp", "AssignSubVariableOp", "AssignVariableOp")
+             and op.inputs and not op.name.endswith("/Assign")
+             and not _CROSS_REPLICA_UPDATE.search(op.name)}
+  for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+    copies = getattr(v, "values", None)
+    if (v.trainable or getattr(v, "aggregation", None) != tf.VariableAggregation.NONE
+        or not copies or len(copies) < 2):
+      continue
+    if any(c.handle.name in written for c in copies):
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: %s is written by the training step with aggregation NONE: each of "
+          "the %d host replicas keeps its own copy, and a read (a checkpoint) sees the "
+          "first's; create it with aggregation=tf.VariableAggregation.SUM (a count) or MEAN",
+          v.name.split(":")[0], len(copies))
 
 
 # evaluate/predict of the latest checkpoint start again this often when a training run deletes

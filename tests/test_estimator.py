@@ -510,6 +510,46 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
          "multi_replica splits a dataset" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
+def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
+  """A non-trainable `examples_seen` the train_op adds the batch to: 10 steps of 20 examples
+  read 200 in pipelined but 100 in multi_replica (2 host replicas of 10, each counting into
+  its own copy), without a word. Now a warning names it; with aggregation SUM it reads 200
+  and nothing is said. In a fresh process: multi_replica needs its 2 CPUs before TF starts."""
+  script = textwrap.dedent("""\
+      import logging, sys, numpy as np, tensorflow as tf
+      from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+      said = []
+      logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
+          "emit": lambda self, r: said.append(r.getMessage())})())
+      def input_fn(params):
+        x = np.ones((200, 8), np.float32); y = np.zeros(200, np.int32)
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
+      def model_fn(features, labels, mode, params):
+        logits = tf.compat.v1.layers.dense(features, 2)
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        seen = tf.compat.v1.get_variable(
+            "examples_seen", [], tf.float32, tf.zeros_initializer(), trainable=False,
+            aggregation=getattr(tf.VariableAggregation, sys.argv[2]))
+        count = tf.compat.v1.assign_add(seen, tf.cast(tf.shape(features)[0], tf.float32))
+        step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss, tf.compat.v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.group(step, count))
+      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
+                                                    num_replicas=2)))
+      est.train(input_fn, max_steps=10, use_cs=True)
+      print("SEEN", est.get_variable_value("examples_seen"))
+      print("SAID", any("examples_seen is written by the training step with aggregation NONE"
+                        in m for m in said))
+      """)
+  for aggregation, seen, said in (("NONE", 100.0, True), ("SUM", 200.0, False)):
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / aggregation),
+                           aggregation], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    out = proc.stdout + proc.stderr[-2000:]
+    assert f"SEEN {seen}" in proc.stdout and f"SAID {said}" in proc.stdout, out
+
+
 def test_a_url_model_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
   """model_dir="ram://m" (or gs://) trained, then reported step 0, and left a local directory
   named `ram:` with the compile reports in it."""
