@@ -20,6 +20,7 @@ import tempfile
 from typing import Optional
 
 import tensorflow as tf
+from tensorflow_estimator.python.estimator import extenders
 from tensorflow_estimator.python.estimator import model_fn as model_fn_lib
 from tensorflow_estimator.python.estimator import util as estimator_util
 
@@ -417,6 +418,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self.last_predict_checkpoint: Optional[str] = None  # what the last finished predict read
     self._said_cs_ip = False
     self._said_off_engine = False
+    self._said_foreign_driver = False
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
     if config is not None and not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
@@ -456,6 +458,51 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     warm = keras_model_lib.save_warm_start(model, config, custom_objects)
     return cls(model_fn, compile_dir=compile_dir, config=config, params=params,
                warm_start_from=warm, use_cs=use_cs)
+
+  def add_metrics(self, metric_fn) -> "CerebrasEstimator":
+    """`tf.estimator.add_metrics` for a CerebrasEstimator: the same model, config, params, warm
+    start and use_cs default, with `metric_fn`'s metrics added to evaluation. (TF's own returns
+    a plain tf.estimator.Estimator, which trains without the engine.)
+
+    Args:
+      metric_fn: as tf.estimator.add_metrics's: takes any of predictions, features, labels,
+        config; returns {name: (value, update_op)}.
+    """
+    extenders._verify_metric_fn_args(metric_fn)  # pylint: disable=protected-access
+    user_model_fn = self._user_model_fn
+
+    @functools.wraps(user_model_fn)  # keeps a Keras model_fn's name and cache token
+    def model_fn(features, labels, mode, params, config):
+      spec = _as_estimator_spec(_call_with_supported_args(
+          user_model_fn, features=features, labels=labels, mode=mode, params=params,
+          config=config), user_model_fn)
+      if mode != ModeKeys.EVAL:
+        return spec
+      metrics = dict(spec.eval_metric_ops or {})
+      metrics.update(extenders._call_metric_fn(  # pylint: disable=protected-access
+          metric_fn, features, labels, spec.predictions, config))
+      return spec._replace(eval_metric_ops=metrics)
+
+    return type(self)(model_fn, compile_dir=self._compile_dir, config=self.config,
+                      params=self.params, warm_start_from=self._warm_start_settings,
+                      use_cs=self._default_use_cs, init_checkpoint=self._init_checkpoint)
+
+  @property
+  def model_fn(self):
+    """tf.estimator's model_fn bound to params. Another estimator that trains with it (the
+    plain Estimator tf.estimator.add_metrics returns) trains without the engine: said once."""
+    bound = tf.estimator.Estimator.model_fn.fget(self)
+
+    def public_model_fn(features, labels, mode, config):
+      if mode == ModeKeys.TRAIN and not self._said_foreign_driver:
+        self._said_foreign_driver = True
+        tf.compat.v1.logging.warning(
+            "cerebras_tf: another estimator is training this CerebrasEstimator's model_fn "
+            "(tf.estimator.add_metrics returns a plain tf.estimator.Estimator): it trains "
+            "without the engine; use est.add_metrics(metric_fn), which keeps a "
+            "CerebrasEstimator")
+      return bound(features, labels, mode, config)
+    return public_model_fn
 
   # --- configuration ----------------------------------------------------------------------
 

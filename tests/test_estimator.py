@@ -550,6 +550,28 @@ def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
     assert f"SEEN {seen}" in proc.stdout and f"SAID {said}" in proc.stdout, out
 
 
+def test_add_metrics_keeps_the_engine(tmp_path, caplog):
+  """tf.estimator.add_metrics(est, fn) returns a plain tf.estimator.Estimator: train_and_evaluate
+  on it trained without the engine, silently (and without params). est.add_metrics(fn) keeps a
+  CerebrasEstimator with the same params and config; the plain one's training is named."""
+  def metric_fn(labels, features):
+    return {"label_mean": tf.compat.v1.metrics.mean(tf.cast(labels, tf.float32)),
+            "x_mean": tf.compat.v1.metrics.mean(features["x"])}
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path, cs_config=CSConfig(
+      execution_strategy="pipelined")), params=PARAMS, use_cs=True)
+  ours = est.add_metrics(metric_fn)
+  assert isinstance(ours, CerebrasEstimator) and ours.params == est.params
+  tf.estimator.train_and_evaluate(ours, tf.estimator.TrainSpec(_train_input, max_steps=2),
+                                  tf.estimator.EvalSpec(_eval_input, steps=1, throttle_secs=0))
+  assert os.path.exists(os.path.join(ours.compile_dir, "plan.json"))  # trained on the engine
+  metrics = ours.evaluate(_eval_input, steps=1)
+  assert {"label_mean", "x_mean", "accuracy"} <= set(metrics)
+  assert "another estimator is training" not in caplog.text
+  plain = tf.estimator.add_metrics(est, metric_fn)
+  plain.train(lambda: _train_input(PARAMS), max_steps=4)
+  assert "another estimator is training this CerebrasEstimator's model_fn" in caplog.text
+
+
 def test_a_url_model_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch):
   """model_dir="ram://m" (or gs://) trained, then reported step 0, and left a local directory
   named `ram:` with the compile reports in it."""
