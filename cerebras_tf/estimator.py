@@ -34,7 +34,8 @@ from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnE
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
                                 disk_full_path)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
-from cerebras_tf.runtime import checkpoints, dir_lock, host_memory, logs, strategies
+from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, logs, strategies,
+                                 tf_config)
 from cerebras_tf.runtime.hooks import BatchProgressHook, CSProgressHook, GracefulInterrupt
 
 ModeKeys = tf.estimator.ModeKeys
@@ -759,7 +760,11 @@ _VANISHED_RETRIES = 3
 def _raise_unless_host_holds(result) -> None:
   """TensorFlow runs the numerics on this machine, in float32: weights, gradients and optimizer
   slots (a copy per host replica). A model that cannot fit here made the weight server
-  segfault on allocation, four restarts and minutes later."""
+  segfault on allocation, four restarts and minutes later. Weight streaming with a TF_CONFIG
+  cluster's own weight servers keeps the state on their hosts: not checked here."""
+  cluster = tf_config.current()
+  if result.plan.execution_strategy == plans.WEIGHT_STREAMING and cluster and cluster.ps:
+    return
   graph = result.graph
   copies = max(1, result.plan.batching.host_replicas_per_worker)
   need, have = graph.state_bytes * copies, host_memory.available_bytes()

@@ -425,6 +425,27 @@ def test_a_model_this_machine_cannot_hold_is_refused_before_training(tmp_path, m
   assert tf.train.latest_checkpoint(est.model_dir) is None
 
 
+def test_the_host_memory_check_leaves_remote_weight_servers_alone(monkeypatch):
+  """With a TF_CONFIG cluster's own weight servers (ps tasks on other hosts) the weights and
+  optimizer state live there: a 1 TB model is not refused for this host's memory. Without
+  them (the local weight servers run here) it is."""
+  from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+  from cerebras_tf import estimator as estimator_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import host_memory  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(host_memory, "available_bytes", lambda: 10**9)
+  result = SimpleNamespace(
+      graph=SimpleNamespace(state_bytes=10**12, num_params=6 * 10**10, optimizer="adam"),
+      plan=SimpleNamespace(execution_strategy="weight_streaming",
+                           batching=SimpleNamespace(host_replicas_per_worker=1)))
+  monkeypatch.setenv("TF_CONFIG", json.dumps({
+      "cluster": {"chief": ["h0:1"], "ps": ["h1:1", "h2:1"]},
+      "task": {"type": "chief", "index": 0}}))
+  estimator_lib._raise_unless_host_holds(result)  # pylint: disable=protected-access
+  monkeypatch.delenv("TF_CONFIG")
+  with pytest.raises(FitError, match=r"needs about 1000.00 GB of memory"):
+    estimator_lib._raise_unless_host_holds(result)  # pylint: disable=protected-access
+
+
 def test_available_memory_reads_meminfo_and_a_cgroup_limit(tmp_path):
   from cerebras_tf.runtime import host_memory  # pylint: disable=import-outside-toplevel
   meminfo = tmp_path / "meminfo"
