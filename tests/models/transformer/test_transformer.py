@@ -230,7 +230,7 @@ def test_a_read_only_data_dir_caches_the_vocab_in_the_user_cache(tmp_path, monke
     assert vocab_lib.read_vocab(path)[-1] == "hola"
     assert vocab_lib.ensure_vocab(train, 5) == path and len(built) == 1  # found, not rebuilt
   finally:
-    subprocess.run(["umount", str(ro)], check=False)
+    subprocess.run(["umount", "-l", str(ro)], check=False)
     shutil.rmtree(tmp_path / "home", ignore_errors=True)
 
 
