@@ -186,7 +186,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
       flags.FLAGS.mark_as_parsed()  # absl logging (used by TF) otherwise warns on every run
-    with routed_logs(params["runconfig"]["model_dir"]), _disk_full_in_threads_said_once():
+    with routed_logs(params["runconfig"]["model_dir"]), _quiet_disk_full_in_threads():
       summary = runner.run(params, opts)
   except CerebrasTFError as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
@@ -294,7 +294,7 @@ def routed_logs(model_dir: str):
 
 
 @contextlib.contextmanager
-def _disk_full_in_threads_said_once():
+def _quiet_disk_full_in_threads():
   """TensorFlow's event-writer thread prints a traceback when the disk fills; the same error
   reaches the main thread at the writer's flush, and becomes the run's one error line."""
   saved = threading.excepthook

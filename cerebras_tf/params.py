@@ -349,9 +349,7 @@ class _Validator:
     return schemas
 
   def section(self, section: str, raw: dict, fields: Mapping[str, Field]) -> dict:
-    for key in raw:
-      if key not in fields:
-        self.fail((section, key), self.unknown_key(section, key, fields))
+    """The section's values, defaults filled in (its unknown keys were refused already)."""
     return {key: self.value((section, key), raw[key], field) if key in raw
             else self.default((section, key), field)
             for key, field in fields.items()}
@@ -493,15 +491,15 @@ class _Validator:
                 "modelzoo's multi-GPU switch; a cluster here is the TF_CONFIG environment "
                 "variable (docs/distributed.md): remove the key")
     model = out["model"]
-    if model.get("nonlinearity") is not None:  # modelzoo GPT's name for it
-      given = (raw.get("model") or {}).get("encoder_nonlinearity")
-      if given is not None and model["encoder_nonlinearity"] != model["nonlinearity"]:
-        self.fail(("model", "nonlinearity"), f"model.nonlinearity {model['nonlinearity']} "
-                  f"conflicts with model.encoder_nonlinearity {given}; keep one of them")
-      model["encoder_nonlinearity"] = model["nonlinearity"]
+    nonlinearity = model.pop("nonlinearity", None)  # modelzoo GPT's encoder_nonlinearity
+    if nonlinearity is not None:
+      given = "encoder_nonlinearity" in (raw.get("model") or {})
+      if given and model["encoder_nonlinearity"] != nonlinearity:
+        self.fail(("model", "nonlinearity"), f"model.nonlinearity {nonlinearity} conflicts "
+                  f"with model.encoder_nonlinearity {model['encoder_nonlinearity']}; keep one "
+                  f"of them")
+      model["encoder_nonlinearity"] = nonlinearity
       self.origins[("model", "encoder_nonlinearity")] = self.where(("model", "nonlinearity"))
-    if "nonlinearity" in model:
-      del model["nonlinearity"]
     if model.get("use_vsl"):  # modelzoo's variable sequence length is VTS here
       if (raw.get("csconfig") or {}).get("vts") is False:
         self.fail(("model", "use_vsl"), "model.use_vsl: true (modelzoo's name for csconfig.vts) "

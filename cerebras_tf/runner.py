@@ -242,8 +242,8 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
     summary["global_step"] = step
   elif mode == "predict":
     def path():  # named once predict is done: a training run may have moved the latest on
-      read = est.last_predict_checkpoint or opts.checkpoint_path or ""
-      step = step_of(read) if step_of(read) >= 0 else latest_step(rc["model_dir"])
+      step = step_of(est.last_predict_checkpoint or opts.checkpoint_path or "")
+      step = step if step >= 0 else latest_step(rc["model_dir"])
       return os.path.join(rc["model_dir"], "predictions", f"predictions-{step}.jsonl")
     count, keys, written = write_predictions(
         est.predict(input_for(PREDICT), checkpoint_path=opts.checkpoint_path, use_cs=use_cs),
