@@ -276,6 +276,8 @@ class _CerebrasMethods:
                use_cs=None):
     """Evaluates a checkpoint (refused when there is none: the metrics of an untrained model
     are not an answer); with use_cs=True the last compile must fit."""
+    if steps is None:
+      input_fn = _refusing_endless(input_fn)
     input_fn, batch = self._for_engine(input_fn, ModeKeys.EVAL, use_cs)
     for attempt in range(_VANISHED_RETRIES + 1):
       self._restore_from = self._checkpoint_for("evaluate", checkpoint_path)
@@ -805,6 +807,36 @@ def _absolute_warm_start(warm_start_from):
     return warm_start_from._replace(
         ckpt_to_initialize_from=_absolute(warm_start_from.ckpt_to_initialize_from))
   return warm_start_from
+
+
+def _refusing_endless(input_fn):
+  """An eval input_fn that refuses a dataset without end: evaluate(steps=None) reads until the
+  input ends, and a training input_fn reused for eval (`.repeat()`) ran forever."""
+  def wrapped(params, mode, config):
+    out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config)
+    if _endless(out):
+      raise ConfigError(
+          f"evaluate: the dataset of {getattr(input_fn, '__name__', 'the input_fn')}"
+          f"{defined_at(input_fn)} repeats forever (.repeat()) and steps is None, so the "
+          f"evaluation would never end; pass steps=N (--eval_steps), or build the eval "
+          f"dataset without .repeat()")
+    return out
+  return wrapped
+
+
+def _endless(dataset) -> bool:
+  """Whether a dataset's cardinality is known to be infinite. In graph mode it is a tensor:
+  run alone (it builds the dataset, reads nothing). Unknown (a filter, a generator) is not."""
+  if not isinstance(dataset, tf.data.Dataset):
+    return False
+  cardinality = dataset.cardinality()
+  if tf.executing_eagerly():
+    return int(cardinality) == tf.data.INFINITE_CARDINALITY
+  try:
+    with tf.compat.v1.Session(graph=cardinality.graph) as session:
+      return int(session.run(cardinality)) == tf.data.INFINITE_CARDINALITY
+  except tf.errors.OpError:  # it needs a feed or an initialized resource: not known
+    return False
 
 
 def _check_batch(dataset, per_replica_batch: int, cs_config) -> None:

@@ -371,6 +371,25 @@ def test_a_dataset_that_runs_out_says_so_and_the_next_call_takes_another_pass(tm
   assert "ran out" not in caplog.text
 
 
+def test_evaluating_on_a_repeating_dataset_without_steps_is_refused_not_endless(tmp_path):
+  """The training input_fn reused for eval: `.repeat()` and steps=None read batch after batch
+  (8.8 M examples in 90 s in the trial, never ending), in every mode and with use_cs=False
+  too. Now refused with the input_fn named; steps=N, or a dataset that ends, evaluates."""
+  cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
+  est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
+  est.train(_train_input, max_steps=5, use_cs=True)
+  for use_cs in (True, False):
+    with pytest.raises(ConfigError, match=r"the dataset of _train_input \(tests/test_estimator.py:\d+\) "
+                       r"repeats forever \(.repeat\(\)\) and steps is None"):
+      est.evaluate(_train_input, use_cs=use_cs)
+  assert est.evaluate(_train_input, steps=3, use_cs=True)["global_step"] == 5
+  assert est.evaluate(_eval_input, use_cs=True)["global_step"] == 5
+  filtered = lambda params: _train_input(params).filter(lambda f, y: True)  # noqa: E731
+  assert tf.data.experimental.cardinality(filtered(PARAMS)) == tf.data.UNKNOWN_CARDINALITY
+  # Unknown is not endless: a filter over a finite dataset ends. Steps bound this one.
+  assert est.evaluate(filtered, steps=2, use_cs=True)["global_step"] == 5
+
+
 def test_a_generator_dataset_trains_on_and_never_rolls_the_model_back(tmp_path, caplog):
   """Dataset.from_generator cannot save its position past step 0: the pipelined run crashed at
   its first checkpoint (UnimplementedError from SerializeIterator) with the model saved and
