@@ -211,6 +211,12 @@ class _CerebrasMethods:
           return tf.estimator.Estimator.train(self, input_fn, hooks=hooks + [interrupt.hook],
                                               steps=steps, max_steps=max_steps,
                                               saving_listeners=saving_listeners)
+    except (ValueError, AttributeError) as e:
+      # Raised by the optimizer's merge step, outside the replicas' model_fn calls.
+      mixed = _mixed_policy_across_replicas(e, self._user_model_fn)
+      if mixed is None:
+        raise
+      raise ModelFnError(mixed) from e
     except tf.compat.v1.train.NanLossDuringTrainingError:
       # tf.estimator's NanTensorHook checks every step, ours only fetches on logging steps.
       hook = self._cs_run.get("hook")
@@ -807,6 +813,28 @@ def _absolute_warm_start(warm_start_from):
     return warm_start_from._replace(
         ckpt_to_initialize_from=_absolute(warm_start_from.ckpt_to_initialize_from))
   return warm_start_from
+
+
+def _mixed_policy_across_replicas(error, user_model_fn) -> Optional[str]:
+  """What to do when a Keras mixed-precision policy meets multi_replica's per-replica model_fn
+  calls: each replica's model wraps the shared (mirrored) weights in an AutoCastVariable of
+  its own, so an update over the model's variables differs between replicas and tf.distribute
+  regroups it as PerReplica (the plain Estimator with MirroredStrategy fails alike)."""
+  policy = tf.keras.mixed_precision.global_policy()
+  if policy.compute_dtype == policy.variable_dtype or "PerReplica" not in str(error):
+    return None
+  keras_model = getattr(user_model_fn, "keras_model", None)
+  ways = ("set the policy back to 'float32' for this run" if keras_model is not None else
+          "leave var_list out of minimize()/compute_gradients() (it then takes the trainable "
+          "variables, which are shared), or set the policy back to 'float32' for this run")
+  who = (f"Keras model '{keras_model.name}'" if keras_model is not None else
+         f"model_fn{defined_at(user_model_fn)}")
+  return (f"{who}: multi_replica cannot update weights through "
+          f"the Keras mixed-precision policy '{policy.name}': each replica's model wraps the "
+          f"shared weights in its own AutoCastVariable, so the replicas' updates do not match "
+          f"({type(error).__name__}: {str(error).splitlines()[0][:120]}); {ways} (the engine's "
+          f"estimate assumes 16-bit compute either way), or train pipelined or "
+          f"weight_streaming, where it trains as it is")
 
 
 def _refusing_endless(input_fn):

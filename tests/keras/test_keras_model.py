@@ -8,6 +8,8 @@ use_cs=True; the compile report names the Keras model and its layers.
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import ConfigError
 from source_marks import line_of
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 L = tf.keras.layers
 BATCH, STEPS, DIM, CLASSES = 16, 4, 6, 3
 
@@ -300,3 +303,59 @@ def test_a_lookup_layer_is_refused_with_the_way_that_works(tmp_path):
   est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path.joinpath("ids")))
   est.train(input_fn, max_steps=3, use_cs=True)
   assert est.get_variable_value("global_step") == 3
+
+
+_MIXED_SCRIPT = """\
+import sys, numpy as np, tensorflow as tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.runtime import strategies
+model_dir, strategy, how = sys.argv[1:]
+strategies.reserve_logical_cpus(2)
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+def input_fn(params):
+  x = np.random.RandomState(0).randn(64, 8).astype("float32"); y = (x.sum(1) > 0).astype("int32")
+  return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(params["batch_size"])
+def build():
+  x = tf.keras.Input((8,), name="x")
+  logits = tf.keras.layers.Dense(2, dtype="float32")(tf.keras.layers.Dense(8, "relu")(x))
+  return tf.keras.Model(x, logits, name="mixed_mlp")
+def model_fn(features, labels, mode, params):
+  m = build()
+  loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+      labels, m(features), from_logits=True))
+  step = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(
+      loss, tf.compat.v1.train.get_global_step(),
+      var_list=m.trainable_variables if how == "var_list" else None)
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+config = CSRunConfig(model_dir=model_dir, cs_config=CSConfig(execution_strategy=strategy))
+if how == "keras":
+  m = build()
+  m.compile(tf.keras.optimizers.legacy.Adam(1e-2),
+            tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  est = CerebrasEstimator.from_keras_model(m, config=config, params={"batch_size": 16})
+else:
+  est = CerebrasEstimator(model_fn, config=config, params={"batch_size": 16})
+est.train(input_fn, max_steps=6, use_cs=True)
+print("STEP", est.get_variable_value("global_step"))
+"""
+
+
+@pytest.mark.slow
+def test_a_mixed_precision_policy_trains_or_says_why_not_in_multi_replica(tmp_path):
+  """mixed_float16 (the engine computes in 16 bits, so users set it): each multi_replica
+  replica wraps the shared weights in its own AutoCastVariable, and an update over the
+  model's own variables failed inside tf.distribute ("'PerReplica' object has no attribute
+  'name'", or colocate_vars_with for a Keras model; the plain Estimator fails alike). It is
+  now named with the ways that train, and those ways do train. Fresh processes: the policy
+  is global and multi_replica needs its 2 CPUs before TF starts."""
+  cases = [("multi_replica", "var_list", "model_fn (<string>:14): multi_replica cannot update "
+            "weights through the Keras mixed-precision policy 'mixed_float16'"),
+           ("multi_replica", "keras", "Keras model 'mixed_mlp': multi_replica cannot update"),
+           ("multi_replica", "default", "STEP 6"),  # no var_list: the shared variables
+           ("pipelined", "keras", "STEP 6")]
+  for strategy, how, expected in cases:
+    proc = subprocess.run([sys.executable, "-c", _MIXED_SCRIPT, str(tmp_path / f"{strategy}_{how}"),
+                           strategy, how], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)
+    out = proc.stdout + proc.stderr[-4000:]
+    assert expected in out, (strategy, how, out)
