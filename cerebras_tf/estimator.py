@@ -624,6 +624,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                            f"{type(e).__name__}: {message}"
                            f"{_predict_hint(mode, features, labels, message)}") from e
       spec = _as_estimator_spec(spec, user_model_fn)
+      if mode == ModeKeys.TRAIN and spec.scaffold.saver is not None:
+        checkpoints.check_saver_covers(spec.scaffold.saver, tf.compat.v1.get_default_graph(),
+                                       f"model_fn{defined_at(user_model_fn)}")
       if self._restore_from:
         # Before the session restores (and before a refused run writes anything).
         checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),
@@ -742,11 +745,12 @@ def _say_per_replica_variables(graph, distribution) -> None:
                                    tf.distribute.MultiWorkerMirroredStrategy)):
     return
   # Writes from a replica's own step; strategy.extended.update (an optimizer's apply) writes
-  # every copy alike, under `update_<device>` scopes; initializers end in /Assign.
+  # every copy alike, under `update_<device>` scopes; initializers end in /Assign; a Saver
+  # the model_fn made (in its scaffold) writes what it restores.
   written = {op.inputs[0].name for op in graph.get_operations()
              if op.type in ("AssignAddVariableOp", "AssignSubVariableOp", "AssignVariableOp")
              and op.inputs and not op.name.endswith("/Assign")
-             and not _CROSS_REPLICA_UPDATE.search(op.name)}
+             and not _CROSS_REPLICA_UPDATE.search(op.name) and not _restores(op)}
   for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
     copies = getattr(v, "values", None)
     if (v.trainable or getattr(v, "aggregation", None) != tf.VariableAggregation.NONE
@@ -758,6 +762,14 @@ def _say_per_replica_variables(graph, distribution) -> None:
           "the %d host replicas keeps its own copy, and a read (a checkpoint) sees the "
           "first's; create it with aggregation=tf.VariableAggregation.SUM (a count) or MEAN",
           v.name.split(":")[0], len(copies))
+
+
+def _restores(assign) -> bool:
+  """Whether a variable write assigns a value read from a checkpoint (through Identity ops)."""
+  value = assign.inputs[1].op if len(assign.inputs) > 1 else None
+  while value is not None and value.type == "Identity" and value.inputs:
+    value = value.inputs[0].op
+  return value is not None and value.type in ("RestoreV2", "Restore", "RestoreSlice")
 
 
 # evaluate/predict of the latest checkpoint start again this often when a training run deletes

@@ -590,6 +590,74 @@ def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
     assert f"SEEN {seen}" in proc.stdout and f"SAID {said}" in proc.stdout, out
 
 
+def _saver_model_fn(saver_first):
+  def model_fn(features, labels, mode, params):
+    logits = tf.compat.v1.layers.dense(features["x"], params["num_classes"])
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    saver = tf.compat.v1.train.Saver(max_to_keep=1) if saver_first else None
+    step = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(
+        loss, tf.compat.v1.train.get_global_step())
+    scaffold = tf.compat.v1.train.Scaffold(saver=saver or tf.compat.v1.train.Saver(max_to_keep=1))
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step, scaffold=scaffold)
+  return model_fn
+
+
+def test_a_scaffold_saver_made_before_minimize_is_refused_before_training(tmp_path):
+  """A Saver saves the variables that exist when it is made: one made before minimize() wrote
+  checkpoints without Adam's state (5 of the 15 variables in the trial), and the next train
+  call was refused as "the optimizer or its settings changed" after the first had trained.
+  Now refused before anything trains, with the names; made after minimize, it trains and
+  resumes (max_to_keep=1 leaves one checkpoint)."""
+  cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
+  est = CerebrasEstimator(_saver_model_fn(saver_first=True), config=cfg, params=PARAMS)
+  # By hand: it saves dense/kernel, dense/bias and global_step; Adam adds two slots for each
+  # of the 2 weights and beta1_power, beta2_power: 9 in all, 6 left out.
+  with pytest.raises(ConfigError, match=r"the Saver in its scaffold saves 3 of the 9 variables "
+                     r"\(not 'beta1_power' and 5 more\), so a checkpoint it writes cannot resume"):
+    est.train(_train_input, max_steps=5, use_cs=True)
+  assert tf.train.latest_checkpoint(cfg.model_dir) is None
+  est = CerebrasEstimator(_saver_model_fn(saver_first=False), config=cfg, params=PARAMS)
+  est.train(_train_input, max_steps=20, use_cs=True)
+  est.train(_train_input, max_steps=30, use_cs=True)
+  assert tf.train.get_checkpoint_state(cfg.model_dir).all_model_checkpoint_paths == [
+      os.path.join(cfg.model_dir, "model.ckpt-30")]
+
+
+def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(tmp_path):
+  """A Saver made in the model_fn (after minimize) restores into every variable, and its
+  restore writes named each of Adam's slots "written by the training step with aggregation
+  NONE" in multi_replica (4 false warnings in the trial). A fresh process: multi_replica
+  needs its 2 CPUs before TF starts."""
+  script = textwrap.dedent("""\
+      import logging, sys, numpy as np, tensorflow as tf
+      from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+      said = []
+      logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
+          "emit": lambda self, r: said.append(r.getMessage())})())
+      def input_fn(params):
+        x = np.ones((200, 8), np.float32); y = np.zeros(200, np.int32)
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
+      def model_fn(features, labels, mode, params):
+        logits = tf.compat.v1.layers.dense(features, 2)
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        step = tf.compat.v1.train.AdamOptimizer(0.1).minimize(
+            loss, tf.compat.v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step,
+            scaffold=tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver()))
+      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
+                                                    num_replicas=2)))
+      est.train(input_fn, max_steps=4, use_cs=True)
+      est.train(input_fn, max_steps=8, use_cs=True)
+      print("STEP", est.get_variable_value("global_step"))
+      print("SAID", [m for m in said if "written by the training step" in m])
+      """)
+  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "m")], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  out = proc.stdout + proc.stderr[-2000:]
+  assert "STEP 8" in proc.stdout and "SAID []" in proc.stdout, out
+
+
 def test_add_metrics_keeps_the_engine(tmp_path, caplog):
   """tf.estimator.add_metrics(est, fn) returns a plain tf.estimator.Estimator: train_and_evaluate
   on it trained without the engine, silently (and without params). est.add_metrics(fn) keeps a

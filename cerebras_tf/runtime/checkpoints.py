@@ -365,6 +365,31 @@ def check_matches(checkpoint: str, graph: tf.Graph, model_dir: str) -> None:
       f"(CerebrasEstimator(init_checkpoint=...) in Python) to reuse the variables that match")
 
 
+def check_saver_covers(saver, graph: tf.Graph, who: str) -> None:
+  """Refuses (ConfigError) a model_fn's own Saver (scaffold.saver) that leaves out variables
+  of the training graph: a Saver made before minimize() saves no optimizer state, and a
+  checkpoint without it cannot resume the run (check_matches refuses it then, after the
+  training it would have continued). The names are read off the Saver's SaveV2 ops."""
+  scope = saver.saver_def.save_tensor_name.split("/", 1)[0] + "/"
+  saved = []
+  for op in graph.get_operations():
+    if op.type == "SaveV2" and op.name.startswith(scope):
+      names = tf.get_static_value(op.inputs[1])
+      if names is None:
+        return  # names computed at run time: nothing to compare
+      saved.extend(n.decode() for n in names.ravel())
+  ours = graph_variables(graph)
+  if not saved or len(saved) >= len(ours):  # renamed (a dict var_list), not fewer
+    return
+  missing = [name for name, _ in ours if name not in set(saved)]
+  more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+  raise ConfigError(
+      f"{who}: the Saver in its scaffold saves {len(saved)} of the {len(ours)} variables "
+      f"(not '{missing[0]}'{more}), so a checkpoint it writes cannot resume this training; "
+      f"a Saver saves the variables that exist when it is made: make it after the "
+      f"optimizer's minimize(), or leave scaffold.saver unset")
+
+
 def _optimizer_state(name: str, trainable: Set[str]) -> bool:
   """Whether a non-trainable variable is an optimizer's, not the model's: a slot or an
   accumulator of a trainable variable (dense/kernel/Momentum, grad_accum/dense/kernel, Keras's
