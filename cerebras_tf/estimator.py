@@ -429,11 +429,13 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._said_off_engine = False
     self._said_foreign_driver = False
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
-    if config is not None and not isinstance(config, CSRunConfig):
+    if config is None:
+      config = CSRunConfig()  # tf.estimator's own default would be a plain RunConfig
+    elif not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
     # The weight servers and worker processes run in another directory.
     model_dir = _absolute(model_dir)
-    if config is not None and config.model_dir:
+    if config.model_dir:
       config = config.replace(model_dir=_absolute(config.model_dir))
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
                      config=config, params=params, warm_start_from=warm_start_from)
@@ -455,7 +457,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     `model.input_names`); see cerebras_tf/keras_model.py for what differs.
     """
     model = keras_model_lib.load(keras_model, keras_model_path, custom_objects)
-    if config is not None and not isinstance(config, CSRunConfig):
+    if config is None:
+      config = CSRunConfig()  # tf.estimator's own default would be a plain RunConfig
+    elif not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
     config = config or CSRunConfig()
     if model_dir is not None or config.model_dir is None:

@@ -266,8 +266,9 @@ class Compiler:
     engine = spec_lib.load_engine(cs_config.engine)
     captured = capture.capture(call_input_fn, call_model_fn, global_batch or 0)
     if not captured.batch_size:
-      raise CompileError("cannot tell the batch size: batch the dataset with drop_remainder=True "
-                         "or set train_input.batch_size in params")
+      raise CompileError("cannot tell the batch size: batch the dataset with drop_remainder=True, "
+                         "or name the global batch in params (params={'batch_size': N} in "
+                         "Python, train_input.batch_size in a params file)")
     signature = capture.input_signature(captured)
     mode = "validate" if validate_only else "train"
     key = trace_key(captured, engine.source_path, {**cs_config._asdict(), **host}, mode)
