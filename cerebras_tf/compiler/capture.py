@@ -66,7 +66,10 @@ def _placeholders(spec, batch_size: int, prefix: str, inputs: Dict[str, tf.Tenso
     if any(d is None for d in shape):
       raise CompileError(
           f"input feature '{'/'.join([prefix] + [str(p) for p in path])}' has shape {s.shape}: the engine "
-          f"needs static shapes; pad to a fixed length (e.g. max_sequence_length) in the input_fn")
+          f"needs static shapes; pad to a fixed length in the input_fn (padded_batch(batch, "
+          f"padded_shapes=...) with a length, not None; the reference models' "
+          f"max_sequence_length); with csconfig.vts and a padding mask or length feature, "
+          f"the padding costs no compute")
     name = "/".join([prefix] + [str(p) for p in path]) if path else prefix
     ph = tf.compat.v1.placeholder(s.dtype, shape, name=name.replace("/", "_"))
     inputs[name] = ph

@@ -237,3 +237,28 @@ def test_a_keras_style_sample_weight_triple_is_named():
   with pytest.raises(CompileError, match=r"yields 3-tuples \(Keras' x, y, sample_weight\?\); "
                                          r"an Estimator takes \(features, labels\)"):
     capture.capture(input_fn, lambda features, labels: None, 4)
+
+
+def test_a_padded_batch_without_a_length_is_told_how_to_fix_it():
+  """padded_batch(batch) pads each batch to its own longest sequence: shape (4, None), which
+  the engine cannot compile. The message names the feature and the fix; the fix compiles."""
+  def model_fn(features, labels):
+    emb = tf.keras.layers.Embedding(100, 8)(features)
+    logits = tf.keras.layers.Dense(2)(tf.reduce_mean(emb, 1))
+    loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, True))
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=train_op)
+
+  def input_fn(padded_shapes=None):
+    def fn():
+      lengths = tf.data.Dataset.from_tensor_slices(tf.constant([3, 5, 2, 7, 4, 6, 1, 8]))
+      ds = lengths.map(lambda n: (tf.ones([n], tf.int32), n % 2))
+      return ds.padded_batch(4, padded_shapes=padded_shapes, drop_remainder=True)
+    return fn
+
+  with pytest.raises(CompileError, match=r"input feature 'features' has shape \(4, None\): the "
+                     r"engine needs static shapes; pad to a fixed length in the input_fn "
+                     r"\(padded_batch\(batch, padded_shapes=...\) with a length, not None"):
+    capture.capture(input_fn(), model_fn, 4)
+  captured = capture.capture(input_fn(padded_shapes=([12], [])), model_fn, 4)
+  assert captured.inputs["features"].shape.as_list() == [4, 12]
