@@ -144,7 +144,7 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
   batch = batch_size_of((features_spec, labels_spec), default_batch_size)
   graph = tf.Graph()
   inputs: Dict[str, tf.Tensor] = {}
-  with graph.as_default(), _recording_optimizers() as optimizers:
+  with graph.as_default(), _recording_optimizers() as (optimizers, steps):
     features = _placeholders(features_spec, batch, "features", inputs)
     labels = _placeholders(labels_spec, batch, "labels", inputs)
     tf.compat.v1.train.get_or_create_global_step()
@@ -159,6 +159,8 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
       message = message.split(" for '{{node")[0][:300]  # TF appends the node's whole NodeDef
       if message.startswith("Loss must be scalar"):
         hint = "; reduce the per-example losses to one number (tf.reduce_mean) for the spec"
+      elif _KERAS_EAGER_OPTIMIZER.search(message):
+        hint = f"; {_GRAPH_OPTIMIZER}"
       elif _SHAPE_WORDS.search(message):
         hint = f"; check the batch size and the input shapes ({_shapes(inputs)})"
       else:
@@ -167,8 +169,51 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
                          f"batch {batch}: {message}{hint}") from e
   if spec.loss is None:
     raise CompileError("model_fn returned no loss in TRAIN mode; the engine trains on the loss")
+  _check_train_op_updates(graph, spec.train_op, steps)
   return CapturedGraph(graph=graph, loss=spec.loss, train_op=spec.train_op, inputs=inputs,
                        batch_size=batch, optimizers=tuple(optimizers))
+
+
+# Keras optimizers of TF 2.11+ (and the legacy ones' minimize) compute gradients with a tape,
+# which a model_fn's graph-mode Tensor loss cannot give them.
+_KERAS_EAGER_OPTIMIZER = re.compile(r"`tape` is required when a `Tensor` loss is passed|"
+                                    r"No gradients provided for any variable: \(\[")
+_GRAPH_OPTIMIZER = ("in a model_fn (a TF1 graph) use tf.compat.v1.train.AdamOptimizer(lr)."
+                    "minimize(loss, global_step=tf.compat.v1.train.get_global_step()) (or "
+                    "another tf.compat.v1.train optimizer), or tf.keras.optimizers.legacy."
+                    "Adam(lr).get_updates(loss, variables) grouped into the train_op")
+
+# Ops that read a variable without writing it; any other op taking its handle may write it.
+_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd",
+                    "VarIsInitializedOp", "VariableShape", "Identity", "IsVariableInitialized"})
+
+
+def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:
+  """Refuses a train_op from which no trainable variable's update can be reached: the model
+  would train without learning. A Keras optimizer of TF 2.11+ used in a graph returns its step
+  counter, and its updates run only if something depends on them (a tf.function would add
+  those dependencies; a model_fn's graph does not)."""
+  trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+  if train_op is None or not trainable:
+    return
+  handles = {getattr(v, "handle", v).name for v in trainable} | {v.op.name for v in trainable}
+  writes = {op for op in graph.get_operations() if op.type not in _READS
+            and any(t.name in handles or t.op.name in handles for t in op.inputs)}
+  seen, todo = set(), [getattr(train_op, "op", train_op)]
+  while todo:
+    op = todo.pop()
+    if op in seen:
+      continue
+    if op in writes or op in steps:
+      return
+    seen.add(op)
+    todo.extend(t.op for t in op.inputs)
+    todo.extend(op.control_inputs)
+  raise CompileError(
+      f"the train_op updates none of the model's {len(trainable)} trainable variables, so "
+      f"training would not change the model (the optimizer's updates are not in it: a Keras "
+      f"optimizer of TF 2.11+ applied in a graph returns only its step counter); "
+      f"{_GRAPH_OPTIMIZER}")
 
 
 # An error about shapes, where the batch size and the input shapes are the place to look; a
@@ -201,7 +246,7 @@ def _recording_optimizers():
   ops (per-variable slot reads and assigns, half of BERT-Large's trace time) it never reads:
   optimizer state is priced from the optimizer's slot count. Gradients are still traced.
   """
-  seen = []
+  seen, steps = [], set()
   v1 = tf.compat.v1.train.Optimizer
   original = v1.apply_gradients
 
@@ -213,13 +258,14 @@ def _recording_optimizers():
     grads = [g.values if isinstance(g, tf.IndexedSlices) else g
              for g, _ in grads_and_vars if g is not None]
     with tf.control_dependencies(grads):
-      if global_step is not None:
-        return tf.compat.v1.assign_add(global_step, 1)
-      return tf.no_op()
+      step = (tf.compat.v1.assign_add(global_step, 1).op if global_step is not None
+              else tf.no_op())
+    steps.add(step)  # stands for the updates it leaves out
+    return step
 
   v1.apply_gradients = apply_gradients
   try:
-    yield seen
+    yield seen, steps
   finally:
     v1.apply_gradients = original
 
