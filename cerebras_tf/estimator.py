@@ -377,6 +377,15 @@ class _CerebrasMethods:
                                  saving_listeners):
     """tf.estimator's training loop, with the progress hook on the spec's loss: under a
     distribution strategy that is the loss reduced over the replicas, not replica 0's."""
+    if any(isinstance(h, tf.compat.v1.train.StopAtStepHook) for h in list(hooks) + worker_hooks) \
+        and not capture_lib.writes_reached(estimator_spec.train_op, [global_step_tensor]):
+      # tf.estimator would train forever, logging "global step has not been increased".
+      raise ModelFnError(
+          f"model_fn{defined_at(self._user_model_fn)}: its train_op does not advance the global "
+          f"step, so steps/max_steps is never reached and training would never end: pass "
+          f"global_step=tf.compat.v1.train.get_global_step() to minimize() or "
+          f"apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
+          f"train_op")
     run = self._cs_run
     if run is not None:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]

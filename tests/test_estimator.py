@@ -405,6 +405,27 @@ def test_evaluating_on_a_repeating_dataset_without_steps_is_refused_not_endless(
   assert est.evaluate(filtered, steps=2, use_cs=True)["global_step"] == 5
 
 
+def test_a_train_op_that_never_advances_the_global_step_is_refused_not_endless(tmp_path):
+  """minimize(loss) without global_step: tf.estimator trains forever, since max_steps is never
+  reached (the trial printed "step 1/20" for a minute, in every mode). Refused before the
+  session starts; with no step limit (the input's end stops it) it trains as tf.estimator
+  would (and, as there, its step-0 checkpoint is not saved again)."""
+  def model_fn(features, labels, mode, params):
+    logits = tf.compat.v1.layers.dense(features["x"], params["num_classes"])
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    step = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(loss)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+  est = CerebrasEstimator(model_fn, config=_config(
+      tmp_path, cs_config=CSConfig(execution_strategy="pipelined")), params=PARAMS)
+  for use_cs in (True, False):
+    with pytest.raises(ModelFnError, match=r"its train_op does not advance the global step, so "
+                       r"steps/max_steps is never reached"):
+      est.train(_train_input, max_steps=5, use_cs=use_cs)
+  finite = lambda params: _train_input(params).take(3)  # noqa: E731
+  est.train(finite, use_cs=False)  # returns at the input's end
+  assert est.get_variable_value("global_step") == 0
+
+
 def test_a_generator_dataset_trains_on_and_never_rolls_the_model_back(tmp_path, caplog):
   """Dataset.from_generator cannot save its position past step 0: the pipelined run crashed at
   its first checkpoint (UnimplementedError from SerializeIterator) with the model saved and

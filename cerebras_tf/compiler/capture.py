@@ -188,27 +188,35 @@ _READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd",
                     "VarIsInitializedOp", "VariableShape", "Identity", "IsVariableInitialized"})
 
 
+def writes_reached(train_op, variables, stand_ins=frozenset()) -> bool:
+  """Whether running `train_op` runs a write to one of `variables` (each copy of a distributed
+  one), or one of the `stand_ins` ops, through its inputs and control dependencies."""
+  handles = set()
+  for v in variables:
+    for copy in getattr(v, "values", None) or (v,):
+      handles.update((getattr(copy, "handle", copy).name, copy.op.name))
+  seen, todo = set(), [getattr(train_op, "op", train_op)]
+  while todo:
+    op = todo.pop()
+    if op in seen:
+      continue
+    if op in stand_ins or (op.type not in _READS and any(
+        t.name in handles or t.op.name in handles for t in op.inputs)):
+      return True
+    seen.add(op)
+    todo.extend(t.op for t in op.inputs)
+    todo.extend(op.control_inputs)
+  return False
+
+
 def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:
   """Refuses a train_op from which no trainable variable's update can be reached: the model
   would train without learning. A Keras optimizer of TF 2.11+ used in a graph returns its step
   counter, and its updates run only if something depends on them (a tf.function would add
   those dependencies; a model_fn's graph does not)."""
   trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
-  if train_op is None or not trainable:
+  if train_op is None or not trainable or writes_reached(train_op, trainable, steps):
     return
-  handles = {getattr(v, "handle", v).name for v in trainable} | {v.op.name for v in trainable}
-  writes = {op for op in graph.get_operations() if op.type not in _READS
-            and any(t.name in handles or t.op.name in handles for t in op.inputs)}
-  seen, todo = set(), [getattr(train_op, "op", train_op)]
-  while todo:
-    op = todo.pop()
-    if op in seen:
-      continue
-    if op in writes or op in steps:
-      return
-    seen.add(op)
-    todo.extend(t.op for t in op.inputs)
-    todo.extend(op.control_inputs)
   raise CompileError(
       f"the train_op updates none of the model's {len(trainable)} trainable variables, so "
       f"training would not change the model (the optimizer's updates are not in it: a Keras "
