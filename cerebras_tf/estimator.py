@@ -386,6 +386,8 @@ class _CerebrasMethods:
           f"global_step=tf.compat.v1.train.get_global_step() to minimize() or "
           f"apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
           f"train_op")
+    _say_updates_not_run(tf.compat.v1.get_default_graph(), estimator_spec.train_op,
+                         global_step_tensor)
     run = self._cs_run
     if run is not None:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
@@ -775,6 +777,37 @@ def _say_per_replica_variables(graph, distribution) -> None:
           "the %d host replicas keeps its own copy, and a read (a checkpoint) sees the "
           "first's; create it with aggregation=tf.VariableAggregation.SUM (a count) or MEAN",
           v.name.split(":")[0], len(copies))
+
+
+def _say_updates_not_run(graph, train_op, global_step) -> None:
+  """Names the non-trainable variables whose writes the train_op never runs: batch
+  normalization's moving statistics when its update ops (the UPDATE_OPS collection of
+  tf.compat.v1.layers, a Keras layer's `.updates`) are left out of the train_op. They keep
+  their initial values, which eval and predict then read; tf.estimator says nothing."""
+  handles = {}
+  for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+    if not v.trainable and v is not global_step:
+      handles.update((name, v.name.split(":")[0]) for name in capture_lib.handle_names(v))
+  written = {}
+  for op in graph.get_operations():
+    if op.type in capture_lib.READS or op.name.endswith("/Assign") or _restores(op):
+      continue  # reads, initializers, a Saver's restores
+    for t in op.inputs:
+      name = handles.get(t.name) or handles.get(t.op.name)
+      if name:
+        written.setdefault(name, set()).add(op)
+  if not written:
+    return
+  run = set(capture_lib.ancestors(train_op))
+  unrun = sorted(name for name, ops in written.items() if not ops & run)
+  if unrun:
+    more = f" (and {len(unrun) - 1} more)" if len(unrun) > 1 else ""
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: %s%s is written by ops the train_op does not run (batch normalization's "
+        "moving statistics, say), so it keeps its initial value, and eval and predict read "
+        "that: build the train_op under tf.control_dependencies(tf.compat.v1.get_collection("
+        "tf.compat.v1.GraphKeys.UPDATE_OPS)) (tf.compat.v1.layers), adding a Keras model's "
+        ".updates", unrun[0], more)
 
 
 def _restores(assign) -> bool:

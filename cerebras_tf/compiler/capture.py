@@ -11,7 +11,7 @@ import dataclasses
 import os
 import re
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import tensorflow as tf
 
@@ -184,29 +184,44 @@ _GRAPH_OPTIMIZER = ("in a model_fn (a TF1 graph) use tf.compat.v1.train.AdamOpti
                     "Adam(lr).get_updates(loss, variables) grouped into the train_op")
 
 # Ops that read a variable without writing it; any other op taking its handle may write it.
-_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd",
+READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd",
                     "VarIsInitializedOp", "VariableShape", "Identity", "IsVariableInitialized"})
 
 
-def writes_reached(train_op, variables, stand_ins=frozenset()) -> bool:
-  """Whether running `train_op` runs a write to one of `variables` (each copy of a distributed
-  one), or one of the `stand_ins` ops, through its inputs and control dependencies."""
-  handles = set()
-  for v in variables:
-    for copy in getattr(v, "values", None) or (v,):
-      handles.update((getattr(copy, "handle", copy).name, copy.op.name))
+def handle_names(variable) -> Set[str]:
+  """The tensor and op names through which ops write `variable` (each copy of a distributed
+  one): a resource variable's handle, a ref variable's op."""
+  names = set()
+  for copy in getattr(variable, "values", None) or (variable,):
+    names.update((getattr(copy, "handle", copy).name, copy.op.name))
+  return names
+
+
+def writes(op, handles: Set[str]) -> bool:
+  """Whether `op` may write a variable named in `handles` (it takes one and is not a read)."""
+  return op.type not in READS and any(t.name in handles or t.op.name in handles
+                                      for t in op.inputs)
+
+
+def ancestors(train_op) -> Iterator[tf.Operation]:
+  """The ops running `train_op` runs (its inputs and control dependencies, transitively), each
+  once, lazily: a search can stop at the first it wants."""
   seen, todo = set(), [getattr(train_op, "op", train_op)]
   while todo:
     op = todo.pop()
     if op in seen:
       continue
-    if op in stand_ins or (op.type not in _READS and any(
-        t.name in handles or t.op.name in handles for t in op.inputs)):
-      return True
     seen.add(op)
+    yield op
     todo.extend(t.op for t in op.inputs)
     todo.extend(op.control_inputs)
-  return False
+
+
+def writes_reached(train_op, variables, stand_ins=frozenset()) -> bool:
+  """Whether running `train_op` runs a write to one of `variables`, or one of the `stand_ins`
+  ops."""
+  handles = set().union(*(handle_names(v) for v in variables))
+  return any(op in stand_ins or writes(op, handles) for op in ancestors(train_op))
 
 
 def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:
