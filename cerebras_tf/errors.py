@@ -37,6 +37,10 @@ class CerebrasTFError(Exception):
   """Base class: a problem the user can fix. `str(e)` is the one-line message."""
 
   exit_code = 2
+  # Raised in a model_fn that multi_replica's strategy runs through autograph, it would come
+  # out as autograph's StagingError with a multi-line "in user code" message; this attribute
+  # tells autograph to let it through as it is (TF's own UnliftableError does the same).
+  ag_pass_through = True
 
   def __str__(self):
     # User text (a path, a flag value) may hold newlines; the message must stay one line.

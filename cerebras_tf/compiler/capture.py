@@ -217,11 +217,19 @@ def ancestors(train_op) -> Iterator[tf.Operation]:
     todo.extend(op.control_inputs)
 
 
+# Ops that run a function body (tf.cond, tf.while_loop, a tf.function call in TF2 form): the
+# walk does not look inside, so one on the path may write anything (gradient accumulation
+# applies its update in a cond).
+FUNCTION_CALLS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case",
+                            "StatelessCase", "PartitionedCall", "StatefulPartitionedCall"})
+
+
 def writes_reached(train_op, variables, stand_ins=frozenset()) -> bool:
-  """Whether running `train_op` runs a write to one of `variables`, or one of the `stand_ins`
-  ops."""
+  """Whether running `train_op` may run a write to one of `variables`, or one of the
+  `stand_ins` ops."""
   handles = set().union(*(handle_names(v) for v in variables))
-  return any(op in stand_ins or writes(op, handles) for op in ancestors(train_op))
+  return any(op in stand_ins or op.type in FUNCTION_CALLS or writes(op, handles)
+             for op in ancestors(train_op))
 
 
 def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:

@@ -31,6 +31,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
+from cerebras_tf.errors import ParamsError
+
 tf1 = tf.compat.v1
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
@@ -255,6 +257,13 @@ def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
     clipped, norm = _clip([g for g, _ in pairs], max_norm)
     update = optimizer.apply_gradients(list(zip(clipped, [v for _, v in pairs])))
   else:
+    if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+      # apply_gradients inside the tf.cond below would need a merge_call in a function.
+      raise ParamsError(
+          f"optimizer.grad_accum_steps {accum} cannot run on multi_replica's host replicas: "
+          f"tf.distribute cannot apply an accumulated update inside a tf.cond (merge_call in "
+          f"a function); raise train_input.batch_size instead (the replicas split it), or "
+          f"train pipelined or weight_streaming, where it accumulates")
     # Accumulate the mean of N micro-batch gradients in float32 slots kept in checkpoints,
     # apply them on every N-th micro-step, then zero them.
     with tf1.variable_scope("grad_accum"):
