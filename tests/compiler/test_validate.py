@@ -308,3 +308,18 @@ def test_a_keras_optimizer_minimizing_a_tensor_is_told_the_graph_way():
   with pytest.raises(CompileError, match=r"`tape` is required when a `Tensor` loss is passed.*; "
                      r"in a model_fn \(a TF1 graph\) use tf.compat.v1.train.AdamOptimizer"):
     _captured(keras_minimize)
+
+
+def test_an_update_applied_inside_a_cond_is_not_taken_for_none():
+  """Gradient accumulation (optimizer.grad_accum_steps) applies its update in a tf.cond, a
+  function the no-update check does not look inside: the reference BERT config with
+  grad_accum_steps 2 was refused as "updates none of the model's 46 trainable variables"."""
+  def accumulating(features, labels):
+    loss = _dense_loss(features, labels)
+    step = tf.compat.v1.train.get_global_step()
+    apply = lambda: _step(loss)  # noqa: E731
+    update = tf.cond(tf.equal(step % 2, 1), lambda: tf.group(apply()), tf.no_op)
+    with tf.control_dependencies([update]):
+      return tf.estimator.EstimatorSpec("train", loss=loss,
+                                        train_op=tf.compat.v1.assign_add(step, 1))
+  assert _captured(accumulating).optimizers == ("GradientDescentOptimizer",)
