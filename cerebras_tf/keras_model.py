@@ -15,6 +15,7 @@ and the compile report names the model (`model.name`) and its layers.
 """
 
 import hashlib
+import inspect
 import json
 import os
 from typing import Callable, Optional
@@ -72,6 +73,8 @@ def load(keras_model=None, keras_model_path: Optional[str] = None, custom_object
         f"estimator's graph, and the engine computes no strings; map the text to ids in "
         f"the input_fn (a {type(lookups[0]).__name__} built there with vocabulary=<this "
         f"layer>.get_vocabulary()) and build the model on the ids")
+  if keras_model._is_graph_network:  # pylint: disable=protected-access
+    _check_clonable(keras_model)
   if not getattr(keras_model, "optimizer", None):
     raise ConfigError(f"Keras model '{keras_model.name}' is not compiled: call "
                       f"model.compile(optimizer, loss, metrics) before putting it on the engine")
@@ -80,6 +83,25 @@ def load(keras_model=None, keras_model_path: Optional[str] = None, custom_object
     keras_model.optimizer = tf.keras.__internal__.optimizers.convert_to_legacy_optimizer(
         keras_model.optimizer)
   return keras_model
+
+
+def _check_clonable(keras_model) -> None:
+  """A Sequential or functional model is cloned into the estimator's graph from its layers'
+  configs (as model_to_estimator does): a custom layer taking __init__ arguments without a
+  get_config failed there, at train, with Keras' NotImplementedError traceback."""
+  for layer in keras_model.submodules:
+    if not isinstance(layer, tf.keras.layers.Layer):
+      continue
+    # Keras' graph-mode Layer.get_config refuses such a layer (base_layer_v1): the default
+    # get_config (marked _is_default) with __init__ arguments it does not know.
+    args = set(inspect.getfullargspec(type(layer).__init__).args) - {
+        "self", "name", "trainable", "dtype", "dynamic", "batch_input_shape"}
+    if args and hasattr(layer.get_config, "_is_default"):
+      raise ConfigError(
+          f"Keras model '{keras_model.name}': layer '{layer.name}' ({type(layer).__name__}"
+          f"{defined_at(type(layer).__init__)}) takes __init__ arguments but has no get_config(), so it "
+          f"cannot be cloned into the estimator's graph; add get_config() returning them "
+          f"({{**super().get_config(), 'arg': self.arg}})")
 
 
 def architecture_token(keras_model) -> str:

@@ -271,6 +271,42 @@ def test_a_custom_train_step_is_refused_not_skipped(tmp_path):
     CerebrasEstimator.from_keras_model(model, config=CSRunConfig(model_dir=str(tmp_path)))
 
 
+class _Scale(L.Layer):
+  """A custom layer with an __init__ argument, as users write them."""
+
+  def __init__(self, factor, **kwargs):
+    super().__init__(**kwargs)
+    self.factor = factor
+
+  def call(self, x):
+    return x * self.factor
+
+
+class _ScaleWithConfig(_Scale):
+  def get_config(self):
+    return {**super().get_config(), "factor": self.factor}
+
+
+def test_a_custom_layer_without_get_config_is_named_before_training(tmp_path):
+  """The model is cloned into the estimator's graph from its layers' configs: a custom layer
+  with an __init__ argument and no get_config failed at train with Keras' NotImplementedError
+  traceback (model_to_estimator too). Named at from_keras_model now, with the line; with
+  get_config, the same model trains."""
+  def build(layer_class):
+    x = L.Input((DIM,), name="x")
+    model = tf.keras.Model(x, L.Dense(CLASSES)(layer_class(2.0)(L.Dense(4)(x))))
+    return _compile(model)
+  with pytest.raises(ConfigError, match=r"layer '.*' \(_Scale \(tests/keras/test_keras_model.py:"
+                     r"\d+\)\) takes __init__ arguments but has no get_config\(\)"):
+    CerebrasEstimator.from_keras_model(build(_Scale), config=_config(tmp_path / "a"))
+  est = CerebrasEstimator.from_keras_model(build(_ScaleWithConfig), config=_config(tmp_path / "b"))
+  x, y = _data()
+  est.train(lambda: tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(
+      BATCH, drop_remainder=True),
+            max_steps=2, use_cs=True)
+  assert est.get_variable_value("global_step") == 2
+
+
 def test_a_lookup_layer_is_refused_with_the_way_that_works(tmp_path):
   """A TextVectorization inside the model failed in architecture_token (its vocabulary is a
   weight without a shape), then in Keras' cloning ("Attempting to capture an EagerTensor";
