@@ -22,7 +22,8 @@ from typing import List, Optional, Tuple
 from absl import flags
 
 from cerebras_tf.core import plans
-from cerebras_tf.errors import CerebrasTFError, ConfigError, disk_full, disk_full_path
+from cerebras_tf.errors import (CerebrasTFError, ConfigError, Terminated, disk_full,
+                                disk_full_path)
 from cerebras_tf import params as params_lib
 from cerebras_tf import registry
 from cerebras_tf import runner
@@ -191,9 +192,11 @@ def main(argv: Optional[List[str]] = None) -> int:
   except CerebrasTFError as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
     return e.exit_code
-  except KeyboardInterrupt:
-    print(f"error: interrupted{_resume_hint(params)}", file=sys.stderr)
-    return 130
+  except KeyboardInterrupt as e:
+    terminated = isinstance(e, Terminated)
+    print(f"error: {'terminated (SIGTERM)' if terminated else 'interrupted'}"
+          f"{_resume_hint(params)}", file=sys.stderr)
+    return 143 if terminated else 130
   except Exception as e:  # pylint: disable=broad-except
     message = _disk_full_message(e, params) or _user_facing_tf_error(e, params)
     if message is None:

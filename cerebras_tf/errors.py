@@ -85,3 +85,8 @@ class NonFiniteLossError(TrainingError):
   def __init__(self, loss: float, step: int):
     super().__init__(f"loss is {loss} at step {step}")
     self.loss, self.step = loss, step
+
+
+class Terminated(KeyboardInterrupt):
+  """A run stopped by SIGTERM (a scheduler's or `kill`'s polite stop) at a step boundary; a
+  KeyboardInterrupt, so what cleans up after Ctrl-C cleans up after it too."""

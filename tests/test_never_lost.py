@@ -300,9 +300,15 @@ def test_a_changed_batch_starts_the_input_afresh_and_keeps_the_model(tmp_path, c
 
 
 @pytest.mark.slow
-def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path):
-  """Ctrl-C (SIGINT) in a training run: one line on stderr naming the newest checkpoint, exit
-  130; the same command then resumes from that step."""
+@pytest.mark.parametrize("signum, code, said", [
+    (signal.SIGINT, 130, "interrupted"),
+    # A scheduler's (or kill's) polite stop: its default action ended the run at once, with
+    # exit -15, no word and no checkpoint at the step; now it stops as Ctrl-C does.
+    (signal.SIGTERM, 143, "terminated (SIGTERM)")], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path, signum, code,
+                                                                         said):
+  """Ctrl-C (SIGINT) or SIGTERM in a training run: one line on stderr naming the newest
+  checkpoint, exit 130 (143); the same command then resumes from that step."""
   model_dir = str(tmp_path / "m")
   cmd = [sys.executable, os.path.join(ROOT, "scripts", "run.py"), "--params",
          os.path.join(ROOT, "configs", "params_mlp.yaml"), "--max_steps", "1000000",
@@ -315,11 +321,11 @@ def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path)
   while not glob.glob(os.path.join(model_dir, "model.ckpt-*.index")) and time.time() < deadline:
     time.sleep(0.5)
   time.sleep(1.0)
-  proc.send_signal(signal.SIGINT)
+  proc.send_signal(signum)
   _, err = proc.communicate(timeout=60)
   steps = sorted(int(p.rsplit("-", 1)[1].split(".")[0])
                  for p in glob.glob(os.path.join(model_dir, "model.ckpt-*.index")))
-  assert proc.returncode == 130 and steps, err
+  assert proc.returncode == code and steps, err
   (line,) = err.strip().splitlines()
   # Ctrl-C stops at the end of the step it fell in and saves the model and the input
   # position there: the run resumes from that newest checkpoint, nothing redone. (Before,
@@ -328,7 +334,7 @@ def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path)
   resume = int(line.split("resumes from step ")[1].split(" ")[0].replace(",", ""))
   assert resume == steps[-1], (line, steps)
   assert os.path.exists(os.path.join(model_dir, f"input.ckpt-{resume}.index"))
-  assert line == (f"error: interrupted; the same command resumes from step {resume:,} "
+  assert line == (f"error: {said}; the same command resumes from step {resume:,} "
                   f"(checkpoints in {model_dir})")
   again = subprocess.run(cmd[:-4] + ["--max_steps", str(resume + 5), "--model_dir", model_dir],
                          capture_output=True, text=True, timeout=180, env=env)
@@ -358,8 +364,10 @@ def test_resume_step_reads_what_the_state_files_say(tmp_path):
   assert ckpt_files.resume_step(str(tmp_path / "none")) is None
 
 
-def test_graceful_interrupt_first_stops_at_the_step_second_at_once():
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_graceful_interrupt_first_stops_at_the_step_second_at_once(name):
   import signal as sig  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.errors import Terminated  # pylint: disable=import-outside-toplevel
   from cerebras_tf.runtime.hooks import GracefulInterrupt  # pylint: disable=import-outside-toplevel
 
   class Ctx:
@@ -367,19 +375,23 @@ def test_graceful_interrupt_first_stops_at_the_step_second_at_once():
 
     def request_stop(self):
       self.stopped = True
-  before = sig.getsignal(sig.SIGINT)
-  with pytest.raises(KeyboardInterrupt, match="checkpoint saved"):
+  signum = getattr(sig, name)
+  before = sig.getsignal(signum)
+  if before is not GracefulInterrupt._DEFAULTS[signum]:  # pylint: disable=protected-access
+    pytest.skip(f"{name} has a handler of this process's own, which GracefulInterrupt keeps")
+  stop = Terminated if name == "SIGTERM" else KeyboardInterrupt
+  with pytest.raises(stop, match="checkpoint saved"):
     with GracefulInterrupt() as gi:
-      assert sig.getsignal(sig.SIGINT) == gi._on_sigint  # pylint: disable=protected-access
+      assert sig.getsignal(signum) == gi._on_signal  # pylint: disable=protected-access
       ctx = Ctx()
       gi.hook.after_run(ctx, None)
-      assert not ctx.stopped                    # no Ctrl-C yet: training goes on
-      sig.raise_signal(sig.SIGINT)              # the first Ctrl-C only asks
+      assert not ctx.stopped                    # no signal yet: training goes on
+      sig.raise_signal(signum)                  # the first one only asks
       gi.hook.after_run(ctx, None)
       assert ctx.stopped
-      with pytest.raises(KeyboardInterrupt):    # the second one stops at once
-        sig.raise_signal(sig.SIGINT)
-  assert sig.getsignal(sig.SIGINT) == before
+      with pytest.raises(stop):                 # the second one stops at once
+        sig.raise_signal(signum)
+  assert sig.getsignal(signum) == before
 
 
 def test_optimizer_state_is_told_apart_from_the_models_own_variables():

@@ -12,7 +12,7 @@ from typing import Optional
 import tensorflow as tf
 
 from cerebras_tf.core.plans import fmt_share
-from cerebras_tf.errors import NonFiniteLossError
+from cerebras_tf.errors import NonFiniteLossError, Terminated
 
 
 def _png_size(png: bytes):
@@ -177,40 +177,48 @@ class BatchProgressHook(tf.compat.v1.train.SessionRunHook):
 
 
 class GracefulInterrupt:
-  """Ctrl-C during training stops it at the end of the step it is in, so that the session's
-  end() hooks save the model and the input pipeline's position at that same step (a
+  """Ctrl-C (or SIGTERM) during training stops it at the end of the step it is in, so that the
+  session's end() hooks save the model and the input pipeline's position at that same step (a
   KeyboardInterrupt raised mid-step skips them, and one that falls between the two saves
-  leaves the pair torn). A second Ctrl-C interrupts at once.
+  leaves the pair torn; SIGTERM's default action saved nothing at all). A second signal
+  interrupts at once.
 
-  Around Estimator.train, with `.hook` among its hooks; on a clean exit after a Ctrl-C it
-  raises KeyboardInterrupt, so callers still see an interrupted run. Only in the main thread,
-  and only when SIGINT has Python's default handler (a launcher or a notebook keeps its own).
+  Around Estimator.train, with `.hook` among its hooks; on a clean exit after a signal it
+  raises KeyboardInterrupt (Terminated for SIGTERM), so callers still see an interrupted run.
+  Only in the main thread, and only for a signal with Python's default handling (a launcher or
+  a notebook keeps its own).
   """
+
+  _DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
   def __init__(self):
     self.requested = False
     self.hook = _StopWhenRequested(self)
-    self._previous = None
+    self._previous = {}
+    self._by = None
 
   def __enter__(self):
-    if (threading.current_thread() is threading.main_thread() and
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-      self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+    if threading.current_thread() is threading.main_thread():
+      for signum, default in self._DEFAULTS.items():
+        if signal.getsignal(signum) is default:
+          self._previous[signum] = signal.signal(signum, self._on_signal)
     return self
 
-  def _on_sigint(self, signum, frame):
-    del signum, frame
+  def _on_signal(self, signum, frame):
+    del frame
+    stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
     if self.requested:
-      raise KeyboardInterrupt
-    self.requested = True
-    tf.compat.v1.logging.info("cerebras_tf: Ctrl-C: stopping after this step and saving a "
-                              "checkpoint there (Ctrl-C again to stop at once)")
+      raise stop
+    self.requested, self._by = True, stop
+    what = "SIGTERM" if stop is Terminated else "Ctrl-C"
+    tf.compat.v1.logging.info("cerebras_tf: %s: stopping after this step and saving a "
+                              "checkpoint there (%s again to stop at once)", what, what)
 
   def __exit__(self, exc_type, exc, tb):
-    if self._previous is not None:
-      signal.signal(signal.SIGINT, self._previous)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
     if exc_type is None and self.requested:
-      raise KeyboardInterrupt("stopped at a step boundary after Ctrl-C; checkpoint saved")
+      raise self._by("stopped at a step boundary after a signal; checkpoint saved")
     return False
 
 
