@@ -6,6 +6,7 @@
 * a worker stopped mid-run (SIGTERM, which TF's preemption notifier would swallow) exits, the
   chief stops within a bound with one line naming it, and the same commands resume from the
   last checkpoint;
+* SIGTERM on the chief saves a checkpoint at its step, which the worker names;
 * a task that never joins is named; SIGTERM on the launcher leaves no process behind.
 
 Every process runs in its own process group and is killed in a `finally`; every wait is bounded.
@@ -208,6 +209,36 @@ def test_worker_stopped_mid_run_stops_the_chief_and_the_rerun_resumes(tmp_path):
     assert re.search(rf"Restoring parameters from .*model\.ckpt-{step}\b", text), text[-3000:]
   assert codes == {"chief:0": 0, "worker:0": 0}
   assert _latest_step(model_dir) == step + 20
+
+
+@pytest.mark.slow
+def test_sigterm_on_the_chief_saves_at_the_step_and_the_worker_names_it(tmp_path):
+  """A scheduler stopping the chief (SIGTERM): it finishes its step, saves a checkpoint there
+  and names it (exit 143), and the worker stops naming the same checkpoint. Before, the chief
+  died at once and the resume point was the last periodic save."""
+  model_dir = tmp_path / "m"
+  spec = launcher.local_spec(2)
+  flags = ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
+           "--execution_strategy", "multi_replica", "--max_steps", "100000",
+           "--params_override", "runconfig.save_checkpoints_steps=100000",
+           "--params_override", "runconfig.log_step_count_steps=1000"]
+  procs = _task_procs(tmp_path, spec, flags, "term")
+  try:
+    deadline = time.monotonic() + 240
+    while _latest_step(model_dir) < 0 and time.monotonic() < deadline \
+        and all(p.poll() is None for p in procs.values()):
+      time.sleep(0.1)
+    time.sleep(2)  # some steps past the step-0 checkpoint
+    procs["chief:0"].send_signal(signal.SIGTERM)
+    codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+  finally:
+    _kill_groups(procs.values())
+  step = _latest_step(model_dir)
+  chief = (tmp_path / "term_chief0.err").read_text()
+  worker = (tmp_path / "term_worker0.err").read_text()
+  assert codes == {"chief:0": 143, "worker:0": 3} and step > 0, (chief[-2000:], worker[-2000:])
+  assert f"error: terminated (SIGTERM); the same command resumes from step {step:,}" in chief
+  assert f"(latest: model.ckpt-{step})" in worker
 
 
 @pytest.mark.slow
