@@ -624,23 +624,30 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
          "multi_replica splits a dataset" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
+# The start of a script for a fresh process (multi_replica needs its 2 CPUs before TF starts):
+# TensorFlow's log lines collected in `said`, an input_fn of 200 ones, a one-layer model_fn
+# whose loss the test's own lines go on from.
+_FRESH_MULTI_REPLICA = """\
+import logging, sys, numpy as np, tensorflow as tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+said = []
+logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
+    "emit": lambda self, r: said.append(r.getMessage())})())
+def input_fn(params):
+  x = np.ones((200, 8), np.float32); y = np.zeros(200, np.int32)
+  return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
+def model_fn(features, labels, mode, params):
+  logits = tf.compat.v1.layers.dense(features, 2)
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+"""
+
+
 def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
   """A non-trainable `examples_seen` the train_op adds the batch to: 10 steps of 20 examples
   read 200 in pipelined but 100 in multi_replica (2 host replicas of 10, each counting into
   its own copy), without a word. Now a warning names it; with aggregation SUM it reads 200
   and nothing is said. In a fresh process: multi_replica needs its 2 CPUs before TF starts."""
-  script = textwrap.dedent("""\
-      import logging, sys, numpy as np, tensorflow as tf
-      from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-      said = []
-      logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
-          "emit": lambda self, r: said.append(r.getMessage())})())
-      def input_fn(params):
-        x = np.ones((200, 8), np.float32); y = np.zeros(200, np.int32)
-        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
-      def model_fn(features, labels, mode, params):
-        logits = tf.compat.v1.layers.dense(features, 2)
-        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
         seen = tf.compat.v1.get_variable(
             "examples_seen", [], tf.float32, tf.zeros_initializer(), trainable=False,
             aggregation=getattr(tf.VariableAggregation, sys.argv[2]))
@@ -702,18 +709,7 @@ def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(tmp_path):
   restore writes named each of Adam's slots "written by the training step with aggregation
   NONE" in multi_replica (4 false warnings in the trial). A fresh process: multi_replica
   needs its 2 CPUs before TF starts."""
-  script = textwrap.dedent("""\
-      import logging, sys, numpy as np, tensorflow as tf
-      from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-      said = []
-      logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
-          "emit": lambda self, r: said.append(r.getMessage())})())
-      def input_fn(params):
-        x = np.ones((200, 8), np.float32); y = np.zeros(200, np.int32)
-        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
-      def model_fn(features, labels, mode, params):
-        logits = tf.compat.v1.layers.dense(features, 2)
-        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
         step = tf.compat.v1.train.AdamOptimizer(0.1).minimize(
             loss, tf.compat.v1.train.get_global_step())
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step,

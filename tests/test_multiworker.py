@@ -164,20 +164,30 @@ def _latest_step(model_dir):
   return int(m.group(1)) if m else -1
 
 
+def _long_mlp_run(model_dir, save_every: int):
+  """Flags of a multi_replica MLP run too long to end by itself, saving every `save_every`."""
+  return ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
+          "--execution_strategy", "multi_replica", "--max_steps", "100000",
+          "--params_override", f"runconfig.save_checkpoints_steps={save_every}",
+          "--params_override", "runconfig.log_step_count_steps=1000"]
+
+
+def _wait_for_checkpoint(model_dir, procs, after: int, timeout: float = 240):
+  """Until the newest checkpoint is past step `after` (or a task ended, or time is up)."""
+  deadline = time.monotonic() + timeout
+  while _latest_step(model_dir) <= after and time.monotonic() < deadline \
+      and all(p.poll() is None for p in procs.values()):
+    time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_worker_stopped_mid_run_stops_the_chief_and_the_rerun_resumes(tmp_path):
   model_dir = tmp_path / "m"
   spec = launcher.local_spec(2)
-  flags = ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
-           "--execution_strategy", "multi_replica", "--max_steps", "100000",
-           "--params_override", "runconfig.save_checkpoints_steps=50",
-           "--params_override", "runconfig.log_step_count_steps=1000"]
+  flags = _long_mlp_run(model_dir, save_every=50)
   procs = _task_procs(tmp_path, spec, flags, "first")
   try:
-    deadline = time.monotonic() + 240
-    while _latest_step(model_dir) <= 0 and time.monotonic() < deadline \
-        and all(p.poll() is None for p in procs.values()):
-      time.sleep(0.1)
+    _wait_for_checkpoint(model_dir, procs, after=0)
     assert _latest_step(model_dir) > 0, (tmp_path / "first_chief0.err").read_text()[-3000:]
     # SIGTERM: the coordination service's preemption notifier must not swallow it; the
     # worker stops at the end of its step (exit 143), as Ctrl-C stops it.
@@ -218,16 +228,9 @@ def test_sigterm_on_the_chief_saves_at_the_step_and_the_worker_names_it(tmp_path
   died at once and the resume point was the last periodic save."""
   model_dir = tmp_path / "m"
   spec = launcher.local_spec(2)
-  flags = ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
-           "--execution_strategy", "multi_replica", "--max_steps", "100000",
-           "--params_override", "runconfig.save_checkpoints_steps=100000",
-           "--params_override", "runconfig.log_step_count_steps=1000"]
-  procs = _task_procs(tmp_path, spec, flags, "term")
+  procs = _task_procs(tmp_path, spec, _long_mlp_run(model_dir, save_every=100000), "term")
   try:
-    deadline = time.monotonic() + 240
-    while _latest_step(model_dir) < 0 and time.monotonic() < deadline \
-        and all(p.poll() is None for p in procs.values()):
-      time.sleep(0.1)
+    _wait_for_checkpoint(model_dir, procs, after=-1)
     time.sleep(2)  # some steps past the step-0 checkpoint
     procs["chief:0"].send_signal(signal.SIGTERM)
     codes = {n: p.wait(timeout=60) for n, p in procs.items()}
