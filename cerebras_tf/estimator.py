@@ -440,10 +440,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._said_off_engine = False
     self._said_foreign_driver = False
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
-    if config is None:
-      config = CSRunConfig()  # tf.estimator's own default would be a plain RunConfig
-    elif not isinstance(config, CSRunConfig):
-      config = CSRunConfig.from_run_config(config)
+    config = _as_cs_run_config(config)
     # The weight servers and worker processes run in another directory.
     model_dir = _absolute(model_dir)
     if config.model_dir:
@@ -468,11 +465,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     `model.input_names`); see cerebras_tf/keras_model.py for what differs.
     """
     model = keras_model_lib.load(keras_model, keras_model_path, custom_objects)
-    if config is None:
-      config = CSRunConfig()  # tf.estimator's own default would be a plain RunConfig
-    elif not isinstance(config, CSRunConfig):
-      config = CSRunConfig.from_run_config(config)
-    config = config or CSRunConfig()
+    config = _as_cs_run_config(config)
     if model_dir is not None or config.model_dir is None:
       config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
     # The warm-start checkpoint below is read by weight servers in another directory.
@@ -843,6 +836,14 @@ def _raise_unless_host_holds(result) -> None:
       f"{f', {copies} host replicas' if copies > 1 else ''}), and {report.fmt_bytes(have)} is "
       f"available; the engine's answers (fit, speed, placement) need no training "
       f"(--compile_only, or CerebrasEstimator.compile); to train here, make the model smaller")
+
+
+def _as_cs_run_config(config) -> CSRunConfig:
+  """A `config` argument as a CSRunConfig: None is the default one (tf.estimator's own default
+  would be a plain RunConfig, without a cs_config); a plain RunConfig is converted."""
+  if config is None:
+    return CSRunConfig()
+  return config if isinstance(config, CSRunConfig) else CSRunConfig.from_run_config(config)
 
 
 def _absolute(path: Optional[str]) -> Optional[str]:
