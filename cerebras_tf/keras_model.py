@@ -99,9 +99,9 @@ def _check_clonable(keras_model) -> None:
     if args and hasattr(layer.get_config, "_is_default"):
       raise ConfigError(
           f"Keras model '{keras_model.name}': layer '{layer.name}' ({type(layer).__name__}"
-          f"{defined_at(type(layer).__init__)}) takes __init__ arguments but has no get_config(), so it "
-          f"cannot be cloned into the estimator's graph; add get_config() returning them "
-          f"({{**super().get_config(), 'arg': self.arg}})")
+          f"{defined_at(type(layer).__init__)}) takes __init__ arguments but has no "
+          f"get_config(), so it cannot be cloned into the estimator's graph; add get_config() "
+          f"returning them ({{**super().get_config(), 'arg': self.arg}})")
 
 
 def architecture_token(keras_model) -> str:
