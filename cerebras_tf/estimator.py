@@ -307,7 +307,7 @@ class _CerebrasMethods:
     """Predicts from a checkpoint (refused when there is none); with use_cs=True the last
     compile must fit."""
     restore_from = self._checkpoint_for("predict", checkpoint_path)
-    input_fn, batch = self._for_engine(input_fn, ModeKeys.PREDICT, use_cs)
+    input_fn, batch = self._for_engine(_saying_endless(input_fn), ModeKeys.PREDICT, use_cs)
     for attempt in range(_VANISHED_RETRIES + 1):
       if attempt:
         restore_from = self._checkpoint_for("predict", checkpoint_path)
@@ -903,12 +903,30 @@ def _refusing_endless(input_fn):
     out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config)
     if _endless(out):
       raise ConfigError(
-          f"evaluate: the dataset of {getattr(input_fn, '__name__', 'the input_fn')}"
-          f"{defined_at(input_fn)} repeats forever (.repeat()) and steps is None, so the "
-          f"evaluation would never end; pass steps=N (--eval_steps), or build the eval "
-          f"dataset without .repeat()")
+          f"evaluate: the dataset of {_name_at(input_fn)} repeats forever (.repeat()) "
+          f"and steps is None, so the evaluation would never end; pass steps=N "
+          f"(--eval_steps), or build the eval dataset without .repeat()")
     return out
   return wrapped
+
+
+def _saying_endless(input_fn):
+  """A predict input_fn that warns of a dataset without end: the predictions generator never
+  ends either (`list(est.predict(...))` runs until memory does); taking a few with
+  itertools.islice is fine, so it is not refused."""
+  def wrapped(params, mode, config):
+    out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config)
+    if _endless(out):
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: predict: the dataset of %s repeats forever (.repeat()), so the "
+          "predictions never end: take what you need (itertools.islice), or build the predict "
+          "dataset without .repeat()", _name_at(input_fn))
+    return out
+  return wrapped
+
+
+def _name_at(fn) -> str:
+  return f"{getattr(fn, '__name__', type(fn).__name__)}{defined_at(fn)}"
 
 
 def _endless(dataset) -> bool:

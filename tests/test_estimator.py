@@ -386,10 +386,13 @@ def test_a_dataset_that_runs_out_says_so_and_the_next_call_takes_another_pass(tm
   assert "ran out" not in caplog.text
 
 
-def test_evaluating_on_a_repeating_dataset_without_steps_is_refused_not_endless(tmp_path):
+def test_evaluating_on_a_repeating_dataset_without_steps_is_refused_not_endless(tmp_path,
+                                                                               caplog):
   """The training input_fn reused for eval: `.repeat()` and steps=None read batch after batch
   (8.8 M examples in 90 s in the trial, never ending), in every mode and with use_cs=False
-  too. Now refused with the input_fn named; steps=N, or a dataset that ends, evaluates."""
+  too. Now refused with the input_fn named; steps=N, or a dataset that ends, evaluates.
+  predict on one is a generator without end (list() of it never returns): a warning, since
+  taking a few is fine."""
   cfg = _config(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
   est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
   est.train(_train_input, max_steps=5, use_cs=True)
@@ -399,6 +402,13 @@ def test_evaluating_on_a_repeating_dataset_without_steps_is_refused_not_endless(
       est.evaluate(_train_input, use_cs=use_cs)
   assert est.evaluate(_train_input, steps=3, use_cs=True)["global_step"] == 5
   assert est.evaluate(_eval_input, use_cs=True)["global_step"] == 5
+  with caplog.at_level(logging.WARNING):
+    predictions = est.predict(lambda params: _train_input(params).map(lambda f, y: f),
+                              use_cs=True)
+    assert len([p for _, p in zip(range(600), predictions)]) == 600  # past its 512 rows
+    predictions.close()  # leaves its graph (a suspended generator keeps it the default)
+  assert "predict: the dataset of <lambda> (tests/test_estimator.py:" in caplog.text
+  assert "repeats forever (.repeat()), so the predictions never end" in caplog.text
   filtered = lambda params: _train_input(params).filter(lambda f, y: True)  # noqa: E731
   assert tf.data.experimental.cardinality(filtered(PARAMS)) == tf.data.UNKNOWN_CARDINALITY
   # Unknown is not endless: a filter over a finite dataset ends. Steps bound this one.
