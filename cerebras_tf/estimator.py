@@ -143,6 +143,7 @@ class _CerebrasMethods:
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners, use_cs, run_max_steps):
     checkpoints.ensure_restorable(self.model_dir)
     self._restore_from = checkpoints.latest(self.model_dir)
+    self._say_warm_start_skipped()
     if max_steps is not None and self._restore_from and self._current_step() >= max_steps:
       # tf.estimator returns at once and says so only at INFO, in the log file.
       tf.compat.v1.logging.warning(
@@ -225,6 +226,29 @@ class _CerebrasMethods:
       raise NonFiniteLossError(float("nan"), hook.last_run_step()) from None
     finally:
       self._cs_run = None
+
+  def _say_warm_start_skipped(self) -> None:
+    """A warm start applies only to a model_dir without checkpoints (tf.estimator skips it
+    silently otherwise): a Keras model trained further in memory, or another warm_start_from,
+    given for a model_dir that already has a run, trained on from the old checkpoint. Said at
+    this estimator's first train call, when the checkpoint is not its own."""
+    first, self._trained_once = not self._trained_once, True
+    if not first or not self._restore_from:
+      return
+    keras_model = getattr(self._user_model_fn, "keras_model", None)
+    if keras_model is not None:
+      what = f"Keras model '{keras_model.name}'"  # saved at from_keras_model
+    elif self._warm_start_settings:
+      what = f"warm_start_from {self._warm_start_settings.ckpt_to_initialize_from}"
+    elif self._init_checkpoint:
+      what = f"init_checkpoint (--warm_start) {self._init_checkpoint}"
+    else:
+      return
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: %s has a checkpoint (step %d), and training resumes from it: the "
+        "weights of %s are not used (a warm start applies to a model_dir without "
+        "checkpoints); use a new model_dir to start from them", self.model_dir,
+        self._current_step(), what)
 
   def _saves_checkpoints(self) -> bool:
     return bool(self._config.save_checkpoints_steps or self._config.save_checkpoints_secs)
@@ -438,6 +462,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self.last_predict_checkpoint: Optional[str] = None  # what the last finished predict read
     self._said_cs_ip = False
     self._said_off_engine = False
+    self._trained_once = False
     self._said_foreign_driver = False
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
     config = _as_cs_run_config(config)

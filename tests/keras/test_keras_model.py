@@ -171,6 +171,26 @@ def test_warm_start_uses_the_keras_weights(tmp_path):
   assert got["loss"] == pytest.approx(expected, rel=1e-5)
 
 
+def test_a_keras_model_given_for_a_model_dir_with_a_run_is_said_unused(tmp_path, caplog):
+  """The Keras model's weights warm-start a model_dir without checkpoints only (tf.estimator
+  skips a warm start silently otherwise): a model trained further in memory (here: all 7s)
+  and given for the same model_dir trained on from the old checkpoint without a word. Now a
+  warning says so, once, at the new estimator's first train call."""
+  x, y = _data()
+  model = functional()
+  est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path))
+  est.train(_input_fn(model, x, y, repeat=True), max_steps=2, use_cs=True)
+  est.train(_input_fn(model, x, y, repeat=True), max_steps=3, use_cs=True)
+  assert "are not used" not in caplog.text  # its own run: nothing to say
+  again = functional()
+  again.set_weights([np.full_like(w, 7.0) for w in again.get_weights()])
+  est = CerebrasEstimator.from_keras_model(again, config=_config(tmp_path))
+  est.train(_input_fn(again, x, y, repeat=True), max_steps=4, use_cs=True)
+  assert (f"has a checkpoint (step 3), and training resumes from it: the weights of Keras "
+          f"model '{again.name}' are not used") in caplog.text
+  assert not (est.get_variable_value("hidden/kernel") == 7.0).any()
+
+
 def test_keras_model_path_and_bad_input(tmp_path):
   model = sequential()
   path = str(tmp_path / "m.keras")
