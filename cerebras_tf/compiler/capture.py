@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import threading
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -269,6 +270,34 @@ def _shapes(inputs: Dict[str, tf.Tensor]) -> str:
   return ", ".join(f"{n}{t.shape.as_list()}" for n, t in sorted(inputs.items()))
 
 
+# A capture stands in for tf1 optimizers' apply_gradients (below). The stand-in is installed
+# on the class while any thread captures, and acts for the capturing thread only: another
+# thread building its real training graph meanwhile gets the real updates. (Patching and
+# restoring per capture raced: two threads capturing at once left the stand-in installed for
+# good, and every later training graph of the process updated no weight.)
+_ORIGINAL_APPLY = tf.compat.v1.train.Optimizer.apply_gradients
+_recorders = threading.local()
+_patch_lock = threading.Lock()
+_patch_users = 0
+
+
+def _apply_or_stand_in(self, grads_and_vars, global_step=None, name=None):
+  recorder = getattr(_recorders, "current", None)
+  if recorder is None:
+    return _ORIGINAL_APPLY(self, grads_and_vars, global_step=global_step, name=name)
+  seen, steps = recorder
+  seen.append(type(self).__name__)
+  # The step still depends on the gradients it was given, so what a wrapper did to them
+  # (clipping, a TPU cross-replica sum) stays on the path lower.validate checks.
+  grads = [g.values if isinstance(g, tf.IndexedSlices) else g
+           for g, _ in grads_and_vars if g is not None]
+  with tf.control_dependencies(grads):
+    step = (tf.compat.v1.assign_add(global_step, 1).op if global_step is not None
+            else tf.no_op())
+  steps.add(step)  # stands for the updates it leaves out
+  return step
+
+
 @contextlib.contextmanager
 def _recording_optimizers():
   """Traces optimizers without their update ops, recording which optimizers were used.
@@ -276,29 +305,23 @@ def _recording_optimizers():
   The compiler reads the loss, the gradients (backward FLOPs) and the variables; the update
   ops (per-variable slot reads and assigns, half of BERT-Large's trace time) it never reads:
   optimizer state is priced from the optimizer's slot count. Gradients are still traced.
+  Yields (optimizer class names, the stand-in step ops).
   """
-  seen, steps = [], set()
-  v1 = tf.compat.v1.train.Optimizer
-  original = v1.apply_gradients
-
-  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-    del name
-    seen.append(type(self).__name__)
-    # The step still depends on the gradients it was given, so what a wrapper did to them
-    # (clipping, a TPU cross-replica sum) stays on the path lower.validate checks.
-    grads = [g.values if isinstance(g, tf.IndexedSlices) else g
-             for g, _ in grads_and_vars if g is not None]
-    with tf.control_dependencies(grads):
-      step = (tf.compat.v1.assign_add(global_step, 1).op if global_step is not None
-              else tf.no_op())
-    steps.add(step)  # stands for the updates it leaves out
-    return step
-
-  v1.apply_gradients = apply_gradients
+  global _patch_users
+  recorder = ([], set())
+  with _patch_lock:
+    if _patch_users == 0:
+      tf.compat.v1.train.Optimizer.apply_gradients = _apply_or_stand_in
+    _patch_users += 1
+  _recorders.current = recorder
   try:
-    yield seen, steps
+    yield recorder
   finally:
-    v1.apply_gradients = original
+    _recorders.current = None
+    with _patch_lock:
+      _patch_users -= 1
+      if _patch_users == 0:
+        tf.compat.v1.train.Optimizer.apply_gradients = _ORIGINAL_APPLY
 
 
 def measure_tokens(call_input_fn: Callable[[], object], sources: Sequence[tokens.LengthSource],

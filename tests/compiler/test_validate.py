@@ -323,3 +323,46 @@ def test_an_update_applied_inside_a_cond_is_not_taken_for_none():
       return tf.estimator.EstimatorSpec("train", loss=loss,
                                         train_op=tf.compat.v1.assign_add(step, 1))
   assert _captured(accumulating).optimizers == ("GradientDescentOptimizer",)
+
+
+def test_captures_in_two_threads_leave_the_real_optimizer_in_place():
+  """A capture stands in for tf1 apply_gradients. Patched and restored per capture, two
+  threads whose captures overlapped (A in, B in, A out, B out) left A's stand-in installed for
+  good: every later training graph of the process updated no weight (the threads trial then
+  refused its own model as updating nothing). Now the stand-in acts for the capturing thread
+  only, and the class gets its own method back when the last capture ends."""
+  import threading  # pylint: disable=import-outside-toplevel
+  original = tf.compat.v1.train.Optimizer.apply_gradients
+  a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+  real_ops = []
+
+  def real_update_types():
+    with tf.Graph().as_default():
+      v = tf.compat.v1.get_variable("v", [2], initializer=tf.compat.v1.ones_initializer())
+      step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(v * v))
+      return {op.type for op in capture.ancestors(step)}
+
+  def a():
+    with capture._recording_optimizers():  # pylint: disable=protected-access
+      a_in.set()
+      b_in.wait(10)
+      real_ops.append(("A, capturing", real_update_types()))
+    a_out.set()
+
+  def b():
+    a_in.wait(10)
+    real_ops.append(("B, not yet capturing while A does", real_update_types()))
+    with capture._recording_optimizers():  # pylint: disable=protected-access
+      b_in.set()
+      a_out.wait(10)
+
+  threads = [threading.Thread(target=a), threading.Thread(target=b)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(20)
+  assert tf.compat.v1.train.Optimizer.apply_gradients is original
+  # A capturing thread's graph gets the stand-in; any other graph, the real update.
+  assert {who: "ResourceApplyGradientDescent" in types for who, types in real_ops} == {
+      "A, capturing": False, "B, not yet capturing while A does": True}
+  assert "ResourceApplyGradientDescent" in real_update_types()
