@@ -609,6 +609,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   pair_flops = collections.Counter()
   act_bytes = collections.Counter()
   io_bytes = collections.Counter()
+  fed = set()  # the input placeholders counted in io_bytes
   spatial: Dict[str, List[ir.Spatial]] = collections.defaultdict(list)
   bwd_ops = []
   for i, op in enumerate(graph.get_operations()):
@@ -632,7 +633,10 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         if not any(_reads_variable(t.op) for t in op.inputs):
           pair_flops[layer] += f  # activation x activation: attention scores / context
       for t in op.inputs:
-        if t.op.type == "Placeholder":
+        if t.op.type == "Placeholder" and t not in fed:
+          # Each input crosses the host links once, to its first consumer (every op reading
+          # it counted it: (x - mean(x)) / std(x) in the model_fn tripled an image's io).
+          fed.add(t)
           io_bytes[layer] += (_static_size(t.shape) or 0) * t.dtype.size
     elif _GRAD_PREFIX.match(op.name):
       bwd_ops.append(op)

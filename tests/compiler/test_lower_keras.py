@@ -71,3 +71,20 @@ def test_a_keras_encoder_block_is_its_keras_layers():
     assert layer.fwd_flops == 2 * s * d * d + s * d, (proj, layer.fwd_flops)
   assert g.layer("ffn").fwd_flops >= 2 * s * d * 2 * d
   assert g.layer("ln").spatial == ()
+
+
+def test_an_input_read_by_two_ops_crosses_the_host_links_once():
+  """x [8, 1000] float32 read by a Dense layer and by a reduce_mean: by hand 1000 values x 4 B
+  = 4,000 B per sample from the host. Each reading op counted it, 8,000 B (an image
+  standardized in the model_fn, (x - mean(x)) / std(x), was counted three times)."""
+  def model_fn(features, labels):
+    del labels
+    x = features["x"]
+    loss = tf.reduce_mean(tf.keras.layers.Dense(4)(x) + tf.reduce_mean(x))
+    step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=step)
+
+  def input_fn():
+    return tf.data.Dataset.from_tensors(({"x": tf.zeros([8, 1000])}, tf.zeros([8], tf.int32)))
+  graph = lower.lower(capture.capture(input_fn, model_fn, 8), "two_readers")
+  assert sum(layer.io_bytes for layer in graph.layers) == 4000.0
