@@ -635,7 +635,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       for t in op.inputs:
         if t.op.type == "Placeholder" and t not in fed:
           # Each input crosses the host links once, to its first consumer (every op reading
-          # it counted it: (x - mean(x)) / std(x) in the model_fn tripled an image's io).
+          # it counted it: (x - mean(x)) / std(x) in the model_fn read an image 4 times).
           fed.add(t)
           io_bytes[layer] += (_static_size(t.shape) or 0) * t.dtype.size
     elif _GRAD_PREFIX.match(op.name):

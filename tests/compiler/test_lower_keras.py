@@ -76,7 +76,7 @@ def test_a_keras_encoder_block_is_its_keras_layers():
 def test_an_input_read_by_two_ops_crosses_the_host_links_once():
   """x [8, 1000] float32 read by a Dense layer and by a reduce_mean: by hand 1000 values x 4 B
   = 4,000 B per sample from the host. Each reading op counted it, 8,000 B (an image
-  standardized in the model_fn, (x - mean(x)) / std(x), was counted three times)."""
+  standardized in the model_fn, (x - mean(x)) / std(x), by 4 ops: counted 4 times)."""
   def model_fn(features, labels):
     del labels
     x = features["x"]
