@@ -610,6 +610,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   act_bytes = collections.Counter()
   io_bytes = collections.Counter()
   fed = set()  # the input placeholders counted in io_bytes
+  io_values = 0  # their values
   spatial: Dict[str, List[ir.Spatial]] = collections.defaultdict(list)
   bwd_ops = []
   for i, op in enumerate(graph.get_operations()):
@@ -638,6 +639,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
           # it counted it: (x - mean(x)) / std(x) in the model_fn read an image 4 times).
           fed.add(t)
           io_bytes[layer] += (_static_size(t.shape) or 0) * t.dtype.size
+          io_values += _static_size(t.shape) or 0
     elif _GRAD_PREFIX.match(op.name):
       bwd_ops.append(op)
   for op in bwd_ops:
@@ -682,7 +684,9 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         pair_share=min(1.0, pair_flops[n] / fwd_flops[n]) if fwd_flops[n] else 0.0,
         spatial=tuple(spatial.get(n, ()))))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
-                       dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len)
+                       dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
+                       input_value_bytes=(sum(io_bytes.values()) / io_values
+                                          if io_values else 0.0))
 
 
 def _token_scaling(fwd_flops: float, pair_flops: float, shape: Optional[tf.TensorShape],

@@ -134,6 +134,8 @@ class LayerGraph:
     dtype_bytes: bytes per element of the compute dtype (2 for fp16/bf16, 4 for fp32).
     optimizer: optimizer name, e.g. "adam", "sgd", "momentum".
     seq_len: sequence length when the model is a sequence model (for reports / VTS), else 0.
+    input_value_bytes: mean bytes per value of what the host sends (the input_fn's dtypes:
+      4 for float32 pixels, 1 for uint8 ones); 0 when not known (analytic graphs).
   """
 
   name: str
@@ -142,6 +144,7 @@ class LayerGraph:
   dtype_bytes: int = 2
   optimizer: str = "adam"
   seq_len: int = 0
+  input_value_bytes: float = 0.0
 
   @property
   def num_params(self) -> int:
@@ -162,7 +165,7 @@ class LayerGraph:
     raise KeyError(name)
 
   def to_dict(self) -> dict:
-    return {
+    d = {
         "name": self.name,
         "captured_batch_size": self.captured_batch_size,
         "dtype_bytes": self.dtype_bytes,
@@ -170,6 +173,9 @@ class LayerGraph:
         "seq_len": self.seq_len,
         "layers": [l.to_dict() for l in self.layers],
     }
+    if self.input_value_bytes:  # traced graphs only: analytic fingerprints stay as they were
+      d["input_value_bytes"] = self.input_value_bytes
+    return d
 
   @classmethod
   def from_dict(cls, d: dict) -> "LayerGraph":

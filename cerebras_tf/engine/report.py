@@ -236,6 +236,21 @@ def host_lines(perf) -> List[str]:
           f"validation/published.yaml); the host, not the wafer, may set the pace"]
 
 
+def io_lines(graph: ir.LayerGraph, perf) -> List[str]:
+  """What to change when the host links set the pace: the inputs' width. The io bound scales
+  with the bytes per value the input_fn sends; pixels sent as uint8 and cast in the model_fn
+  cross the links in a quarter of the float32 bytes (a model change: not an advisor option)."""
+  width = graph.input_value_bytes
+  if perf is None or not perf.bottleneck.startswith("io") or width <= 1:
+    return []
+  per_sample = sum(l.io_bytes for l in graph.layers)
+  return [f"io:               the host sends {fmt_bytes(per_sample)} per sample at {width:g} B "
+          f"per value (the input_fn's dtypes), {perf.io_samples_per_sec:,.1f} samples/s over "
+          f"the links; at 1 B per value (uint8 pixels, cast in the model_fn) they would carry "
+          f"{perf.io_samples_per_sec * width:,.1f} (the wafer computes "
+          f"{perf.compute_samples_per_sec:,.1f})"]
+
+
 def fmt_duration(seconds: float) -> str:
   """"42 s", "5.5 min", "8.0 h", "3.2 days": a length of time a person budgets with."""
   if not math.isfinite(seconds) or seconds < 0:
@@ -335,6 +350,7 @@ def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> Li
     out.append("sensitive to:     " + ", ".join(
         f"{k} ({e:+.2f}% per +1%)" for k, e in sens))
   out.extend(host_lines(perf))
+  out.extend(io_lines(graph, perf))
   if advice:
     out.extend(advice_lines(graph, plan, perf, engine, options))
   return out

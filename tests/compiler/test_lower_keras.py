@@ -88,3 +88,4 @@ def test_an_input_read_by_two_ops_crosses_the_host_links_once():
     return tf.data.Dataset.from_tensors(({"x": tf.zeros([8, 1000])}, tf.zeros([8], tf.int32)))
   graph = lower.lower(capture.capture(input_fn, model_fn, 8), "two_readers")
   assert sum(layer.io_bytes for layer in graph.layers) == 4000.0
+  assert graph.input_value_bytes == 4.0  # float32: what report.io_lines says to narrow

@@ -43,7 +43,7 @@ import pytest
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
 from cerebras_tf.compiler.plan import get_planner
-from cerebras_tf.engine import perf, spec
+from cerebras_tf.engine import perf, report, spec
 
 
 def dense_graph(batch=1):
@@ -117,11 +117,20 @@ def test_io_bound_when_the_input_is_big(cs2):
   # 128 KB of input per sample: 150e9 / 131,072 = 1,144,409.2 samples/s < 1,393,539 compute
   # (batch 4096, above).
   g = dense_graph(4096)
-  g = ir.LayerGraph(g.name, (dataclasses.replace(g.layers[0], io_bytes=131072.0),), 4096)
+  g = ir.LayerGraph(g.name, (dataclasses.replace(g.layers[0], io_bytes=131072.0),), 4096,
+                    input_value_bytes=4.0)
   opts = plans.PlanOptions(batch_size=4096)
   perf_ = perf.simulate(get_planner("pipelined").plan(g, cs2, opts), g, cs2, opts)
   assert perf_.samples_per_sec == pytest.approx(1144409.2, rel=1e-6)
   assert perf_.bottleneck == "io: 12 x 100 GbE host links"
+  # What to change: the same values at 1 B each are 32,768 B a sample, 150e9 / 32,768 =
+  # 4,577,636.7 samples/s over the links; the compute bound (1,393,539) would then set the pace.
+  (line,) = report.io_lines(g, perf_)
+  assert line.endswith("the host sends 131.07 KB per sample at 4 B per value (the input_fn's "
+                       "dtypes), 1,144,409.2 samples/s over the links; at 1 B per value (uint8 "
+                       "pixels, cast in the model_fn) they would carry 4,577,636.7 (the wafer "
+                       "computes 1,393,539.5)")
+  assert report.io_lines(dataclasses.replace(g, input_value_bytes=1.0), perf_) == []
 
 
 def test_cs3_core_is_eight_wide():
