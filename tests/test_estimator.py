@@ -343,9 +343,15 @@ def test_the_progress_line_shows_a_tiny_utilization_not_zero():
     hook = CSProgressHook(tf.constant(0.5), 16, 15842.0, 8.3e-8, None, 10, every_n_steps=1,
                           log_fn=lines.append)
     hook.begin()
-    for step in (0, 1):
-      hook.after_run(None, tf.compat.v1.train.SessionRunValues(
-          results={"loss": 0.5, "step": step}, options=None, run_metadata=None))
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      hook.after_create_session(session, None)
+      for _ in range(2):
+        hook.before_run(None)
+        hook.after_run(None, tf.compat.v1.train.SessionRunValues(
+            results={"loss": 0.5}, options=None, run_metadata=None))
+  assert lines[0].startswith("step 1/10  loss 0.5"), lines
+  assert lines[1].startswith("step 2/10  loss 0.5"), lines
   assert "engine (simulated) 15,842 samples/s  util 0.0000083%  ETA" in lines[1], lines
 
 

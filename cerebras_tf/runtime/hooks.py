@@ -73,6 +73,14 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     self._since_t = None
     self._since_step = None
     self._runs = 0
+    self._start = None
+
+  def after_create_session(self, session, coord):
+    # The step before the first run, read while nothing trains. Read in the same run as the
+    # train_op, the global step may be taken before or after that run's increment (under
+    # MirroredStrategy it was, now and then: "step 2" printed twice, "step 1" never).
+    del coord
+    self._start = int(session.run(self._global_step))
 
   def before_run(self, run_context):
     # Fetch only on logging steps: tf.estimator's NanTensorHook already checks every step
@@ -80,13 +88,13 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     self._runs += 1
     if self._t0 is not None and self._runs % self._every:
       return None
-    return tf.compat.v1.train.SessionRunArgs({"loss": self._loss, "step": self._global_step})
+    return tf.compat.v1.train.SessionRunArgs({"loss": self._loss})
 
   def after_run(self, run_context, run_values):
     if run_values.results is None:
       return
     loss = float(run_values.results["loss"])
-    step = int(run_values.results["step"]) + 1  # the step just taken
+    step = self._start + self._runs  # the step just taken: each run advances it by one
     now = time.perf_counter()
     if not math.isfinite(loss):
       raise NonFiniteLossError(loss, step)
@@ -114,8 +122,8 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     self._since_t, self._since_step = now, step
 
   def last_run_step(self) -> Optional[int]:
-    """The global step the last session run took (counted from the first one fetched)."""
-    return None if self._step0 is None else self._step0 + self._runs - 1
+    """The global step the last session run took (counted from the session's start)."""
+    return None if self._start is None or not self._runs else self._start + self._runs
 
   def end(self, session):
     if self._writer is not None:
