@@ -335,7 +335,10 @@ def test_evaluation_shows_progress_then_its_total():
 
 def test_the_progress_line_shows_a_tiny_utilization_not_zero():
   """The MLP's progress line said "util 0.0%" (8.3e-8 of the wafer): read as broken. It is
-  written as the report writes it, two significant digits below 0.1%."""
+  written as the report writes it, two significant digits below 0.1%. Its step is counted
+  from the session's start: the global step read in the same run may be taken after that
+  run's increment (multi_replica printed "step 2" twice, never "step 1"); a jump of more than
+  one (other workers' steps) is followed."""
   from cerebras_tf.runtime.hooks import CSProgressHook  # pylint: disable=import-outside-toplevel
   lines = []
   with tf.Graph().as_default():
@@ -348,10 +351,13 @@ def test_the_progress_line_shows_a_tiny_utilization_not_zero():
       hook.after_create_session(session, None)
       for _ in range(2):
         hook.before_run(None)
+        # The global step read in the run may come after its increment: still step 1, 2.
         hook.after_run(None, tf.compat.v1.train.SessionRunValues(
-            results={"loss": 0.5}, options=None, run_metadata=None))
-  assert lines[0].startswith("step 1/10  loss 0.5"), lines
-  assert lines[1].startswith("step 2/10  loss 0.5"), lines
+            results={"loss": 0.5, "step": len(lines) + 1}, options=None, run_metadata=None))
+      hook.before_run(None)  # another worker has taken 5 steps meanwhile: follow the count
+      hook.after_run(None, tf.compat.v1.train.SessionRunValues(
+          results={"loss": 0.5, "step": 7}, options=None, run_metadata=None))
+  assert [l.split("  ")[0] for l in lines] == ["step 1/10", "step 2/10", "step 8/10"], lines
   assert "engine (simulated) 15,842 samples/s  util 0.0000083%  ETA" in lines[1], lines
 
 

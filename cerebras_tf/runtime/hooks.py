@@ -76,9 +76,10 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     self._start = None
 
   def after_create_session(self, session, coord):
-    # The step before the first run, read while nothing trains. Read in the same run as the
-    # train_op, the global step may be taken before or after that run's increment (under
-    # MirroredStrategy it was, now and then: "step 2" printed twice, "step 1" never).
+    # The step before the first run, read while nothing trains; runs count on from it. Read
+    # in the same run as the train_op, the global step may be taken before or after that
+    # run's increment (under MirroredStrategy it was, now and then: "step 2" printed twice,
+    # "step 1" never), so that read only corrects a count other workers have moved.
     del coord
     self._start = int(session.run(self._global_step))
 
@@ -88,13 +89,16 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     self._runs += 1
     if self._t0 is not None and self._runs % self._every:
       return None
-    return tf.compat.v1.train.SessionRunArgs({"loss": self._loss})
+    return tf.compat.v1.train.SessionRunArgs({"loss": self._loss, "step": self._global_step})
 
   def after_run(self, run_context, run_values):
     if run_values.results is None:
       return
     loss = float(run_values.results["loss"])
     step = self._start + self._runs  # the step just taken: each run advances it by one
+    read = int(run_values.results["step"]) + 1
+    if abs(read - step) > 1:  # other workers advance it too (between-graph weight servers)
+      self._start, step = read - self._runs, read
     now = time.perf_counter()
     if not math.isfinite(loss):
       raise NonFiniteLossError(loss, step)
