@@ -176,6 +176,7 @@ class _CerebrasMethods:
 
   def _train_on_engine(self, input_fn, hooks, steps, max_steps, saving_listeners,
                        run_max_steps):
+    strategies.form_cluster(self.cs_config)
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
     _raise_unless_host_holds(result)

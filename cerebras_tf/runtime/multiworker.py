@@ -20,13 +20,14 @@ Faults TensorFlow leaves to the user, handled here:
 """
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_coordinator as dc
@@ -49,14 +50,26 @@ def _training_spec(cluster: tf_config.TFConfig):
       {job: cluster.cluster[job] for job in peers.TRAINING_JOBS if job in cluster.cluster})
 
 
+# One strategy per cluster and task in a process: later train calls (train_and_eval's rounds)
+# reuse the one formed first.
+_formed: Dict[str, tf.distribute.Strategy] = {}
+
+
 def strategy(cluster: tf_config.TFConfig,
              formation_timeout_s: float = FORMATION_TIMEOUT_S) -> tf.distribute.Strategy:
   """MultiWorkerMirroredStrategy for this task; returns once every training task joined.
+
+  The first call must come before anything starts TensorFlow's eager context: collectives
+  can be configured only before it, and building a tf.cond or a while loop in any graph
+  starts it (strategies.form_cluster calls this before the compiler traces the model_fn).
 
   A task that does not join within `formation_timeout_s` is named on stderr by a watchdog
   process, which then ends this one (TensorFlow forms the cluster holding the GIL, and its
   own registration timeout did not fire in a 40 s probe).
   """
+  key = json.dumps([cluster.cluster, cluster.task_type, cluster.task_index], sort_keys=True)
+  if key in _formed:
+    return _formed[key]
   spec = _training_spec(cluster)
   ctx = eager_context.context()
   if ctx.coordination_service is None:
@@ -85,6 +98,7 @@ def strategy(cluster: tf_config.TFConfig,
   # The coordination service's preemption notifier catches SIGTERM and keeps the process
   # alive; a user (or the launcher) that sends SIGTERM means stop.
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  _formed[key] = dist
   return dist
 
 

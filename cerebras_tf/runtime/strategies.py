@@ -97,6 +97,16 @@ def host_devices(cs_config) -> dict:
   return {"num_workers": 1, "host_devices": logical_cpu_count()}
 
 
+def form_cluster(cs_config) -> None:
+  """A data-parallel run on several workers forms its MultiWorkerMirroredStrategy now, before
+  the compiler traces the model_fn: a tf.cond or while loop in it (gradient accumulation, an
+  RNN) starts TensorFlow's eager context, after which collectives cannot be configured."""
+  cluster = tf_config.current()
+  if (cluster is not None and cluster.multi_worker
+      and cs_config.execution_strategy != plans.WEIGHT_STREAMING):
+    multiworker.strategy(cluster)
+
+
 def logical_cpu_count() -> int:
   return len(tf.config.list_logical_devices("CPU"))
 
