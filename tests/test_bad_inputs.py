@@ -82,12 +82,12 @@ ROWS = parse_catalogue()
 SLOW = {"does_not_fit", "ckpt_changed_bert"}
 # Rows that need a fresh TensorFlow process (2 logical CPUs for 2 host replicas) run only
 # through scripts/run.py.
-SCRIPT_ONLY = {"own_batch_key", "grad_accum_replicas"}
+SCRIPT_ONLY = {"own_batch_key"}
 # Rows whose stderr, through scripts/run.py, must be the one error line and nothing else:
 # before TensorFlow starts, after it starts, after training steps ran.
 THROUGH_THE_SCRIPT = ("yaml_tag", "tf_config_json", "nan_loss_no_cs", "nan_loss",
                       "eval_no_checkpoint", "ckpt_changed_model", "own_batch_key",
-                      "model_dir_locked", "trace_failure", "grad_accum_replicas")
+                      "model_dir_locked", "trace_failure")
 
 
 def make_fixtures(tmp):

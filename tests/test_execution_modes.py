@@ -1,6 +1,7 @@
 """The three execution modes really run, on TensorFlow's own distributed runtime, and agree.
 
-Same params and seed: the per-step loss of pipelined (one device), multi_replica
+Same params and seed (momentum, clipped every step, accumulated over 2 micro-batches): the
+per-step loss of pipelined (one device), multi_replica
 (MirroredStrategy, 2 replicas splitting the global batch) and weight_streaming (variables and
 optimizer on ps tasks = MemoryX; 1 and 2 systems) must agree within float tolerance over 24
 steps; so must auto, which picks multi_replica for this model and trains it on 2 host
@@ -36,6 +37,14 @@ def _needs_planner(strategy):
 # Adam amplifies that a little over 24 steps. 1e-4 relative is far below any real divergence
 # (a wrong gradient scale, e.g. summing instead of averaging replicas, moves step 2 by >10%).
 RTOL = 1e-4
+# The update of one device, on every runtime: the replicas' gradients summed, then clipped by
+# the global norm and accumulated over micro-batches once. Momentum is linear in the gradient
+# and 0.05 clips every step; clipping each replica's share by the limit (the bug before) let
+# through up to R times the step and moved step 2 by 3e-4 and step 24 by 5% at R = 2.
+CLIPPED = ("--params_override", "optimizer.optimizer_type=momentum",
+           "--params_override", "optimizer.learning_rate=0.1",
+           "--params_override", "optimizer.max_gradient_norm=0.05")
+ACCUMULATING = CLIPPED + ("--params_override", "optimizer.grad_accum_steps=2")
 
 
 def _losses(tmp_path, name, *flags):
@@ -56,14 +65,15 @@ def _losses(tmp_path, name, *flags):
 @pytest.fixture(scope="module")
 def pipelined(tmp_path_factory):
   return _losses(tmp_path_factory.mktemp("modes"), "pipelined", "--execution_strategy",
-                 "pipelined")[0]
+                 "pipelined", *ACCUMULATING)[0]
 
 
 @pytest.mark.slow
 def test_multi_replica_matches_pipelined(tmp_path, pipelined):
   _needs_planner("multi_replica")
+  # Accumulating on tf.distribute's replicas was refused before (a merge_call in a tf.cond).
   losses, log = _losses(tmp_path, "mr", "--execution_strategy", "multi_replica",
-                        "--params_override", "csconfig.num_replicas=2")
+                        "--params_override", "csconfig.num_replicas=2", *ACCUMULATING)
   assert "multi_replica runtime: 2 replica(s)" in log
   np.testing.assert_allclose(losses, pipelined, rtol=RTOL)
 
@@ -74,7 +84,7 @@ def test_auto_runs_the_chosen_multi_replica_on_host_replicas(tmp_path):
   # sample per copy, 12% faster than pipelined; at the config's batch 64 the gain is 2.9%,
   # under the 5% auto asks, and it stays pipelined); the host trains that plan as 2
   # MirroredStrategy replicas of 128, the same global batch.
-  batch = ("--params_override", "train_input.batch_size=256")
+  batch = ("--params_override", "train_input.batch_size=256", *CLIPPED)
   losses, log = _losses(tmp_path, "auto", "--execution_strategy", "auto", *batch)
   assert re.search(r"R=256 replicas on the engine \(chosen by auto\); the host trains them as "
                    r"2 replica\(s\) of 128 samples", log), log[-3000:]
@@ -88,7 +98,7 @@ def test_auto_runs_the_chosen_multi_replica_on_host_replicas(tmp_path):
 def test_weight_streaming_matches_pipelined(tmp_path, pipelined, systems):
   _needs_planner("weight_streaming")
   losses, log = _losses(tmp_path, f"ws{systems}", "--execution_strategy", "weight_streaming",
-                        "--num_csx", str(systems), "--num_wgt_servers", "2")
+                        "--num_csx", str(systems), "--num_wgt_servers", "2", *ACCUMULATING)
   assert re.search(rf"weight_streaming runtime: {systems} replica\(s\) of {64 // systems} samples over 1 "
                    r"worker\(s\); 2 weight server\(s\)", log), log[-2000:]
   np.testing.assert_allclose(losses, pipelined, rtol=RTOL)

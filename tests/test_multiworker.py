@@ -42,7 +42,13 @@ def _run_flags(model_dir, *extra, steps=STEPS, params="configs/params_mlp.yaml")
   return ["--params", params, "--model_dir", str(model_dir),
           "--max_steps", str(steps), "--params_override", f"train_input.batch_size={BATCH}",
           "--params_override", "runconfig.log_step_count_steps=1",
-          "--params_override", "runconfig.op_determinism=true", *extra]
+          "--params_override", "runconfig.op_determinism=true",
+          # Clipped once and accumulated once, as on one device. A tf.cond (the accumulation)
+          # in the traced model once started TensorFlow before the workers could form.
+          "--params_override", "optimizer.optimizer_type=momentum",
+          "--params_override", "optimizer.learning_rate=0.1",
+          "--params_override", "optimizer.max_gradient_norm=0.05",
+          "--params_override", "optimizer.grad_accum_steps=2", *extra]
 
 
 def _losses(text, prefix=""):

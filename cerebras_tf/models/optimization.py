@@ -31,7 +31,6 @@ from typing import Any, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
-from cerebras_tf.errors import ParamsError
 
 tf1 = tf.compat.v1
 
@@ -217,9 +216,36 @@ def _clip(grads, max_norm):
   return tf.clip_by_global_norm(grads, float(max_norm))
 
 
+def _scaled(grad, factor: float):
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(grad.values * factor, grad.indices, grad.dense_shape)
+  return grad * factor
+
+
+def _sum_across(distribution, *grads):
+  """In cross-replica context: each replica's gradients, summed, on every replica's device.
+  (ReplicaContext.all_reduce does this too, but its gradient wrapper looks the replicas'
+  variables up by a name graph mode does not give them.)"""
+  return distribution.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM,
+                                               [(g, g) for g in grads])
+
+
+def _when(pred, make_op):
+  """Runs the op `make_op()` builds only where `pred` is true; a bool tensor that follows it."""
+  def run():
+    with tf.control_dependencies([make_op()]):
+      return tf.constant(True)
+  return tf.cond(pred, run, lambda: tf.constant(False))
+
+
 def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
                    var_list: Optional[Sequence[tf.Variable]] = None):
   """Gradients of `loss`, clipped and (optionally accumulated) applied; bumps global_step.
+
+  Under a distribution strategy (multi_replica's host replicas, several systems' weight
+  streaming, several workers) the update is the one-device update of the global batch: the
+  replicas' gradients are summed before they are clipped, accumulated or logged (clipping
+  each replica's share by the global-norm limit let through up to R times the step).
 
   Args:
     loss: float32 scalar.
@@ -238,10 +264,11 @@ def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
 
   lr = learning_rate_schedule(opt, global_step // accum, total_steps // accum)
   optimizer = make_optimizer(opt, lr)
-  # Under a distribution strategy each replica sees 1/R of the global batch and apply_gradients
-  # SUMS the replicas' gradients; dividing by R makes that the global-batch mean, as in one
-  # device. (tf1's compute_gradients does this itself; tf.gradients does not.)
+  # Under a distribution strategy each replica sees 1/R of the global batch: dividing its loss
+  # by R makes the replicas' SUM of gradients the global-batch mean, as in one device. (tf1's
+  # compute_gradients does this itself; tf.gradients does not.)
   ctx = tf.distribute.get_replica_context()
+  in_replicas = tf.distribute.has_strategy() and ctx is not None
   replicas = ctx.num_replicas_in_sync if ctx is not None else 1
   grads = tf.gradients(loss * (scale / replicas) if scale != 1.0 or replicas > 1 else loss, tvars)
   if replicas > 1:
@@ -251,39 +278,53 @@ def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
   if scale != 1.0:
     grads = [None if g is None else g / scale for g in grads]
   pairs = [(g, v) for g, v in zip(grads, tvars) if g is not None]
+  if in_replicas and replicas > 1:
+    summed = ctx.merge_call(_sum_across, args=tuple(g for g, _ in pairs))
+    pairs = list(zip(summed, [v for _, v in pairs]))
+  variables = [v for _, v in pairs]
   max_norm = opt.get("max_gradient_norm")
+
+  def shares(clipped):
+    # Under replicas each holds the same summed gradient and apply_gradients sums theirs.
+    if not in_replicas or replicas == 1:
+      return list(zip(clipped, variables))
+    return [(_scaled(g, 1.0 / replicas), v) for g, v in zip(clipped, variables)]
 
   if accum == 1:
     clipped, norm = _clip([g for g, _ in pairs], max_norm)
-    update = optimizer.apply_gradients(list(zip(clipped, [v for _, v in pairs])))
+    update = optimizer.apply_gradients(shares(clipped))
   else:
-    if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
-      # apply_gradients inside the tf.cond below would need a merge_call in a function.
-      raise ParamsError(
-          f"optimizer.grad_accum_steps {accum} cannot run on multi_replica's host replicas: "
-          f"tf.distribute cannot apply an accumulated update inside a tf.cond (merge_call in "
-          f"a function); raise train_input.batch_size instead (the replicas split it), or "
-          f"train pipelined or weight_streaming, where it accumulates")
     # Accumulate the mean of N micro-batch gradients in float32 slots kept in checkpoints,
-    # apply them on every N-th micro-step, then zero them.
+    # apply them on every N-th micro-step, then zero them. Every replica adds the same summed
+    # gradient, so the first replica's value is the one kept.
     with tf1.variable_scope("grad_accum"):
-      slots = [tf1.get_variable(v.op.name, v.shape, tf.float32, tf1.zeros_initializer(),
-                                trainable=False) for _, v in pairs]
+      # v.name: a replica's own copy has "/replica_1" in its op name, the variable does not.
+      slots = [tf1.get_variable(v.name.split(":")[0], v.shape, tf.float32,
+                                tf1.zeros_initializer(), trainable=False,
+                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+               for v in variables]
     adds = [s.assign_add(tf.convert_to_tensor(g) / float(accum))
             for s, (g, _) in zip(slots, pairs)]
-
-    def apply_accumulated():
-      clipped, norm = _clip([s.read_value() for s in slots], max_norm)
-      applied = optimizer.apply_gradients(list(zip(clipped, [v for _, v in pairs])))
-      with tf.control_dependencies([applied]):
-        zeroed = tf.group([s.assign(tf.zeros_like(s)) for s in slots])
-      with tf.control_dependencies([zeroed]):
-        return tf.identity(norm)
-
     with tf.control_dependencies(adds):
       is_update = tf.equal((global_step + 1) % accum, 0)
-      norm = tf.cond(is_update, apply_accumulated, lambda: tf.constant(-1.0))
-    update = norm.op
+      clipped, norm = _clip([s.read_value() for s in slots], max_norm)
+
+    def applied_then_zeroed(apply_op):
+      with tf.control_dependencies([apply_op]):
+        return tf.group([s.assign(tf.zeros(s.shape, s.dtype)) for s in slots])
+
+    if not in_replicas:
+      update = _when(is_update, lambda: applied_then_zeroed(
+          optimizer.apply_gradients(shares(clipped))))
+    else:
+      # tf.distribute cannot merge the replicas inside a tf.cond (merge_call in a function):
+      # merge first, then choose, as tf1's apply_gradients itself merges first.
+      def apply_merged(distribution, grads_and_vars, is_update):
+        apply = optimizer._distributed_apply  # pylint: disable=protected-access
+        return _when(distribution.experimental_local_results(is_update)[0],
+                     lambda: applied_then_zeroed(apply(distribution, grads_and_vars)))
+      update = ctx.merge_call(apply_merged, args=(shares(clipped), is_update))
+    norm = tf.where(is_update, norm, -1.0)
 
   with tf.control_dependencies([update]):
     train_op = global_step.assign_add(1)
