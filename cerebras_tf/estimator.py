@@ -28,6 +28,7 @@ import cerebras_tf
 from cerebras_tf import keras_model as keras_model_lib
 from cerebras_tf.compiler import capture as capture_lib
 from cerebras_tf.compiler import compile as compile_lib
+from cerebras_tf.compiler import lower as lower_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnError,
@@ -417,6 +418,7 @@ class _CerebrasMethods:
     if run is not None:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
       _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
+      _say_per_replica_clipping(tf.compat.v1.get_default_graph(), self._train_distribution)
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 
@@ -796,6 +798,30 @@ def _say_per_replica_variables(graph, distribution) -> None:
           "the %d host replicas keeps its own copy, and a read (a checkpoint) sees the "
           "first's; create it with aggregation=tf.VariableAggregation.SUM (a count) or MEAN",
           v.name.split(":")[0], len(copies))
+
+
+_GLOBAL_NORM_CLIP = re.compile(r"(?:^|/)clip_by_global_norm(?:_\d+)?/")
+
+
+def _say_per_replica_clipping(graph, distribution) -> None:
+  """A model_fn that clips its gradients by their global norm (google-research/bert's
+  optimizer does) clips, under data parallelism, each host replica's 1/R share of the
+  gradient by the whole limit: the update can be up to R times the one-device step (the
+  reference models' optimizer sums first). tf.distribute says nothing; this names the line,
+  once per training call."""
+  replicas = getattr(distribution, "num_replicas_in_sync", 1)
+  if replicas < 2:
+    return
+  for op in graph.get_operations():
+    if _GLOBAL_NORM_CLIP.search(op.name) and not lower_lib.built_by_cerebras_tf(op):
+      where = lower_lib.user_source(op)
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: %sthe model_fn clips its gradients by their global norm in each of "
+          "the %d host replicas: each clips its own 1/%d share by the whole limit, so a "
+          "clipped update is up to %dx the one-device one; clip the replicas' sum (the "
+          "reference optimizer, cerebras_tf.models.optimization.build_train_op, does), or "
+          "train pipelined", f"{where}: " if where else "", replicas, replicas, replicas)
+      return
 
 
 def _say_updates_not_run(graph, train_op, global_step) -> None:

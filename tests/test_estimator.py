@@ -693,6 +693,44 @@ def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
     assert f"SEEN {seen}" in proc.stdout and f"SAID {said}" in proc.stdout, out
 
 
+def test_clipping_each_replicas_share_is_named_in_multi_replica(tmp_path):
+  """google-research/bert's optimizer clips by the global norm inside the model_fn: on 2 host
+  replicas each clipped its own half of the gradient by the whole limit, up to 2x the
+  one-device step, without a word. Now the line is named; the reference optimizer (which
+  sums the replicas' gradients before it clips) called from a model_fn is not. A fresh
+  process: multi_replica needs its 2 CPUs before TF starts."""
+  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
+        opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+        if sys.argv[2] == "own":
+          grads_and_vars = opt.compute_gradients(loss)
+          grads, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], 1.0)  # CLIP LINE
+          step = opt.apply_gradients(zip(grads, [v for _, v in grads_and_vars]),
+                                     tf.compat.v1.train.get_global_step())
+        else:
+          from cerebras_tf.models import optimization
+          step, _ = optimization.build_train_op(loss, {"optimizer_type": "sgd",
+              "learning_rate": 0.1, "max_gradient_norm": 1.0}, 10)
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
+                                                    num_replicas=2)))
+      est.train(input_fn, max_steps=2, use_cs=True)
+      print("SAID", [m for m in said if "clips its gradients" in m])
+      """)
+  line = script.splitlines().index(next(l for l in script.splitlines() if "CLIP LINE" in l)) + 1
+  for how, expected in (("own", [f"cerebras_tf: <string>:{line}: the model_fn clips its "
+                                 f"gradients by their global norm in each of the 2 host "
+                                 f"replicas: each clips its own 1/2 share by the whole limit, "
+                                 f"so a clipped update is up to 2x the one-device one; clip "
+                                 f"the replicas' sum (the reference optimizer, "
+                                 f"cerebras_tf.models.optimization.build_train_op, does), or "
+                                 f"train pipelined"]),
+                        ("reference", [])):
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / how), how], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert f"SAID {expected}" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
 def _saver_model_fn(saver_first):
   def model_fn(features, labels, mode, params):
     logits = tf.compat.v1.layers.dense(features["x"], params["num_classes"])

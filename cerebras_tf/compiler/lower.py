@@ -292,21 +292,36 @@ def op_bytes(op) -> float:
     return 0.0
 
 
-def user_source(op) -> str:
-  """`file:line` of the innermost frame outside TensorFlow/numpy/cerebras_tf that built `op`."""
+def _frames_outside_tf(op):
+  """(path, line, ours) of the frames that built `op`, innermost first, without those of
+  TensorFlow, numpy and the standard library; `ours`: a cerebras_tf frame."""
   try:
     frames = list(op.traceback)
   except Exception:  # pylint: disable=broad-except
-    return ""
+    return
   ours = os.path.normpath(os.path.dirname(os.path.dirname(__file__))) + os.sep
   for f in reversed(frames):
     path = os.path.normpath(f.filename)
-    if "site-packages" in path or path.startswith(_FRAMEWORK_DIRS) or path.startswith(ours):
+    if "site-packages" in path or path.startswith(_FRAMEWORK_DIRS):
       continue
     if os.sep + "python3." in path and os.sep + "lib" + os.sep in path:
       continue
-    return f"{os.path.relpath(path) if not os.path.relpath(path).startswith('..') else path}:{f.lineno}"
+    yield path, f.lineno, path.startswith(ours)
+
+
+def user_source(op) -> str:
+  """`file:line` of the innermost frame outside TensorFlow/numpy/cerebras_tf that built `op`."""
+  for path, line, ours in _frames_outside_tf(op):
+    if not ours:
+      rel = os.path.relpath(path)
+      return f"{rel if not rel.startswith('..') else path}:{line}"
   return ""
+
+
+def built_by_cerebras_tf(op) -> bool:
+  """Whether cerebras_tf's own code (a reference model, its optimizer) called TensorFlow to
+  build `op`, even from a user's model_fn."""
+  return next((ours for _, _, ours in _frames_outside_tf(op)), False)
 
 
 def _variable_read(op, depth: int = 3) -> Optional[str]:
