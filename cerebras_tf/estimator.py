@@ -109,6 +109,23 @@ def _as_estimator_spec(spec, user_model_fn) -> model_fn_lib.EstimatorSpec:
                      f"loss=..., train_op=...) (predictions=... in predict mode)")
 
 
+def _check_single_examples(predictions, predict_keys, user_model_fn) -> None:
+  """predict(yield_single_examples=True) splits every prediction along its first (batch)
+  dimension: a scalar one failed in tf.estimator with "IndexError: tuple index out of range"
+  after the model was built and restored."""
+  items = predictions.items() if isinstance(predictions, dict) else [(None, predictions)]
+  for key, tensor in items:
+    if key is not None and predict_keys and key not in predict_keys:
+      continue
+    if isinstance(tensor, tf.Tensor) and tensor.shape.rank == 0:
+      what = f"predictions['{key}']" if key is not None else "predictions"
+      raise ModelFnError(
+          f"model_fn{defined_at(user_model_fn)}: {what} is a scalar, but predict yields one "
+          f"result per example, taken along each prediction's first (batch) dimension: give "
+          f"it that dimension (e.g. tf.fill([tf.shape(logits)[0]], value)), leave it out of "
+          f"predictions, or call predict(..., yield_single_examples=False)")
+
+
 def _predict_hint(mode, features, labels, message: str) -> str:
   """What a model_fn that fails in predict mode (predict, export) most likely did."""
   if mode != ModeKeys.PREDICT:
@@ -334,6 +351,7 @@ class _CerebrasMethods:
     compile must fit."""
     restore_from = self._checkpoint_for("predict", checkpoint_path)
     input_fn, batch = self._for_engine(_saying_endless(input_fn), ModeKeys.PREDICT, use_cs)
+    self._single_examples = (predict_keys,) if yield_single_examples else None
     for attempt in range(_VANISHED_RETRIES + 1):
       if attempt:
         restore_from = self._checkpoint_for("predict", checkpoint_path)
@@ -356,6 +374,7 @@ class _CerebrasMethods:
           raise
       finally:
         self._restore_from = None
+        self._single_examples = None
 
   def _for_engine(self, input_fn, mode, use_cs):
     """(input_fn, batch) for eval/predict: with use_cs the last compile must fit, and the
@@ -461,6 +480,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._default_use_cs = bool(use_cs)
     self._cs_run = None
     self._restore_from = None  # the checkpoint the graph being built will restore
+    self._single_examples = None  # (predict_keys,) while predict yields single examples
     self._last_compile = None
     self.last_predict_checkpoint: Optional[str] = None  # what the last finished predict read
     self._said_cs_ip = False
@@ -660,6 +680,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                            f"{type(e).__name__}: {message}"
                            f"{_predict_hint(mode, features, labels, message)}") from e
       spec = _as_estimator_spec(spec, user_model_fn)
+      if mode == ModeKeys.PREDICT and self._single_examples is not None:
+        _check_single_examples(spec.predictions, self._single_examples[0], user_model_fn)
       if mode == ModeKeys.TRAIN and spec.scaffold.saver is not None:
         checkpoints.check_saver_covers(spec.scaffold.saver, tf.compat.v1.get_default_graph(),
                                        f"model_fn{defined_at(user_model_fn)}")

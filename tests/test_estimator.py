@@ -1002,6 +1002,35 @@ def test_a_model_fn_that_reads_labels_in_predict_is_named_not_a_traceback(tmp_pa
       r"predict mode labels is None")
 
 
+def _scalar_prediction_model_fn(features, labels, mode, params):
+  logits = tf.compat.v1.layers.dense(features, PARAMS["num_classes"])
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    return tf.estimator.EstimatorSpec(mode, predictions={
+        "logits": logits, "temperature": tf.constant(1.5)})
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  step = tf.compat.v1.train.get_or_create_global_step()
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train
+                                    .GradientDescentOptimizer(0.1).minimize(loss, step))
+
+
+def test_a_scalar_prediction_is_named_when_predict_yields_single_examples(tmp_path):
+  """predict() splits each prediction along its batch dimension: a scalar one failed inside
+  tf.estimator with "IndexError: tuple index out of range". Now the key is named; batched
+  results (yield_single_examples=False) and predict_keys without it still work."""
+  est = CerebrasEstimator(_scalar_prediction_model_fn, config=_config(tmp_path), params=PARAMS)
+  est.train(_bare_features_input, max_steps=1, use_cs=True)
+  features = lambda params: _bare_features_input(params).map(lambda f, l: f).take(2)
+  with pytest.raises(ModelFnError, match=r"^model_fn \(tests/test_estimator.py:\d+\): "
+                     r"predictions\['temperature'\] is a scalar, but predict yields one "
+                     r"result per example"):
+    next(iter(est.predict(features, use_cs=True)))
+  batches = list(est.predict(features, use_cs=True, yield_single_examples=False))
+  assert len(batches) == 2 and batches[0]["temperature"] == 1.5
+  assert batches[0]["logits"].shape == (PARAMS["batch_size"], PARAMS["num_classes"])
+  rows = list(est.predict(features, use_cs=True, predict_keys=["logits"]))
+  assert len(rows) == 2 * PARAMS["batch_size"] and list(rows[0]) == ["logits"]
+
+
 def test_a_tpu_estimator_model_fn_trains_and_evaluates(tmp_path):
   """A model_fn written for TPUEstimator (google-research/bert's style) returns a
   TPUEstimatorSpec with scaffold_fn and eval_metrics=(metric_fn, tensors). The compile said
