@@ -250,6 +250,51 @@ def test_sigterm_on_the_chief_saves_at_the_step_and_the_worker_names_it(tmp_path
   assert f"(latest: model.ckpt-{step})" in worker
 
 
+_KERAS_SCRIPT = """\
+import sys, numpy as np, tensorflow as tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.runtime import strategies
+if sys.argv[2] == "formed":
+  strategies.form_cluster()
+inp = tf.keras.Input((8,), name="x")
+model = tf.keras.Model(inp, tf.keras.layers.Dense(2)(inp))
+model.compile(tf.keras.optimizers.legacy.SGD(0.1),
+              tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+def input_fn(params):
+  x = np.random.RandomState(0).randn(64, 8).astype("float32"); y = (x.sum(1) > 0).astype("int32")
+  return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(params["batch_size"])
+est = CerebrasEstimator.from_keras_model(model, params={"batch_size": 16}, config=CSRunConfig(
+    model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica")))
+est.train(input_fn, max_steps=3, use_cs=True)
+print("STEP", est.get_variable_value("global_step"))
+"""
+
+
+@pytest.mark.slow
+def test_a_keras_script_on_two_workers_forms_the_cluster_first_or_is_told_to(tmp_path):
+  """A Python script that builds its Keras model, then trains on 2 workers: building the model
+  started TensorFlow, and MultiWorkerMirroredStrategy raised "Collective ops must be
+  configured at program startup" on every task. Now each task says what to call, and the
+  script that calls it at its top trains on both."""
+  spec = launcher.local_spec(2)
+  for how in ("late", "formed"):
+    procs = [subprocess.Popen([sys.executable, "-c", _KERAS_SCRIPT, str(tmp_path / how), how],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i)),
+                              text=True, start_new_session=True)
+             for job, i in launcher.tasks(spec)]
+    try:
+      outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+      _kill_groups(procs)
+    for (job, i), (out, err) in zip(launcher.tasks(spec), outs):
+      if how == "late":
+        assert f"ConfigError: {job}:{i} ({spec[job][i]}): TensorFlow already started in this " \
+               f"process" in err and "strategies.form_cluster() at the top" in err, err[-2000:]
+      else:
+        assert "STEP 3" in out, err[-3000:]
+
+
 @pytest.mark.slow
 def test_task_that_never_joins_is_named(tmp_path):
   spec = launcher.local_spec(2)

@@ -92,6 +92,14 @@ def strategy(cluster: tf_config.TFConfig,
   except tf.errors.OpError as e:
     raise ConfigError(f"{peers.formation_message(cluster, formation_timeout_s)} "
                       f"[{' '.join(e.message.split())[:200]}]") from None
+  except RuntimeError as e:
+    if "configured at program startup" not in str(e):
+      raise
+    raise ConfigError(
+        f"{cluster.task}: TensorFlow already started in this process (building a Keras "
+        f"model, or running any TF op, starts it) and a multi-worker run must form its "
+        f"cluster before that: call cerebras_tf.runtime.strategies.form_cluster() at the top "
+        f"of the script, before the model is built (scripts/run.py needs nothing)") from e
   finally:
     watchdog.stdin.close()
     watchdog.wait()

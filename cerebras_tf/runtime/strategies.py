@@ -97,13 +97,16 @@ def host_devices(cs_config) -> dict:
   return {"num_workers": 1, "host_devices": logical_cpu_count()}
 
 
-def form_cluster(cs_config) -> None:
-  """A data-parallel run on several workers forms its MultiWorkerMirroredStrategy now, before
-  the compiler traces the model_fn: a tf.cond or while loop in it (gradient accumulation, an
-  RNN) starts TensorFlow's eager context, after which collectives cannot be configured."""
+def form_cluster(cs_config=None) -> None:
+  """Forms this task's MultiWorkerMirroredStrategy now when TF_CONFIG names several workers
+  (nothing otherwise, or for weight_streaming): a tf.cond or while loop in the traced model
+  (gradient accumulation, an RNN), a Keras model or any TF op starts TensorFlow's eager
+  context, after which collectives cannot be configured. Training calls it before the
+  compiler traces the model_fn; a script that builds a Keras model first calls it at its top.
+  """
   cluster = tf_config.current()
   if (cluster is not None and cluster.multi_worker
-      and cs_config.execution_strategy != plans.WEIGHT_STREAMING):
+      and getattr(cs_config, "execution_strategy", None) != plans.WEIGHT_STREAMING):
     multiworker.strategy(cluster)
 
 
