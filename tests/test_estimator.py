@@ -672,25 +672,26 @@ def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
   script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
         seen = tf.compat.v1.get_variable(
             "examples_seen", [], tf.float32, tf.zeros_initializer(), trainable=False,
-            aggregation=getattr(tf.VariableAggregation, sys.argv[2]))
+            aggregation=getattr(tf.VariableAggregation, AGGREGATION))
         count = tf.compat.v1.assign_add(seen, tf.cast(tf.shape(features)[0], tf.float32))
         step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
             loss, tf.compat.v1.train.get_global_step())
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.group(step, count))
-      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
-                                                    num_replicas=2)))
-      est.train(input_fn, max_steps=10, use_cs=True)
-      print("SEEN", est.get_variable_value("examples_seen"))
-      print("SAID", any("examples_seen is written by the training step with aggregation NONE"
-                        in m for m in said))
+      for AGGREGATION in ("NONE", "SUM"):
+        said.clear()
+        est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+            model_dir=f"{sys.argv[1]}/{AGGREGATION}", cs_config=CSConfig(
+                execution_strategy="multi_replica", num_replicas=2)))
+        est.train(input_fn, max_steps=10, use_cs=True)
+        print(AGGREGATION, "SEEN", est.get_variable_value("examples_seen"), "SAID",
+              any("examples_seen is written by the training step with aggregation NONE" in m
+                  for m in said))
       """)
-  for aggregation, seen, said in (("NONE", 100.0, True), ("SUM", 200.0, False)):
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / aggregation),
-                           aggregation], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          check=False)
-    out = proc.stdout + proc.stderr[-2000:]
-    assert f"SEEN {seen}" in proc.stdout and f"SAID {said}" in proc.stdout, out
+  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  out = proc.stdout + proc.stderr[-2000:]
+  assert "NONE SEEN 100.0 SAID True" in proc.stdout, out
+  assert "SUM SEEN 200.0 SAID False" in proc.stdout, out
 
 
 def test_clipping_each_replicas_share_is_named_in_multi_replica(tmp_path):
@@ -701,7 +702,7 @@ def test_clipping_each_replicas_share_is_named_in_multi_replica(tmp_path):
   process: multi_replica needs its 2 CPUs before TF starts."""
   script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
         opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        if sys.argv[2] == "own":
+        if HOW == "own":
           grads_and_vars = opt.compute_gradients(loss)
           grads, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], 1.0)  # CLIP LINE
           step = opt.apply_gradients(zip(grads, [v for _, v in grads_and_vars]),
@@ -711,24 +712,25 @@ def test_clipping_each_replicas_share_is_named_in_multi_replica(tmp_path):
           step, _ = optimization.build_train_op(loss, {"optimizer_type": "sgd",
               "learning_rate": 0.1, "max_gradient_norm": 1.0}, 10)
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
-      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
-                                                    num_replicas=2)))
-      est.train(input_fn, max_steps=2, use_cs=True)
-      print("SAID", [m for m in said if "clips its gradients" in m])
+      for HOW in ("own", "reference"):
+        said.clear()
+        est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+            model_dir=f"{sys.argv[1]}/{HOW}", cs_config=CSConfig(
+                execution_strategy="multi_replica", num_replicas=2)))
+        est.train(input_fn, max_steps=2, use_cs=True)
+        print("SAID", HOW, [m for m in said if "clips its gradients" in m])
       """)
   line = script.splitlines().index(next(l for l in script.splitlines() if "CLIP LINE" in l)) + 1
-  for how, expected in (("own", [f"cerebras_tf: <string>:{line}: the model_fn clips its "
-                                 f"gradients by their global norm in each of the 2 host "
-                                 f"replicas: each clips its own 1/2 share by the whole limit, "
-                                 f"so a clipped update is up to 2x the one-device one; clip "
-                                 f"the replicas' sum (the reference optimizer, "
-                                 f"cerebras_tf.models.optimization.build_train_op, does), or "
-                                 f"train pipelined"]),
-                        ("reference", [])):
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / how), how], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert f"SAID {expected}" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  out = proc.stdout + proc.stderr[-2000:]
+  assert "SAID reference []" in proc.stdout, out
+  assert "SAID own " + str([
+      f"cerebras_tf: <string>:{line}: the model_fn clips its gradients by their global norm in "
+      f"each of the 2 host replicas: each clips its own 1/2 share by the whole limit, so a "
+      f"clipped update is up to 2x the one-device one; clip the replicas' sum (the reference "
+      f"optimizer, cerebras_tf.models.optimization.build_train_op, does), or train "
+      f"pipelined"]) in proc.stdout, out
 
 
 def _saver_model_fn(saver_first):

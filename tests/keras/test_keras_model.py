@@ -364,8 +364,8 @@ def test_a_lookup_layer_is_refused_with_the_way_that_works(tmp_path):
 _MIXED_SCRIPT = """\
 import sys, numpy as np, tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.errors import ModelFnError
 from cerebras_tf.runtime import strategies
-model_dir, strategy, how = sys.argv[1:]
 strategies.reserve_logical_cpus(2)
 tf.keras.mixed_precision.set_global_policy("mixed_float16")
 def input_fn(params):
@@ -375,24 +375,31 @@ def build():
   x = tf.keras.Input((8,), name="x")
   logits = tf.keras.layers.Dense(2, dtype="float32")(tf.keras.layers.Dense(8, "relu")(x))
   return tf.keras.Model(x, logits, name="mixed_mlp")
-def model_fn(features, labels, mode, params):
-  m = build()
-  loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-      labels, m(features), from_logits=True))
-  step = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(
-      loss, tf.compat.v1.train.get_global_step(),
-      var_list=m.trainable_variables if how == "var_list" else None)
-  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
-config = CSRunConfig(model_dir=model_dir, cs_config=CSConfig(execution_strategy=strategy))
-if how == "keras":
-  m = build()
-  m.compile(tf.keras.optimizers.legacy.Adam(1e-2),
-            tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-  est = CerebrasEstimator.from_keras_model(m, config=config, params={"batch_size": 16})
-else:
-  est = CerebrasEstimator(model_fn, config=config, params={"batch_size": 16})
-est.train(input_fn, max_steps=6, use_cs=True)
-print("STEP", est.get_variable_value("global_step"))
+def make_model_fn(how):
+  def model_fn(features, labels, mode, params):
+    m = build()
+    loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+        labels, m(features), from_logits=True))
+    step = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(
+        loss, tf.compat.v1.train.get_global_step(),
+        var_list=m.trainable_variables if how == "var_list" else None)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+  return model_fn
+for strategy, how in (a.split(":") for a in sys.argv[2:]):
+  config = CSRunConfig(model_dir=f"{sys.argv[1]}/{strategy}_{how}",
+                       cs_config=CSConfig(execution_strategy=strategy))
+  if how == "keras":
+    m = build()
+    m.compile(tf.keras.optimizers.legacy.Adam(1e-2),
+              tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    est = CerebrasEstimator.from_keras_model(m, config=config, params={"batch_size": 16})
+  else:
+    est = CerebrasEstimator(make_model_fn(how), config=config, params={"batch_size": 16})
+  try:
+    est.train(input_fn, max_steps=6, use_cs=True)
+    print(f"CASE {strategy}:{how} STEP", est.get_variable_value("global_step"))
+  except ModelFnError as e:
+    print(f"CASE {strategy}:{how} REFUSED {e}")
 """
 
 
@@ -402,16 +409,17 @@ def test_a_mixed_precision_policy_trains_or_says_why_not_in_multi_replica(tmp_pa
   replica wraps the shared weights in its own AutoCastVariable, and an update over the
   model's own variables failed inside tf.distribute ("'PerReplica' object has no attribute
   'name'", or colocate_vars_with for a Keras model; the plain Estimator fails alike). It is
-  now named with the ways that train, and those ways do train. Fresh processes: the policy
+  now named with the ways that train, and those ways do train. One fresh process: the policy
   is global and multi_replica needs its 2 CPUs before TF starts."""
-  cases = [("multi_replica", "var_list", "model_fn (<string>:14): multi_replica cannot update "
-            "weights through the Keras mixed-precision policy 'mixed_float16'"),
-           ("multi_replica", "keras", "Keras model 'mixed_mlp': multi_replica cannot update"),
-           ("multi_replica", "default", "STEP 6"),  # no var_list: the shared variables
-           ("pipelined", "keras", "STEP 6")]
-  for strategy, how, expected in cases:
-    proc = subprocess.run([sys.executable, "-c", _MIXED_SCRIPT, str(tmp_path / f"{strategy}_{how}"),
-                           strategy, how], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False)
-    out = proc.stdout + proc.stderr[-4000:]
-    assert expected in out, (strategy, how, out)
+  line = _MIXED_SCRIPT.splitlines().index("  def model_fn(features, labels, mode, params):") + 1
+  cases = {"multi_replica:var_list": f"REFUSED model_fn (<string>:{line}): multi_replica "
+                                     f"cannot update weights through the Keras "
+                                     f"mixed-precision policy 'mixed_float16'",
+           "multi_replica:keras": "REFUSED Keras model 'mixed_mlp': multi_replica cannot update",
+           "multi_replica:default": "STEP 6",  # no var_list: the shared variables
+           "pipelined:keras": "STEP 6"}
+  proc = subprocess.run([sys.executable, "-c", _MIXED_SCRIPT, str(tmp_path), *cases],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  out = proc.stdout + proc.stderr[-4000:]
+  for case, expected in cases.items():
+    assert f"CASE {case} {expected}" in out, (case, out)
