@@ -15,6 +15,7 @@ import difflib
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 from typing import List, Optional, Tuple
@@ -23,7 +24,7 @@ from absl import flags
 
 from cerebras_tf.core import plans
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, Terminated, disk_full,
-                                disk_full_path)
+                                disk_full_path, raise_terminated)
 from cerebras_tf import params as params_lib
 from cerebras_tf import registry
 from cerebras_tf import runner
@@ -182,6 +183,26 @@ def main(argv: Optional[List[str]] = None) -> int:
   # TensorFlow's C++ start-up lines (CUDA factories, CPU features) are not for the user; an
   # error raised by an op reaches them as the exception. Set before TensorFlow is imported.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  with _sigterm_as_interrupt():
+    return _run(argv)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+  """SIGTERM raises Terminated (a KeyboardInterrupt): the one line and cleanup Ctrl-C gets,
+  where its default action ended the process without a word (a compile, eval or predict)."""
+  if threading.current_thread() is not threading.main_thread() \
+      or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+    yield
+    return
+  signal.signal(signal.SIGTERM, raise_terminated)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run(argv: List[str]) -> int:
   params = None
   try:
     params, opts = load(argv)

@@ -90,3 +90,12 @@ class NonFiniteLossError(TrainingError):
 class Terminated(KeyboardInterrupt):
   """A run stopped by SIGTERM (a scheduler's or `kill`'s polite stop) at a step boundary; a
   KeyboardInterrupt, so what cleans up after Ctrl-C cleans up after it too."""
+
+
+def raise_terminated(signum, frame) -> None:
+  """A SIGTERM handler: stops what runs as Ctrl-C would (cleanup and the one error line),
+  where SIGTERM's default action ended the process without a word. Training's
+  GracefulInterrupt takes it over as the default, to stop at a step boundary instead."""
+  del signum, frame
+  raise Terminated("terminated (SIGTERM)")
+

@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -138,6 +140,25 @@ def test_cli_import_does_not_import_tensorflow():
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
   proc = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr
+
+
+def test_sigterm_outside_training_is_one_line_and_leaves_no_partial_file(params_file, capsys,
+                                                                         monkeypatch):
+  """SIGTERM's default action ended a compile, an eval or a predict without a word (exit
+  -15), and a predict's temporary file stayed behind. Now it is Ctrl-C's line, with exit
+  143 and the cleanup; the default handler is back once main returns."""
+  def run(params, opts):
+    def predictions():
+      yield {"x": 1}
+      os.kill(os.getpid(), signal.SIGTERM)  # mid-way, as a scheduler's stop would land
+      time.sleep(5)
+      yield {"x": 2}
+    runner.write_predictions(predictions(), "preds", lambda: "preds/p.jsonl")
+  monkeypatch.setattr(runner, "run", run)
+  code, _, err = _main(["--params", params_file, "--mode", "predict"], capsys)
+  assert (code, err.strip().splitlines()[-1]) == (143, "error: terminated (SIGTERM)")
+  assert os.listdir("preds") == []
+  assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
 def test_help_exits_0(capsys):

@@ -12,7 +12,7 @@ from typing import Optional
 import tensorflow as tf
 
 from cerebras_tf.core.plans import fmt_share
-from cerebras_tf.errors import NonFiniteLossError, Terminated
+from cerebras_tf.errors import NonFiniteLossError, Terminated, raise_terminated
 
 
 def _png_size(png: bytes):
@@ -201,7 +201,9 @@ class GracefulInterrupt:
   a notebook keeps its own).
   """
 
-  _DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+  # The handlers it takes over: Python's own, and the CLI's SIGTERM one (errors.raise_terminated).
+  _DEFAULTS = {signal.SIGINT: (signal.default_int_handler,),
+               signal.SIGTERM: (signal.SIG_DFL, raise_terminated)}
 
   def __init__(self):
     self.requested = False
@@ -211,8 +213,8 @@ class GracefulInterrupt:
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
-      for signum, default in self._DEFAULTS.items():
-        if signal.getsignal(signum) is default:
+      for signum, defaults in self._DEFAULTS.items():
+        if signal.getsignal(signum) in defaults:
           self._previous[signum] = signal.signal(signum, self._on_signal)
     return self
 

@@ -81,6 +81,7 @@ def strategy(cluster: tf_config.TFConfig,
         coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name=job,
                                                                  num_tasks=spec.num_tasks(job))
                           for job in peers.TRAINING_JOBS if job in spec.jobs])
+  sigterm = signal.getsignal(signal.SIGTERM)
   watchdog = subprocess.Popen(  # pylint: disable=consider-using-with
       [sys.executable, "-m", "cerebras_tf.runtime.peers", "--formation_watch", str(os.getpid()),
        str(formation_timeout_s)], stdin=subprocess.PIPE,
@@ -105,7 +106,7 @@ def strategy(cluster: tf_config.TFConfig,
     watchdog.wait()
   # The coordination service's preemption notifier catches SIGTERM and keeps the process
   # alive; a user (or the launcher) that sends SIGTERM means stop.
-  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  signal.signal(signal.SIGTERM, sigterm if callable(sigterm) else signal.SIG_DFL)
   _formed[key] = dist
   return dist
 
