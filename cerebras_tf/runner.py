@@ -195,8 +195,28 @@ def _jsonable(value):
   return value
 
 
+def _chiefs_work(mode: str, summary: dict) -> bool:
+  """True when another task does `mode`'s work: in a cluster the chief evaluates and predicts
+  for every task (the others read the same checkpoints, and their eval events would land in
+  the chief's model_dir, clobbering its own in the same second)."""
+  cluster = tf_config.current()
+  if cluster is None or not cluster.multi_worker or cluster.task_type == "chief":
+    return False
+  logging.getLogger("tensorflow").info(
+      "cerebras_tf: %s: %s is the chief's work; this task (%s) %s", mode,
+      "prediction" if mode == "predict" else "evaluation", cluster.task,
+      "trains only" if mode == "train_and_eval" else "has nothing to do")
+  summary["not_here"] = (f"{'predictions' if mode == 'predict' else 'evaluation'}: the "
+                         f"chief's (this task is {cluster.task})")
+  return True
+
+
 def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, eval_steps):
   rc, mode = params["runconfig"], opts.mode
+  elsewhere = mode in ("eval", "eval_all", "train_and_eval", "predict") \
+      and _chiefs_work(mode, summary)
+  if elsewhere and mode != "train_and_eval":
+    return
   if mode == "train":
     est.train(input_for(TRAIN), steps=opts.steps,
               max_steps=None if opts.steps is not None else max_steps, use_cs=use_cs)
@@ -235,6 +255,8 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
           and time.monotonic() - evaluated_at < throttle):
         continue  # tf.estimator.train_and_evaluate's throttle_secs; the last round evaluates
       evaluated_at = time.monotonic()
+      if elsewhere:
+        continue
       metrics = est.evaluate(input_for(EVAL), steps=eval_steps, use_cs=use_cs)
       summary["evals"].append(metrics)
       if isinstance(metrics, dict):
@@ -378,6 +400,8 @@ def format_summary(summary: dict) -> str:
       lines.append(f"eval: {format_metrics(metrics)}")
   if "global_step" in summary and not summary.get("evals"):
     lines.append(f"global_step={summary['global_step']}")
+  if summary.get("not_here"):
+    lines.append(summary["not_here"])
   if summary.get("export"):
     lines.append(f"SavedModel: {summary['export']}")
   if "predictions" in summary:

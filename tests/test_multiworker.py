@@ -120,6 +120,7 @@ def test_workers_train_to_the_losses_of_one_process(tmp_path, one_process, worke
   # repository and wrote <repo>/m.
   code, out = _launch(tmp_path, f"w{workers}", "--workers", str(workers), "--",
                       *_run_flags("m", "--execution_strategy", "multi_replica",
+                                  "--mode", "train_and_eval",
                                   params=os.path.join(ROOT, "configs", "params_mlp.yaml")),
                       cwd=tmp_path)
   assert code == 0, out[-4000:]
@@ -129,6 +130,12 @@ def test_workers_train_to_the_losses_of_one_process(tmp_path, one_process, worke
   np.testing.assert_allclose(chief, one_process, rtol=RTOL)
   for k in range(workers - 1):  # every worker steps with the same (all-reduced) loss
     np.testing.assert_allclose(_losses(out, f"[worker:{k}]"), chief, rtol=1e-6)
+  # Only the chief evaluates (each worker's eval events clobbered the chief's in model_dir/eval).
+  assert re.search(rf"^\[chief:0\] eval: global_step={STEPS} accuracy=", out, re.M), out[-3000:]
+  for k in range(workers - 1):
+    assert re.search(rf"^\[worker:{k}\] evaluation: the chief's", out, re.M), out[-3000:]
+  assert not re.search(r"^\[worker:\d\] eval(:| done)", out, re.M)
+  assert len(os.listdir(tmp_path / "m" / "eval")) == 1
   # Only the chief writes model_dir; the others save into a scratch directory.
   assert os.path.exists(tmp_path / "m" / f"model.ckpt-{STEPS}.index")
   assert not os.path.exists(tmp_path / "m" / "tmp_chief_0")
