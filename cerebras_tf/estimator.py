@@ -126,6 +126,19 @@ def _check_single_examples(predictions, predict_keys, user_model_fn) -> None:
           f"predictions, or call predict(..., yield_single_examples=False)")
 
 
+def _merge_in_cond_message(error, user_model_fn) -> str:
+  """A model_fn that applies its update inside a tf.cond or loop (its own gradient
+  accumulation, usually) under host replicas: tf.distribute merges the replicas' gradients in
+  apply_gradients, and cannot inside a cond; its error is a paragraph about tf.function."""
+  where = capture_lib.user_line(error) or f"model_fn{defined_at(user_model_fn)}: "
+  return (f"{where}the model_fn applies its update inside a tf.cond or a loop (gradient "
+          f"accumulation?), which data-parallel host replicas cannot run: tf.distribute "
+          f"merges the replicas' gradients in apply_gradients, and cannot inside a cond; "
+          f"accumulate with cerebras_tf.models.optimization.build_train_op "
+          f"(optimizer.grad_accum_steps, which merges first), raise the batch instead, or "
+          f"train pipelined")
+
+
 def _predict_hint(mode, features, labels, message: str) -> str:
   """What a model_fn that fails in predict mode (predict, export) most likely did."""
   if mode != ModeKeys.PREDICT:
@@ -671,6 +684,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       try:
         spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
                                          mode=mode, params=params, config=config)
+      except RuntimeError as e:
+        if "`merge_call` called while defining a new graph" not in str(e):
+          raise
+        raise ModelFnError(_merge_in_cond_message(e, user_model_fn)) from e
       except (ValueError, TypeError, KeyError, AttributeError) as e:
         if mode == ModeKeys.TRAIN or isinstance(e, CerebrasTFError):
           raise  # TRAIN graphs were traced by the compiler, which names the line already

@@ -733,6 +733,40 @@ def test_clipping_each_replicas_share_is_named_in_multi_replica(tmp_path):
       f"pipelined"]) in proc.stdout, out
 
 
+def test_an_update_applied_inside_a_cond_is_named_in_multi_replica(tmp_path):
+  """A model_fn's own gradient accumulation (apply_gradients inside a tf.cond), ported from one
+  device: under host replicas it failed with tf.distribute's paragraph about nested
+  tf.functions ("`merge_call` called while defining a new graph"), pointing at autograph's
+  generated files. Now one line names the user's line and the ways that train."""
+  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
+        opt = tf.compat.v1.train.AdamOptimizer(1e-2)
+        gs = tf.compat.v1.train.get_global_step()
+        gvs = opt.compute_gradients(loss)
+        accs = [tf.compat.v1.get_variable(v.op.name + "_acc", v.shape, trainable=False,
+                                          initializer=tf.zeros_initializer()) for _, v in gvs]
+        with tf.control_dependencies([a.assign_add(g) for a, (g, _) in zip(accs, gvs)]):
+          step = tf.cond(tf.equal(gs % 2, 1), lambda: tf.group(opt.apply_gradients(  # COND
+              [(a.read_value(), v) for a, (_, v) in zip(accs, gvs)])), tf.no_op)
+        with tf.control_dependencies([step]):
+          return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=gs.assign_add(1))
+      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
+                                                    num_replicas=2)))
+      try:
+        est.train(input_fn, max_steps=2, use_cs=True)
+      except Exception as e:
+        print("REFUSED", type(e).__name__, e)
+      """)
+  line = script.splitlines().index(next(l for l in script.splitlines() if "# COND" in l)) + 1
+  path = tmp_path / "accumulating.py"  # a file: autograph's frames map back to its lines
+  path.write_text(script)
+  proc = subprocess.run([sys.executable, str(path), str(tmp_path / "m")], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert (f"REFUSED ModelFnError {path}:{line}: the model_fn applies its update inside a "
+          f"tf.cond or a loop (gradient accumulation?), which data-parallel host replicas "
+          f"cannot run") in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
 def _saver_model_fn(saver_first):
   def model_fn(features, labels, mode, params):
     logits = tf.compat.v1.layers.dense(features["x"], params["num_classes"])

@@ -254,16 +254,23 @@ _SHAPE_WORDS = re.compile(r"shape|dimension|rank|reshape|broadcast|incompatible|
 
 
 def user_line(error: BaseException) -> str:
-  """`file:line: ` of the innermost frame of the error in the user's code, else ''."""
+  """`file:line: ` of the innermost frame of the error in the user's code, else ''. Code that
+  autograph converted (a model_fn under a distribution strategy) runs as generated files;
+  its error carries the frames of the source it came from."""
   here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   ours = tuple(os.path.join(here, d) for d in ("compiler", "estimator.py", "runtime"))
-  frames = [f for f in traceback.extract_tb(error.__traceback__)
-            if "site-packages" not in f.filename and not f.filename.startswith(ours)
-            and not f.filename.startswith("<")]
+  frames = [(f.filename, f.lineno) for f in traceback.extract_tb(error.__traceback__)]
+  metadata = getattr(error, "ag_error_metadata", None)
+  if metadata is not None:  # innermost first
+    frames += [(f.filename, f.lineno) for f in reversed(metadata.translated_stack)]
+  frames = [(name, line) for name, line in frames
+            if "site-packages" not in name and not name.startswith(ours)
+            and not name.startswith("<") and "__autograph_generated_file" not in name]
   if not frames:
     return ""
-  path = os.path.relpath(frames[-1].filename)
-  return f"{frames[-1].filename if path.startswith('..') else path}:{frames[-1].lineno}: "
+  name, line = frames[-1]
+  path = os.path.relpath(name)
+  return f"{name if path.startswith('..') else path}:{line}: "
 
 
 def _shapes(inputs: Dict[str, tf.Tensor]) -> str:
