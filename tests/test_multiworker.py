@@ -302,6 +302,47 @@ def test_a_keras_script_on_two_workers_forms_the_cluster_first_or_is_told_to(tmp
         assert "STEP 3" in out, err[-3000:]
 
 
+_TRAIN_AND_EVALUATE_SCRIPT = """\
+import sys, numpy as np, tensorflow as tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+def input_fn(params):
+  x = np.random.RandomState(0).randn(64, 8).astype("float32"); y = (x.sum(1) > 0).astype("int32")
+  return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
+def model_fn(features, labels, mode, params):
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(
+      labels, tf.compat.v1.layers.dense(features, 2))
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train
+      .GradientDescentOptimizer(0.1).minimize(loss, tf.compat.v1.train.get_global_step()))
+est = CerebrasEstimator(model_fn, params={"batch_size": 16}, use_cs=True, config=CSRunConfig(
+    model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica")))
+tf.estimator.train_and_evaluate(est, tf.estimator.TrainSpec(input_fn, max_steps=3),
+                                tf.estimator.EvalSpec(input_fn, steps=1))
+"""
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_on_two_workers_is_told_the_calls_that_work(tmp_path):
+  """tf.estimator.train_and_evaluate with TF_CONFIG starts a server of its own on the task's
+  port before it calls train; the strategy's server then could not start, and every task
+  said its peer "did not join within 120s" (wrong: both had joined). Now each names the
+  port, why it is taken and what to call instead."""
+  spec = launcher.local_spec(2)
+  procs = [subprocess.Popen([sys.executable, "-c", _TRAIN_AND_EVALUATE_SCRIPT, str(tmp_path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i)),
+                            text=True, start_new_session=True)
+           for job, i in launcher.tasks(spec)]
+  try:
+    outs = [p.communicate(timeout=240) for p in procs]
+  finally:
+    _kill_groups(procs)
+  for (job, i), (_, err) in zip(launcher.tasks(spec), outs):
+    assert (f"ConfigError: {job}:{i} ({spec[job][i]}): cannot serve this task's address "
+            f"{spec[job][i]}: tf.estimator.train_and_evaluate started a server of its own "
+            f"there") in err, err[-2000:]
+    assert "did not join" not in err
+
+
 @pytest.mark.slow
 def test_task_that_never_joins_is_named(tmp_path):
   spec = launcher.local_spec(2)

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import Callable, Dict, Iterator, Optional
 
 import tensorflow as tf
@@ -91,6 +92,8 @@ def strategy(cluster: tf_config.TFConfig,
         cluster_resolver=tf.distribute.cluster_resolver.SimpleClusterResolver(
             spec, task_type=cluster.task_type, task_id=cluster.task_index, rpc_layer="grpc"))
   except tf.errors.OpError as e:
+    if "Could not start gRPC server" in e.message:
+      raise ConfigError(_port_taken_message(cluster)) from None
     raise ConfigError(f"{peers.formation_message(cluster, formation_timeout_s)} "
                       f"[{' '.join(e.message.split())[:200]}]") from None
   except RuntimeError as e:
@@ -109,6 +112,22 @@ def strategy(cluster: tf_config.TFConfig,
   signal.signal(signal.SIGTERM, sigterm if callable(sigterm) else signal.SIG_DFL)
   _formed[key] = dist
   return dist
+
+
+def _port_taken_message(cluster: tf_config.TFConfig) -> str:
+  """This task's own address could not be served: something holds its port. Under
+  tf.estimator.train_and_evaluate that is the executor's own server for TF_CONFIG's task
+  (between-graph training, started before it calls train)."""
+  address = cluster.cluster[cluster.task_type][cluster.task_index]
+  inside = any(f.filename.endswith(os.path.join("estimator", "training.py"))
+               and f.name in ("run_chief", "run_worker", "run_master")
+               for f in traceback.extract_stack())
+  why = ("tf.estimator.train_and_evaluate started a server of its own there for TF_CONFIG's "
+         "task; on the engine's data-parallel runtime call est.train(...) and "
+         "est.evaluate(...) in turn instead (scripts/run.py --mode train_and_eval does)"
+         if inside else "another process on this host, or a server this process already "
+         "started, holds it; free it or give this task another port in TF_CONFIG")
+  return f"{cluster.task}: cannot serve this task's address {address}: {why}"
 
 
 class PeerWatch:
