@@ -909,24 +909,39 @@ _VANISHED_RETRIES = 3
 
 def _raise_unless_host_holds(result) -> None:
   """TensorFlow runs the numerics on this machine, in float32: weights, gradients and optimizer
-  slots (a copy per host replica). A model that cannot fit here made the weight server
-  segfault on allocation, four restarts and minutes later. Weight streaming with a TF_CONFIG
-  cluster's own weight servers keeps the state on their hosts: not checked here."""
+  slots (a copy per host replica), and the activations the gradient reads, for this worker's
+  share of the batch. A model whose state cannot fit here made the weight server segfault on
+  allocation, four restarts and minutes later; a 2048x2048 CNN at batch 16 (21 GB of kept
+  activations, 24 GB free) ended in an allocator dump and a segfault (exit 139). Weight
+  streaming with a TF_CONFIG cluster's own weight servers keeps the state on their hosts.
+
+  The activations counted are a lower bound (TensorFlow's backward pass needs more on top: the
+  CNN above peaked at about 1.4x), so only a run that cannot fit is refused."""
   cluster = tf_config.current()
-  if result.plan.execution_strategy == plans.WEIGHT_STREAMING and cluster and cluster.ps:
-    return
-  graph = result.graph
-  copies = max(1, result.plan.batching.host_replicas_per_worker)
-  need, have = graph.state_bytes * copies, host_memory.available_bytes()
+  remote_state = (result.plan.execution_strategy == plans.WEIGHT_STREAMING and cluster
+                  and cluster.ps)
+  graph, batching_ = result.graph, result.plan.batching
+  copies = max(1, batching_.host_replicas_per_worker)
+  state = 0 if remote_state else graph.state_bytes * copies
+  activations = graph.host_activation_bytes * batching_.per_worker
+  need, have = state + activations, host_memory.available_bytes()
   if have is None or need <= have:
     return
+  parts = []
+  if state:
+    parts.append(f"{report.fmt_bytes(state)} for {graph.num_params:,} float32 parameters with "
+                 f"their gradients and {graph.optimizer} state"
+                 f"{f', {copies} host replicas' if copies > 1 else ''}")
+  if activations:
+    parts.append(f"{report.fmt_bytes(activations)} at least for the activations the gradient "
+                 f"reads, {batching_.per_worker} samples a step")
+  fix = ("make the model smaller" if state > have
+         else "lower train_input.batch_size (params['batch_size']), or the input size")
   raise FitError(
       f"training this model on this machine needs about {report.fmt_bytes(need)} of memory "
-      f"(TensorFlow runs the numerics here: {graph.num_params:,} float32 parameters with "
-      f"their gradients and {graph.optimizer} state"
-      f"{f', {copies} host replicas' if copies > 1 else ''}), and {report.fmt_bytes(have)} is "
-      f"available; the engine's answers (fit, speed, placement) need no training "
-      f"(--compile_only, or CerebrasEstimator.compile); to train here, make the model smaller")
+      f"(TensorFlow runs the numerics here: {'; '.join(parts)}), and {report.fmt_bytes(have)} "
+      f"is available; the engine's answers (fit, speed, placement) need no training "
+      f"(--compile_only, or CerebrasEstimator.compile); to train here, {fix}")
 
 
 def _as_cs_run_config(config) -> CSRunConfig:

@@ -528,14 +528,25 @@ def test_checkpoints_off_trains_and_says_the_weights_are_not_kept(tmp_path, capl
 def test_a_model_this_machine_cannot_hold_is_refused_before_training(tmp_path, monkeypatch):
   """A 4-G-parameter embedding fit the engine in weight streaming, then its weight server
   segfaulted allocating 65 GB of float32 weights and Adam state on a 23 GB host, four times,
-  minutes later. By hand for this MLP: 32x64+64 + 64x64+64 + 64x4+4 = 6,532 parameters, each
-  with its weight, gradient and two Adam slots in float32: 6,532 x 16 B = 104.51 KB."""
+  minutes later; a 2048x2048 CNN at batch 16 ended in an allocator dump and a segfault. By
+  hand for this MLP: 32x64+64 + 64x64+64 + 64x4+4 = 6,532 parameters, each with its weight,
+  gradient and two Adam slots in float32: 6,532 x 16 B = 104,512 B; the gradient reads the
+  input (16x32), both ReLU outputs (16x64) and the loss's backprop (16x4), in float32:
+  (512 + 1,024 + 1,024 + 64) x 4 B = 10,496 B; 115,008 B in all."""
   from cerebras_tf.runtime import host_memory  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(host_memory, "available_bytes", lambda: 50_000)
   est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
-  with pytest.raises(FitError, match=r"needs about 104.51 KB of memory \(TensorFlow runs the "
-                                     r"numerics here: 6,532 float32 parameters with their "
-                                     r"gradients and adam state\), and 50.00 KB is available"):
+  with pytest.raises(FitError, match=r"needs about 115.01 KB of memory \(TensorFlow runs the "
+                                     r"numerics here: 104.51 KB for 6,532 float32 parameters "
+                                     r"with their gradients and adam state; 10.50 KB at least "
+                                     r"for the activations the gradient reads, 16 samples a "
+                                     r"step\), and 50.00 KB is available; .* to train here, "
+                                     r"make the model smaller$"):
+    est.train(_train_input, max_steps=1, use_cs=True)
+  monkeypatch.setattr(host_memory, "available_bytes", lambda: 110_000)  # the state alone fits
+  with pytest.raises(FitError, match=r"needs about 115.01 KB .* to train here, lower "
+                                     r"train_input.batch_size \(params\['batch_size'\]\), or "
+                                     r"the input size$"):
     est.train(_train_input, max_steps=1, use_cs=True)
   assert tf.train.latest_checkpoint(est.model_dir) is None
 
@@ -549,9 +560,10 @@ def test_the_host_memory_check_leaves_remote_weight_servers_alone(monkeypatch):
   from cerebras_tf.runtime import host_memory  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(host_memory, "available_bytes", lambda: 10**9)
   result = SimpleNamespace(
-      graph=SimpleNamespace(state_bytes=10**12, num_params=6 * 10**10, optimizer="adam"),
+      graph=SimpleNamespace(state_bytes=10**12, num_params=6 * 10**10, optimizer="adam",
+                            host_activation_bytes=1000.0),
       plan=SimpleNamespace(execution_strategy="weight_streaming",
-                           batching=SimpleNamespace(host_replicas_per_worker=1)))
+                           batching=SimpleNamespace(host_replicas_per_worker=1, per_worker=8)))
   monkeypatch.setenv("TF_CONFIG", json.dumps({
       "cluster": {"chief": ["h0:1"], "ps": ["h1:1", "h2:1"]},
       "task": {"type": "chief", "index": 0}}))

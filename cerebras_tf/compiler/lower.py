@@ -657,8 +657,12 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
           io_values += _static_size(t.shape) or 0
     elif _GRAD_PREFIX.match(op.name):
       bwd_ops.append(op)
+  kept = set()  # forward tensors the gradient reads: the host keeps them through the step
   for op in bwd_ops:
     bwd_flops[grad_layer(op)] += op_flops(op)
+    kept.update(t for t in op.inputs if t.op in fwd_set
+                and (t.dtype.is_floating or t.dtype.is_integer or t.dtype == tf.bool)
+                and t.op.type not in ("Const", "VarHandleOp", "ReadVariableOp"))
   # A pipeline stage keeps, until its backward pass, the tensors it hands to other stages;
   # its own intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on
   # the engine, so counting them would make memory depend on how finely TF spelled the math.
@@ -701,7 +705,9 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
                        input_value_bytes=(sum(io_bytes.values()) / io_values
-                                          if io_values else 0.0))
+                                          if io_values else 0.0),
+                       host_activation_bytes=sum((_static_size(t.shape) or 0) * t.dtype.size
+                                                 for t in kept) / batch)
 
 
 def _token_scaling(fwd_flops: float, pair_flops: float, shape: Optional[tf.TensorShape],

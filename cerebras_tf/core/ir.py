@@ -136,6 +136,9 @@ class LayerGraph:
     seq_len: sequence length when the model is a sequence model (for reports / VTS), else 0.
     input_value_bytes: mean bytes per value of what the host sends (the input_fn's dtypes:
       4 for float32 pixels, 1 for uint8 ones); 0 when not known (analytic graphs).
+    host_activation_bytes: bytes per sample the host's TensorFlow keeps from the forward pass
+      for the gradient (forward tensors that gradient ops read, at their traced dtypes): a
+      lower bound on the host's activation memory while it trains; 0 when not known.
   """
 
   name: str
@@ -145,6 +148,7 @@ class LayerGraph:
   optimizer: str = "adam"
   seq_len: int = 0
   input_value_bytes: float = 0.0
+  host_activation_bytes: float = 0.0
 
   @property
   def num_params(self) -> int:
@@ -173,8 +177,10 @@ class LayerGraph:
         "seq_len": self.seq_len,
         "layers": [l.to_dict() for l in self.layers],
     }
-    if self.input_value_bytes:  # traced graphs only: analytic fingerprints stay as they were
-      d["input_value_bytes"] = self.input_value_bytes
+    # Traced graphs only: analytic fingerprints stay as they were.
+    for key in ("input_value_bytes", "host_activation_bytes"):
+      if getattr(self, key):
+        d[key] = getattr(self, key)
     return d
 
   @classmethod
