@@ -659,8 +659,8 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
 
 
 # The start of a script for a fresh process (multi_replica needs its 2 CPUs before TF starts):
-# TensorFlow's log lines collected in `said`, an input_fn of 200 ones, a one-layer model_fn
-# whose loss the test's own lines go on from.
+# TensorFlow's log lines collected in `said`, an input_fn of 200 ones, `estimator(model_dir)`
+# on 2 host replicas, and a one-layer model_fn whose loss the test's own lines go on from.
 _FRESH_MULTI_REPLICA = """\
 import logging, sys, numpy as np, tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
@@ -670,6 +670,10 @@ logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
 def input_fn(params):
   x = np.ones((200, 8), np.float32); y = np.zeros(200, np.int32)
   return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
+def estimator(model_dir):  # of the model_fn below, on 2 host replicas
+  return CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+      model_dir=model_dir, cs_config=CSConfig(execution_strategy="multi_replica",
+                                              num_replicas=2)))
 def model_fn(features, labels, mode, params):
   logits = tf.compat.v1.layers.dense(features, 2)
   loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
@@ -691,9 +695,7 @@ def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.group(step, count))
       for AGGREGATION in ("NONE", "SUM"):
         said.clear()
-        est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-            model_dir=f"{sys.argv[1]}/{AGGREGATION}", cs_config=CSConfig(
-                execution_strategy="multi_replica", num_replicas=2)))
+        est = estimator(f"{sys.argv[1]}/{AGGREGATION}")
         est.train(input_fn, max_steps=10, use_cs=True)
         print(AGGREGATION, "SEEN", est.get_variable_value("examples_seen"), "SAID",
               any("examples_seen is written by the training step with aggregation NONE" in m
@@ -726,9 +728,7 @@ def test_clipping_each_replicas_share_is_named_in_multi_replica(tmp_path):
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
       for HOW in ("own", "reference"):
         said.clear()
-        est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-            model_dir=f"{sys.argv[1]}/{HOW}", cs_config=CSConfig(
-                execution_strategy="multi_replica", num_replicas=2)))
+        est = estimator(f"{sys.argv[1]}/{HOW}")
         est.train(input_fn, max_steps=2, use_cs=True)
         print("SAID", HOW, [m for m in said if "clips its gradients" in m])
       """)
@@ -761,9 +761,7 @@ def test_an_update_applied_inside_a_cond_is_named_in_multi_replica(tmp_path):
               [(a.read_value(), v) for a, (_, v) in zip(accs, gvs)])), tf.no_op)
         with tf.control_dependencies([step]):
           return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=gs.assign_add(1))
-      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
-                                                    num_replicas=2)))
+      est = estimator(sys.argv[1])
       try:
         est.train(input_fn, max_steps=2, use_cs=True)
       except Exception as e:
@@ -822,9 +820,7 @@ def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(tmp_path):
             loss, tf.compat.v1.train.get_global_step())
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step,
             scaffold=tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver()))
-      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-          model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica",
-                                                    num_replicas=2)))
+      est = estimator(sys.argv[1])
       est.train(input_fn, max_steps=4, use_cs=True)
       est.train(input_fn, max_steps=8, use_cs=True)
       print("STEP", est.get_variable_value("global_step"))

@@ -257,6 +257,20 @@ def test_sigterm_on_the_chief_saves_at_the_step_and_the_worker_names_it(tmp_path
   assert f"(latest: model.ckpt-{step})" in worker
 
 
+def _script_on_every_task(spec, script: str, *args):
+  """Runs `python -c script args` as each task of `spec` (its TF_CONFIG set): a user's own
+  Python program on every host. Returns each task's (stdout, stderr)."""
+  procs = [subprocess.Popen([sys.executable, "-c", script, *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i)),
+                            text=True, start_new_session=True)
+           for job, i in launcher.tasks(spec)]
+  try:
+    return [p.communicate(timeout=240) for p in procs]
+  finally:
+    _kill_groups(procs)
+
+
 _KERAS_SCRIPT = """\
 import sys, numpy as np, tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
@@ -285,15 +299,7 @@ def test_a_keras_script_on_two_workers_forms_the_cluster_first_or_is_told_to(tmp
   script that calls it at its top trains on both."""
   spec = launcher.local_spec(2)
   for how in ("late", "formed"):
-    procs = [subprocess.Popen([sys.executable, "-c", _KERAS_SCRIPT, str(tmp_path / how), how],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i)),
-                              text=True, start_new_session=True)
-             for job, i in launcher.tasks(spec)]
-    try:
-      outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-      _kill_groups(procs)
+    outs = _script_on_every_task(spec, _KERAS_SCRIPT, str(tmp_path / how), how)
     for (job, i), (out, err) in zip(launcher.tasks(spec), outs):
       if how == "late":
         assert f"ConfigError: {job}:{i} ({spec[job][i]}): TensorFlow already started in this " \
@@ -327,15 +333,7 @@ def test_train_and_evaluate_on_two_workers_is_told_the_calls_that_work(tmp_path)
   said its peer "did not join within 120s" (wrong: both had joined). Now each names the
   port, why it is taken and what to call instead."""
   spec = launcher.local_spec(2)
-  procs = [subprocess.Popen([sys.executable, "-c", _TRAIN_AND_EVALUATE_SCRIPT, str(tmp_path)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i)),
-                            text=True, start_new_session=True)
-           for job, i in launcher.tasks(spec)]
-  try:
-    outs = [p.communicate(timeout=240) for p in procs]
-  finally:
-    _kill_groups(procs)
+  outs = _script_on_every_task(spec, _TRAIN_AND_EVALUATE_SCRIPT, str(tmp_path))
   for (job, i), (_, err) in zip(launcher.tasks(spec), outs):
     assert (f"ConfigError: {job}:{i} ({spec[job][i]}): cannot serve this task's address "
             f"{spec[job][i]}: tf.estimator.train_and_evaluate started a server of its own "
