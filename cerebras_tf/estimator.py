@@ -19,6 +19,7 @@ import re
 import tempfile
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 from tensorflow_estimator.python.estimator import extenders
 from tensorflow_estimator.python.estimator import model_fn as model_fn_lib
@@ -697,6 +698,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                            f"{type(e).__name__}: {message}"
                            f"{_predict_hint(mode, features, labels, message)}") from e
       spec = _as_estimator_spec(spec, user_model_fn)
+      if mode == ModeKeys.TRAIN and spec.loss is not None:
+        _say_summed_loss_across_replicas(spec.loss)
       if mode == ModeKeys.PREDICT and self._single_examples is not None:
         _check_single_examples(spec.predictions, self._single_examples[0], user_model_fn)
       if mode == ModeKeys.TRAIN and spec.scaffold.saver is not None:
@@ -837,6 +840,35 @@ def _say_per_replica_variables(graph, distribution) -> None:
           "the %d host replicas keeps its own copy, and a read (a checkpoint) sees the "
           "first's; create it with aggregation=tf.VariableAggregation.SUM (a count) or MEAN",
           v.name.split(":")[0], len(copies))
+
+
+def _say_summed_loss_across_replicas(loss) -> None:
+  """A loss summed over the batch (tf.reduce_sum) under data parallelism: each host replica
+  sums its 1/R share, and tf.distribute's optimizers, taking the loss for a mean, divide the
+  replicas' gradients by R, so every update is 1/R of the one-device one (SGD's step halved on
+  2 replicas, silently). Said once per graph, from the first replica."""
+  ctx = tf.distribute.get_replica_context()
+  if not tf.distribute.has_strategy() or ctx is None or ctx.num_replicas_in_sync < 2:
+    return
+  if tf.get_static_value(ctx.replica_id_in_sync_group) not in (0, None):
+    return
+  if tf.compat.v1.distribute.get_loss_reduction() != tf.distribute.ReduceOp.MEAN:
+    return  # tf.compat.v1.losses with reduction=SUM: the optimizer does not divide
+  op = loss.op
+  while op.type in ("Identity", "Cast") and op.inputs:
+    op = op.inputs[0].op
+  rank = op.inputs[0].shape.rank if op.type == "Sum" else None
+  axes = tf.get_static_value(op.inputs[1]) if rank else None
+  if axes is None or 0 not in {int(a) % rank for a in np.atleast_1d(axes)}:
+    return
+  where = lower_lib.user_source(op)
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: %sthe loss is a sum over the batch (tf.reduce_sum): each of the %d host "
+      "replicas sums its 1/%d share and the optimizer, taking the loss for a mean, divides "
+      "their gradients by %d, so each update is 1/%d of the one-device one; use a mean, or "
+      "tf.compat.v1.losses.* with reduction=SUM (the optimizer then does not divide)",
+      f"{where}: " if where else "", ctx.num_replicas_in_sync, ctx.num_replicas_in_sync,
+      ctx.num_replicas_in_sync, ctx.num_replicas_in_sync)
 
 
 _GLOBAL_NORM_CLIP = re.compile(r"(?:^|/)clip_by_global_norm(?:_\d+)?/")

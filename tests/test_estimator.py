@@ -777,6 +777,56 @@ def test_an_update_applied_inside_a_cond_is_named_in_multi_replica(tmp_path):
           f"cannot run") in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
+def test_a_loss_summed_over_the_batch_is_named_in_multi_replica(tmp_path):
+  """tf.reduce_sum as the loss: each of 2 host replicas summed its half of the batch and the
+  optimizer, taking it for a mean, halved the replicas' gradients: one SGD step moved the
+  kernel half as far as on one device, silently. Now it is named; the advice (a v1 loss with
+  reduction=SUM) takes the one-device step, and a mean is not named."""
+  script = _FRESH_MULTI_REPLICA.replace("  loss = tf.compat.v1.losses", "  _ = tf.compat.v1.losses")
+  script = script.replace("dense(features, 2)", "dense(features, 2, kernel_initializer="
+                          "tf.compat.v1.zeros_initializer())")
+  script += textwrap.dedent("""\
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        loss = {"sum": lambda: tf.reduce_sum(xent),  # SUM LINE
+                "v1_sum": lambda: tf.compat.v1.losses.sparse_softmax_cross_entropy(
+                    labels, logits, reduction=tf.compat.v1.losses.Reduction.SUM),
+                "mean": lambda: tf.reduce_mean(xent)}[HOW]()
+        step = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(
+            loss, tf.compat.v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+      for HOW in ("sum", "v1_sum", "mean"):
+        said.clear()
+        est = estimator(f"{sys.argv[1]}/{HOW}")
+        est.train(input_fn, max_steps=1, use_cs=True)
+        print("SAID", HOW, [m for m in said if "sum over the batch" in m])
+        print("KERNEL", HOW, est.get_variable_value("dense/kernel")[0, 0])
+      HOW = "sum"
+      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+          model_dir=f"{sys.argv[1]}/one", cs_config=CSConfig(execution_strategy="pipelined")))
+      est.train(input_fn, max_steps=1, use_cs=True)
+      print("KERNEL one_device", est.get_variable_value("dense/kernel")[0, 0])
+      """)
+  path = tmp_path / "summing.py"  # a file, so the warning can name the line
+  path.write_text(script)
+  line = script.splitlines().index(next(l for l in script.splitlines() if "SUM LINE" in l)) + 1
+  proc = subprocess.run([sys.executable, str(path), str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  out = proc.stdout + proc.stderr[-2000:]
+  said = {h: l.split(" ", 2)[2] for l in proc.stdout.splitlines() if l.startswith("SAID ")
+          for h in [l.split(" ")[1]]}
+  assert said["sum"].startswith(f"['cerebras_tf: {path}:{line}: the loss is a sum over the "
+                                f"batch (tf.reduce_sum): each of the 2 host replicas sums its "
+                                f"1/2 share"), out
+  assert said["v1_sum"] == "[]" and said["mean"] == "[]", out
+  kernel = {l.split()[1]: float(l.split()[2]) for l in proc.stdout.splitlines()
+            if l.startswith("KERNEL ")}
+  # By hand: a zero kernel gives p(0) = 1/2 for inputs of ones and labels 0, so each sample's
+  # gradient on kernel[0, 0] is -1/2. One device, sum over 20: -10, SGD 0.01 -> +0.1. Two
+  # replicas summing 10 each, divided by 2: -5 -> +0.05. reduction=SUM: +0.1. A mean: +0.005.
+  assert kernel == pytest.approx({"sum": 0.05, "v1_sum": 0.1, "mean": 0.005,
+                                  "one_device": 0.1}, rel=1e-5), out
+
+
 def _saver_model_fn(saver_first):
   def model_fn(features, labels, mode, params):
     logits = tf.compat.v1.layers.dense(features["x"], params["num_classes"])
