@@ -658,10 +658,10 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
          "multi_replica splits a dataset" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
-# The start of a script for a fresh process (multi_replica needs its 2 CPUs before TF starts):
-# TensorFlow's log lines collected in `said`, an input_fn of 200 ones, `estimator(model_dir)`
-# on 2 host replicas, and a one-layer model_fn whose loss the test's own lines go on from.
-_FRESH_MULTI_REPLICA = """\
+# Model_fns as users port them from one device, trained on 2 host replicas: one fresh process
+# (multi_replica needs its 2 CPUs before TF starts) runs every trial, written to a file so that
+# warnings can name its lines; each test reads the lines its trial printed, "<trial> ...".
+_REPLICA_PRELUDE = """\
 import logging, sys, numpy as np, tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 said = []
@@ -670,161 +670,194 @@ logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
 def input_fn(params):
   x = np.ones((200, 8), np.float32); y = np.zeros(200, np.int32)
   return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
-def estimator(model_dir):  # of the model_fn below, on 2 host replicas
-  return CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-      model_dir=model_dir, cs_config=CSConfig(execution_strategy="multi_replica",
-                                              num_replicas=2)))
+def dense(features, zero=False):
+  return tf.compat.v1.layers.dense(features, 2, kernel_initializer=(
+      tf.compat.v1.zeros_initializer() if zero else None))
+def sgd(loss, rate=0.1):
+  return tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(
+      loss, tf.compat.v1.train.get_global_step())
+def trial(name, model_fn, *steps, strategy="multi_replica"):
+  # Trains to each of `steps` on a new model_dir; a refusal is printed, not raised.
+  said.clear()
+  est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+      model_dir=f"{sys.argv[1]}/{name}", cs_config=CSConfig(
+          execution_strategy=strategy, num_replicas=2 if strategy == "multi_replica" else None)))
+  try:
+    for s in steps:
+      est.train(input_fn, max_steps=s, use_cs=True)
+  except Exception as e:  # the trial's own lines say what the test expects
+    print(name.split("/")[0], "REFUSED", type(e).__name__, " ".join(str(e).split()))
+  return est
+def warned(text):
+  return [m for m in said if text in m]
+"""
+
+_REPLICA_TRIALS = {}
+
+_REPLICA_TRIALS["counter"] = """
+for AGGREGATION in ("NONE", "SUM"):
+  def model_fn(features, labels, mode, params):
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, dense(features))
+    seen = tf.compat.v1.get_variable(
+        "examples_seen", [], tf.float32, tf.zeros_initializer(), trainable=False,
+        aggregation=getattr(tf.VariableAggregation, AGGREGATION))
+    count = tf.compat.v1.assign_add(seen, tf.cast(tf.shape(features)[0], tf.float32))
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.group(sgd(loss), count))
+  est = trial(f"counter/{AGGREGATION}", model_fn, 10)
+  print("counter", AGGREGATION, "SEEN", est.get_variable_value("examples_seen"), "SAID",
+        bool(warned("examples_seen is written by the training step with aggregation NONE")))
+"""
+
+_REPLICA_TRIALS["saver"] = """
 def model_fn(features, labels, mode, params):
-  logits = tf.compat.v1.layers.dense(features, 2)
-  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, dense(features))
+  step = tf.compat.v1.train.AdamOptimizer(0.1).minimize(
+      loss, tf.compat.v1.train.get_global_step())
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step,
+      scaffold=tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver()))
+est = trial("saver", model_fn, 4, 8)
+print("saver STEP", est.get_variable_value("global_step"), "SAID",
+      warned("written by the training step"))
+"""
+
+_REPLICA_TRIALS["clip"] = """
+for HOW in ("own", "reference"):
+  def model_fn(features, labels, mode, params):
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, dense(features))
+    opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    if HOW == "own":
+      grads_and_vars = opt.compute_gradients(loss)
+      grads, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], 1.0)  # CLIP LINE
+      step = opt.apply_gradients(zip(grads, [v for _, v in grads_and_vars]),
+                                 tf.compat.v1.train.get_global_step())
+    else:
+      from cerebras_tf.models import optimization
+      step, _ = optimization.build_train_op(loss, {"optimizer_type": "sgd",
+          "learning_rate": 0.1, "max_gradient_norm": 1.0}, 10)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+  trial(f"clip/{HOW}", model_fn, 2)
+  print("clip", HOW, "SAID", warned("clips its gradients"))
+"""
+
+_REPLICA_TRIALS["cond"] = """
+def model_fn(features, labels, mode, params):
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, dense(features))
+  opt = tf.compat.v1.train.AdamOptimizer(1e-2)
+  gs = tf.compat.v1.train.get_global_step()
+  gvs = opt.compute_gradients(loss)
+  accs = [tf.compat.v1.get_variable(v.op.name + "_acc", v.shape, trainable=False,
+                                    initializer=tf.zeros_initializer()) for _, v in gvs]
+  with tf.control_dependencies([a.assign_add(g) for a, (g, _) in zip(accs, gvs)]):
+    step = tf.cond(tf.equal(gs % 2, 1), lambda: tf.group(opt.apply_gradients(  # COND LINE
+        [(a.read_value(), v) for a, (_, v) in zip(accs, gvs)])), tf.no_op)
+  with tf.control_dependencies([step]):
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=gs.assign_add(1))
+trial("cond", model_fn, 2)
+"""
+
+_REPLICA_TRIALS["sum"] = """
+for HOW, strategy in (("sum", "multi_replica"), ("v1_sum", "multi_replica"),
+                      ("mean", "multi_replica"), ("sum", "pipelined")):
+  def model_fn(features, labels, mode, params):
+    logits = dense(features, zero=True)
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    loss = {"sum": lambda: tf.reduce_sum(xent),  # SUM LINE
+            "v1_sum": lambda: tf.compat.v1.losses.sparse_softmax_cross_entropy(
+                labels, logits, reduction=tf.compat.v1.losses.Reduction.SUM),
+            "mean": lambda: tf.reduce_mean(xent)}[HOW]()
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=sgd(loss, 0.01))
+  est = trial(f"sum/{HOW}_{strategy}", model_fn, 1, strategy=strategy)
+  print("sum", f"{HOW}_{strategy}", est.get_variable_value("dense/kernel")[0, 0], "SAID",
+        warned("sum over the batch"))
 """
 
 
-def test_a_per_replica_counter_is_named_in_multi_replica(tmp_path):
+@pytest.fixture(scope="module")
+def replica_trials(tmp_path_factory):
+  """(path, text, stdout) of one fresh process that ran every _REPLICA_TRIALS entry."""
+  tmp = tmp_path_factory.mktemp("replica_trials")
+  text = _REPLICA_PRELUDE + "".join(_REPLICA_TRIALS.values())
+  path = tmp / "ported_model_fns.py"
+  path.write_text(text)
+  proc = subprocess.run([sys.executable, str(path), str(tmp)], cwd=ROOT, capture_output=True,
+                        text=True, timeout=600, check=False)
+  return path, text, proc.stdout + "\n--- stderr ---\n" + proc.stderr[-3000:]
+
+
+def _trial_lines(replica_trials, name):
+  return [l.split(" ", 1)[1] for l in replica_trials[2].splitlines()
+          if l.startswith(name + " ")]
+
+
+def _line_of(replica_trials, mark):
+  lines = replica_trials[1].splitlines()
+  return lines.index(next(l for l in lines if mark in l)) + 1
+
+
+def test_a_per_replica_counter_is_named_in_multi_replica(replica_trials):
   """A non-trainable `examples_seen` the train_op adds the batch to: 10 steps of 20 examples
   read 200 in pipelined but 100 in multi_replica (2 host replicas of 10, each counting into
   its own copy), without a word. Now a warning names it; with aggregation SUM it reads 200
-  and nothing is said. In a fresh process: multi_replica needs its 2 CPUs before TF starts."""
-  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
-        seen = tf.compat.v1.get_variable(
-            "examples_seen", [], tf.float32, tf.zeros_initializer(), trainable=False,
-            aggregation=getattr(tf.VariableAggregation, AGGREGATION))
-        count = tf.compat.v1.assign_add(seen, tf.cast(tf.shape(features)[0], tf.float32))
-        step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-            loss, tf.compat.v1.train.get_global_step())
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.group(step, count))
-      for AGGREGATION in ("NONE", "SUM"):
-        said.clear()
-        est = estimator(f"{sys.argv[1]}/{AGGREGATION}")
-        est.train(input_fn, max_steps=10, use_cs=True)
-        print(AGGREGATION, "SEEN", est.get_variable_value("examples_seen"), "SAID",
-              any("examples_seen is written by the training step with aggregation NONE" in m
-                  for m in said))
-      """)
-  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
-  out = proc.stdout + proc.stderr[-2000:]
-  assert "NONE SEEN 100.0 SAID True" in proc.stdout, out
-  assert "SUM SEEN 200.0 SAID False" in proc.stdout, out
+  and nothing is said."""
+  assert _trial_lines(replica_trials, "counter") == [
+      "NONE SEEN 100.0 SAID True", "SUM SEEN 200.0 SAID False"], replica_trials[2]
 
 
-def test_clipping_each_replicas_share_is_named_in_multi_replica(tmp_path):
+def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(replica_trials):
+  """A Saver made in the model_fn (after minimize) restores into every variable, and its
+  restore writes named each of Adam's slots "written by the training step with aggregation
+  NONE" in multi_replica (4 false warnings in the trial)."""
+  assert _trial_lines(replica_trials, "saver") == ["STEP 8 SAID []"], replica_trials[2]
+
+
+def test_clipping_each_replicas_share_is_named_in_multi_replica(replica_trials):
   """google-research/bert's optimizer clips by the global norm inside the model_fn: on 2 host
   replicas each clipped its own half of the gradient by the whole limit, up to 2x the
   one-device step, without a word. Now the line is named; the reference optimizer (which
-  sums the replicas' gradients before it clips) called from a model_fn is not. A fresh
-  process: multi_replica needs its 2 CPUs before TF starts."""
-  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
-        opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        if HOW == "own":
-          grads_and_vars = opt.compute_gradients(loss)
-          grads, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], 1.0)  # CLIP LINE
-          step = opt.apply_gradients(zip(grads, [v for _, v in grads_and_vars]),
-                                     tf.compat.v1.train.get_global_step())
-        else:
-          from cerebras_tf.models import optimization
-          step, _ = optimization.build_train_op(loss, {"optimizer_type": "sgd",
-              "learning_rate": 0.1, "max_gradient_norm": 1.0}, 10)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
-      for HOW in ("own", "reference"):
-        said.clear()
-        est = estimator(f"{sys.argv[1]}/{HOW}")
-        est.train(input_fn, max_steps=2, use_cs=True)
-        print("SAID", HOW, [m for m in said if "clips its gradients" in m])
-      """)
-  line = script.splitlines().index(next(l for l in script.splitlines() if "CLIP LINE" in l)) + 1
-  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
-  out = proc.stdout + proc.stderr[-2000:]
-  assert "SAID reference []" in proc.stdout, out
-  assert "SAID own " + str([
-      f"cerebras_tf: <string>:{line}: the model_fn clips its gradients by their global norm in "
-      f"each of the 2 host replicas: each clips its own 1/2 share by the whole limit, so a "
-      f"clipped update is up to 2x the one-device one; clip the replicas' sum (the reference "
-      f"optimizer, cerebras_tf.models.optimization.build_train_op, does), or train "
-      f"pipelined"]) in proc.stdout, out
+  sums the replicas' gradients before it clips) called from a model_fn is not."""
+  path, line = replica_trials[0], _line_of(replica_trials, "CLIP LINE")
+  assert _trial_lines(replica_trials, "clip") == [
+      "own SAID " + str([
+          f"cerebras_tf: {path}:{line}: the model_fn clips its gradients by their global norm "
+          f"in each of the 2 host replicas: each clips its own 1/2 share by the whole limit, "
+          f"so a clipped update is up to 2x the one-device one; clip the replicas' sum (the "
+          f"reference optimizer, cerebras_tf.models.optimization.build_train_op, does), or "
+          f"train pipelined"]),
+      "reference SAID []"], replica_trials[2]
 
 
-def test_an_update_applied_inside_a_cond_is_named_in_multi_replica(tmp_path):
+def test_an_update_applied_inside_a_cond_is_named_in_multi_replica(replica_trials):
   """A model_fn's own gradient accumulation (apply_gradients inside a tf.cond), ported from one
   device: under host replicas it failed with tf.distribute's paragraph about nested
   tf.functions ("`merge_call` called while defining a new graph"), pointing at autograph's
   generated files. Now one line names the user's line and the ways that train."""
-  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
-        opt = tf.compat.v1.train.AdamOptimizer(1e-2)
-        gs = tf.compat.v1.train.get_global_step()
-        gvs = opt.compute_gradients(loss)
-        accs = [tf.compat.v1.get_variable(v.op.name + "_acc", v.shape, trainable=False,
-                                          initializer=tf.zeros_initializer()) for _, v in gvs]
-        with tf.control_dependencies([a.assign_add(g) for a, (g, _) in zip(accs, gvs)]):
-          step = tf.cond(tf.equal(gs % 2, 1), lambda: tf.group(opt.apply_gradients(  # COND
-              [(a.read_value(), v) for a, (_, v) in zip(accs, gvs)])), tf.no_op)
-        with tf.control_dependencies([step]):
-          return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=gs.assign_add(1))
-      est = estimator(sys.argv[1])
-      try:
-        est.train(input_fn, max_steps=2, use_cs=True)
-      except Exception as e:
-        print("REFUSED", type(e).__name__, e)
-      """)
-  line = script.splitlines().index(next(l for l in script.splitlines() if "# COND" in l)) + 1
-  path = tmp_path / "accumulating.py"  # a file: autograph's frames map back to its lines
-  path.write_text(script)
-  proc = subprocess.run([sys.executable, str(path), str(tmp_path / "m")], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
-  assert (f"REFUSED ModelFnError {path}:{line}: the model_fn applies its update inside a "
-          f"tf.cond or a loop (gradient accumulation?), which data-parallel host replicas "
-          f"cannot run") in proc.stdout, proc.stdout + proc.stderr[-2000:]
+  path, line = replica_trials[0], _line_of(replica_trials, "COND LINE")
+  said = _trial_lines(replica_trials, "cond")
+  assert len(said) == 1 and said[0].startswith(
+      f"REFUSED ModelFnError {path}:{line}: the model_fn applies its update inside a tf.cond "
+      f"or a loop (gradient accumulation?), which data-parallel host replicas cannot run"), \
+      replica_trials[2]
 
 
-def test_a_loss_summed_over_the_batch_is_named_in_multi_replica(tmp_path):
+def test_a_loss_summed_over_the_batch_is_named_in_multi_replica(replica_trials):
   """tf.reduce_sum as the loss: each of 2 host replicas summed its half of the batch and the
   optimizer, taking it for a mean, halved the replicas' gradients: one SGD step moved the
   kernel half as far as on one device, silently. Now it is named; the advice (a v1 loss with
   reduction=SUM) takes the one-device step, and a mean is not named."""
-  script = _FRESH_MULTI_REPLICA.replace("  loss = tf.compat.v1.losses", "  _ = tf.compat.v1.losses")
-  script = script.replace("dense(features, 2)", "dense(features, 2, kernel_initializer="
-                          "tf.compat.v1.zeros_initializer())")
-  script += textwrap.dedent("""\
-        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        loss = {"sum": lambda: tf.reduce_sum(xent),  # SUM LINE
-                "v1_sum": lambda: tf.compat.v1.losses.sparse_softmax_cross_entropy(
-                    labels, logits, reduction=tf.compat.v1.losses.Reduction.SUM),
-                "mean": lambda: tf.reduce_mean(xent)}[HOW]()
-        step = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(
-            loss, tf.compat.v1.train.get_global_step())
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
-      for HOW in ("sum", "v1_sum", "mean"):
-        said.clear()
-        est = estimator(f"{sys.argv[1]}/{HOW}")
-        est.train(input_fn, max_steps=1, use_cs=True)
-        print("SAID", HOW, [m for m in said if "sum over the batch" in m])
-        print("KERNEL", HOW, est.get_variable_value("dense/kernel")[0, 0])
-      HOW = "sum"
-      est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
-          model_dir=f"{sys.argv[1]}/one", cs_config=CSConfig(execution_strategy="pipelined")))
-      est.train(input_fn, max_steps=1, use_cs=True)
-      print("KERNEL one_device", est.get_variable_value("dense/kernel")[0, 0])
-      """)
-  path = tmp_path / "summing.py"  # a file, so the warning can name the line
-  path.write_text(script)
-  line = script.splitlines().index(next(l for l in script.splitlines() if "SUM LINE" in l)) + 1
-  proc = subprocess.run([sys.executable, str(path), str(tmp_path)], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
-  out = proc.stdout + proc.stderr[-2000:]
-  said = {h: l.split(" ", 2)[2] for l in proc.stdout.splitlines() if l.startswith("SAID ")
-          for h in [l.split(" ")[1]]}
-  assert said["sum"].startswith(f"['cerebras_tf: {path}:{line}: the loss is a sum over the "
-                                f"batch (tf.reduce_sum): each of the 2 host replicas sums its "
-                                f"1/2 share"), out
-  assert said["v1_sum"] == "[]" and said["mean"] == "[]", out
-  kernel = {l.split()[1]: float(l.split()[2]) for l in proc.stdout.splitlines()
-            if l.startswith("KERNEL ")}
+  path, line = replica_trials[0], _line_of(replica_trials, "SUM LINE")
+  runs = {l.split()[0]: (float(l.split()[1]), l.split(" SAID ", 1)[1])
+          for l in _trial_lines(replica_trials, "sum")}
+  assert runs["sum_multi_replica"][1].startswith(
+      f"['cerebras_tf: {path}:{line}: the loss is a sum over the batch (tf.reduce_sum): each "
+      f"of the 2 host replicas sums its 1/2 share"), replica_trials[2]
+  assert [runs[k][1] for k in ("v1_sum_multi_replica", "mean_multi_replica",
+                               "sum_pipelined")] == ["[]"] * 3, replica_trials[2]
   # By hand: a zero kernel gives p(0) = 1/2 for inputs of ones and labels 0, so each sample's
   # gradient on kernel[0, 0] is -1/2. One device, sum over 20: -10, SGD 0.01 -> +0.1. Two
   # replicas summing 10 each, divided by 2: -5 -> +0.05. reduction=SUM: +0.1. A mean: +0.005.
-  assert kernel == pytest.approx({"sum": 0.05, "v1_sum": 0.1, "mean": 0.005,
-                                  "one_device": 0.1}, rel=1e-5), out
+  assert {k: v[0] for k, v in runs.items()} == pytest.approx({
+      "sum_multi_replica": 0.05, "v1_sum_multi_replica": 0.1, "mean_multi_replica": 0.005,
+      "sum_pipelined": 0.1}, rel=1e-5), replica_trials[2]
 
 
 def _saver_model_fn(saver_first):
@@ -858,28 +891,6 @@ def test_a_scaffold_saver_made_before_minimize_is_refused_before_training(tmp_pa
   est.train(_train_input, max_steps=30, use_cs=True)
   assert tf.train.get_checkpoint_state(cfg.model_dir).all_model_checkpoint_paths == [
       os.path.join(cfg.model_dir, "model.ckpt-30")]
-
-
-def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(tmp_path):
-  """A Saver made in the model_fn (after minimize) restores into every variable, and its
-  restore writes named each of Adam's slots "written by the training step with aggregation
-  NONE" in multi_replica (4 false warnings in the trial). A fresh process: multi_replica
-  needs its 2 CPUs before TF starts."""
-  script = _FRESH_MULTI_REPLICA + textwrap.dedent("""\
-        step = tf.compat.v1.train.AdamOptimizer(0.1).minimize(
-            loss, tf.compat.v1.train.get_global_step())
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step,
-            scaffold=tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver()))
-      est = estimator(sys.argv[1])
-      est.train(input_fn, max_steps=4, use_cs=True)
-      est.train(input_fn, max_steps=8, use_cs=True)
-      print("STEP", est.get_variable_value("global_step"))
-      print("SAID", [m for m in said if "written by the training step" in m])
-      """)
-  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "m")], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
-  out = proc.stdout + proc.stderr[-2000:]
-  assert "STEP 8" in proc.stdout and "SAID []" in proc.stdout, out
 
 
 def test_add_metrics_keeps_the_engine(tmp_path, caplog):
