@@ -341,6 +341,8 @@ class _CerebrasMethods:
     are not an answer); with use_cs=True the last compile must fit."""
     if steps is None:
       input_fn = _refusing_endless(input_fn)
+    if name is None:
+      name = _eval_name_of_this_task()
     input_fn, batch = self._for_engine(input_fn, ModeKeys.EVAL, use_cs)
     for attempt in range(_VANISHED_RETRIES + 1):
       self._restore_from = self._checkpoint_for("evaluate", checkpoint_path)
@@ -974,6 +976,16 @@ def _raise_unless_host_holds(result) -> None:
       f"(TensorFlow runs the numerics here: {'; '.join(parts)}), and {report.fmt_bytes(have)} "
       f"is available; the engine's answers (fit, speed, placement) need no training "
       f"(--compile_only, or CerebrasEstimator.compile); to train here, {fix}")
+
+
+def _eval_name_of_this_task() -> Optional[str]:
+  """None (model_dir/eval) on the chief or without a cluster; "worker_0" on worker 0, so its
+  events go to model_dir/eval_worker_0: tasks evaluating in the same second wrote the same
+  event file name into model_dir/eval and clobbered the chief's."""
+  cluster = tf_config.current()
+  if cluster is None or not cluster.multi_worker or cluster.task_type == "chief":
+    return None
+  return f"{cluster.task_type}_{cluster.task_index}"
 
 
 def _as_cs_run_config(config) -> CSRunConfig:

@@ -288,6 +288,7 @@ est = CerebrasEstimator.from_keras_model(model, params={"batch_size": 16}, confi
     model_dir=sys.argv[1], cs_config=CSConfig(execution_strategy="multi_replica")))
 est.train(input_fn, max_steps=3, use_cs=True)
 print("STEP", est.get_variable_value("global_step"))
+est.evaluate(input_fn, steps=1)
 """
 
 
@@ -296,7 +297,8 @@ def test_a_keras_script_on_two_workers_forms_the_cluster_first_or_is_told_to(tmp
   """A Python script that builds its Keras model, then trains on 2 workers: building the model
   started TensorFlow, and MultiWorkerMirroredStrategy raised "Collective ops must be
   configured at program startup" on every task. Now each task says what to call, and the
-  script that calls it at its top trains on both."""
+  script that calls it at its top trains on both, then evaluates, each task into its own
+  eval directory."""
   spec = launcher.local_spec(2)
   for how in ("late", "formed"):
     outs = _script_on_every_task(spec, _KERAS_SCRIPT, str(tmp_path / how), how)
@@ -306,6 +308,10 @@ def test_a_keras_script_on_two_workers_forms_the_cluster_first_or_is_told_to(tmp
                f"process" in err and "strategies.form_cluster() at the top" in err, err[-2000:]
       else:
         assert "STEP 3" in out, err[-3000:]
+  # Each task's evaluation has its own events (they shared model_dir/eval, and the events of
+  # tasks evaluating in the same second clobbered each other).
+  assert sorted(d for d in os.listdir(tmp_path / "formed") if d.startswith("eval")) == [
+      "eval", "eval_worker_0"]
 
 
 _TRAIN_AND_EVALUATE_SCRIPT = """\
