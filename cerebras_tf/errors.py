@@ -98,4 +98,3 @@ def raise_terminated(signum, frame) -> None:
   GracefulInterrupt takes it over as the default, to stop at a step boundary instead."""
   del signum, frame
   raise Terminated("terminated (SIGTERM)")
-

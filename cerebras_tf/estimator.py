@@ -852,6 +852,7 @@ def _say_summed_loss_across_replicas(loss) -> None:
   ctx = tf.distribute.get_replica_context()
   if not tf.distribute.has_strategy() or ctx is None or ctx.num_replicas_in_sync < 2:
     return
+  r = ctx.num_replicas_in_sync
   if tf.get_static_value(ctx.replica_id_in_sync_group) not in (0, None):
     return
   if tf.compat.v1.distribute.get_loss_reduction() != tf.distribute.ReduceOp.MEAN:
@@ -869,8 +870,7 @@ def _say_summed_loss_across_replicas(loss) -> None:
       "replicas sums its 1/%d share and the optimizer, taking the loss for a mean, divides "
       "their gradients by %d, so each update is 1/%d of the one-device one; use a mean, or "
       "tf.compat.v1.losses.* with reduction=SUM (the optimizer then does not divide)",
-      f"{where}: " if where else "", ctx.num_replicas_in_sync, ctx.num_replicas_in_sync,
-      ctx.num_replicas_in_sync, ctx.num_replicas_in_sync)
+      f"{where}: " if where else "", r, r, r, r)
 
 
 _GLOBAL_NORM_CLIP = re.compile(r"(?:^|/)clip_by_global_norm(?:_\d+)?/")
@@ -982,10 +982,8 @@ def _eval_name_of_this_task() -> Optional[str]:
   """None (model_dir/eval) on the chief or without a cluster; "worker_0" on worker 0, so its
   events go to model_dir/eval_worker_0: tasks evaluating in the same second wrote the same
   event file name into model_dir/eval and clobbered the chief's."""
-  cluster = tf_config.current()
-  if cluster is None or not cluster.multi_worker or cluster.task_type == "chief":
-    return None
-  return f"{cluster.task_type}_{cluster.task_index}"
+  cluster = tf_config.non_chief_task()
+  return None if cluster is None else f"{cluster.task_type}_{cluster.task_index}"
 
 
 def _as_cs_run_config(config) -> CSRunConfig:

@@ -199,8 +199,8 @@ def _chiefs_work(mode: str, summary: dict) -> bool:
   """True when another task does `mode`'s work: in a cluster the chief evaluates and predicts
   for every task (the others read the same checkpoints, and their eval events would land in
   the chief's model_dir, clobbering its own in the same second)."""
-  cluster = tf_config.current()
-  if cluster is None or not cluster.multi_worker or cluster.task_type == "chief":
+  cluster = tf_config.non_chief_task()
+  if cluster is None:
     return False
   logging.getLogger("tensorflow").info(
       "cerebras_tf: %s: %s is the chief's work; this task (%s) %s", mode,

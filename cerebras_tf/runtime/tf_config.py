@@ -96,6 +96,15 @@ def parse(raw: Optional[str]) -> Optional[TFConfig]:
   return TFConfig(cluster, task_type, index)
 
 
+def non_chief_task() -> Optional[TFConfig]:
+  """This process's cluster when it is a task other than the chief of a multi-worker cluster
+  (the chief alone evaluates for run.py and writes model_dir/eval); None otherwise."""
+  cluster = current()
+  if cluster is None or not cluster.multi_worker or cluster.task_type == "chief":
+    return None
+  return cluster
+
+
 def current() -> Optional[TFConfig]:
   """This process's TF_CONFIG, parsed (None when it is not set)."""
   return parse(os.environ.get("TF_CONFIG"))
