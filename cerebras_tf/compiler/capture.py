@@ -61,6 +61,8 @@ def element_spec(input_result):
 
 def _placeholders(spec, batch_size: int, prefix: str, inputs: Dict[str, tf.Tensor]):
   def make(path, s):
+    if isinstance(s, (tf.SparseTensorSpec, tf.RaggedTensorSpec)):
+      raise CompileError(_not_dense_message("/".join([prefix] + [str(p) for p in path]), s))
     shape = s.shape.as_list()
     if shape and shape[0] is None:
       shape[0] = batch_size
@@ -76,6 +78,25 @@ def _placeholders(spec, batch_size: int, prefix: str, inputs: Dict[str, tf.Tenso
     inputs[name] = ph
     return ph
   return _map_with_path(make, spec)
+
+
+def _not_dense_message(name: str, spec) -> str:
+  """Why a SparseTensor or RaggedTensor input cannot be compiled, and the input_fn line that
+  makes it a dense tensor of static shape."""
+  shape = spec.shape.as_list()
+  if isinstance(spec, tf.SparseTensorSpec):
+    if None in shape[1:]:
+      what = f"a SparseTensor {shape} (what a VarLenFeature parses to)"
+      fix = "tf.RaggedTensor.from_sparse(x).to_tensor(shape=[None, L])"
+    else:
+      what, fix = f"a SparseTensor {shape}", "tf.sparse.to_dense(x)"
+  else:
+    what = f"a RaggedTensor {shape}"
+    fix = "x.to_tensor(shape=[None, L])"
+  pad = "" if fix == "tf.sparse.to_dense(x)" else (
+      " (pads with 0 and cuts at L; mask the padding where the model_fn averages or attends)")
+  return (f"input feature '{name}' is {what}: the engine takes dense tensors of a static "
+          f"shape; make it dense in the input_fn, e.g. {fix}{pad}")
 
 
 def _map_with_path(fn, structure, path=()):

@@ -103,6 +103,48 @@ def test_feature_columns_are_told_to_go_dense_in_the_input_fn():
                       "model_fn those"), msg
 
 
+def test_a_sparse_or_ragged_feature_is_told_the_line_that_makes_it_dense():
+  """A VarLenFeature of token ids parses to a SparseTensor (tf.RaggedTensor.from_sparse makes it
+  ragged): variable length, which the engine cannot compile. Both used to get the padded_batch
+  advice, which does not apply to them; the message now names the kind and the one line that
+  fixes it, and that line compiles."""
+  def model_fn(features, labels):
+    emb = tf.compat.v1.get_variable("emb", [100, 8])
+    ids = features["ids"]
+    if isinstance(ids, tf.SparseTensor):
+      h = tf.nn.embedding_lookup_sparse(emb, ids, None, combiner="mean")
+    else:
+      h = tf.reduce_mean(tf.nn.embedding_lookup(emb, ids), 1)
+    logits = tf.keras.layers.Dense(2)(h)
+    loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, True))
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=_step(loss))
+
+  def input_fn(make):
+    def fn():
+      ids = tf.ragged.constant([[1, 2], [3], [4, 5, 6], [7], [8, 9], [1]], tf.int64)
+      ds = tf.data.Dataset.from_tensor_slices((ids, tf.constant([0, 1, 0, 1, 0, 1])))
+      return ds.batch(4, drop_remainder=True).map(lambda x, y: ({"ids": make(x)}, y))
+    return fn
+
+  with pytest.raises(CompileError, match=r"^input feature 'features/ids' is a SparseTensor "
+                     r"\[None, None\] \(what a VarLenFeature parses to\): the engine takes "
+                     r"dense tensors of a static shape; make it dense in the input_fn, e.g. "
+                     r"tf.RaggedTensor.from_sparse\(x\).to_tensor\(shape=\[None, L\]\)"):
+    capture.capture(input_fn(lambda x: x.to_sparse()), model_fn, 4)
+  with pytest.raises(CompileError, match=r"^input feature 'features/ids' is a RaggedTensor "
+                     r"\[4, None\]: .* e.g. x.to_tensor\(shape=\[None, L\]\) \(pads with 0"):
+    capture.capture(input_fn(lambda x: x), model_fn, 4)
+  # A sparse feature of static shape (a multi-hot of known width) needs no length.
+  with pytest.raises(CompileError, match=r"is a SparseTensor \[4, 5\]: .* e.g. "
+                     r"tf.sparse.to_dense\(x\)$"):
+    capture.capture(input_fn(lambda x: tf.sparse.reset_shape(x.to_sparse(), [4, 5])),
+                    model_fn, 4)
+  captured = capture.capture(input_fn(
+      lambda x: tf.RaggedTensor.from_sparse(x.to_sparse()).to_tensor(shape=[None, 3])),
+      model_fn, 4)
+  assert captured.inputs["features/ids"].shape.as_list() == [4, 3]
+
+
 def _dense_loss(features, labels):
   logits = tf.keras.layers.Dense(2)(features["x"])
   return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, True))
