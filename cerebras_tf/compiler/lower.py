@@ -568,11 +568,17 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
     return any(n is not None and not _within(scope, canonical(_scope(n))) for n in names)
 
   tied = set()
+  # Outside every scope (a Keras model_fn's `tf.matmul(x, emb.embeddings, transpose_b=True)`)
+  # such a matmul is named by the op and the line that made it, not folded into "(root)".
+  root_tied: Dict[tf.Operation, str] = {}
   for op in fwd:
     if kernels.category(op.type) == kernels.MATMUL:
       s = canonical(_scope(op.name))
       if s and s not in known and reads_foreign_weights(op, s):
         tied.add(s)
+      elif not s and reads_foreign_weights(op, s):
+        src = user_source(op)
+        root_tied[op] = f"{op.name} at {src}" if src else op.name
 
   def layer_of(scope: str) -> str:
     scope = canonical(scope)
@@ -588,7 +594,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
 
   def op_layer(op) -> str:
     if op not in layer_cache:
-      layer = layer_of(_scope(op.name))
+      layer = root_tied.get(op) or layer_of(_scope(op.name))
       if kernels.category(op.type) == kernels.LOOP:
         # A Keras RNN loops in "lstm/" over weights in "lstm/lstm_cell/": one layer.
         owners = {layer_of(_scope(t.op.name)) for t in op.inputs if _reads_variable(t.op)}

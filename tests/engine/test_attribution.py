@@ -7,6 +7,8 @@ second block's ops under the name scope "cross_attention_1" while its variables 
 "cross_attention/query" kept the weights with 0 FLOPs.
 """
 
+import inspect
+
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -87,3 +89,33 @@ def test_tied_lm_head_is_its_own_layer(path):
   # head's 7,680; nothing is left in the bare "gpt" scope but reshapes.
   assert g.layer("gpt/ln_f").fwd_flops < 10 * 6 * 16
   assert "gpt" not in [l.name for l in g.layers] or g.layer("gpt").fwd_flops < 10 * 6 * 16
+
+
+def test_a_tied_head_outside_every_scope_is_named_by_its_op_and_line():
+  # A Keras model_fn ties its head with `tf.matmul(x, emb.embeddings, transpose_b=True)` at the
+  # top level: the largest layer of a user's GPT-3 XL (6% of the step) was reported as
+  # "(root)", the report's bottleneck line said "largest layer (root)". By hand, per sample:
+  # 6 positions x 2 x 16 hidden x 40 vocab = 7,680 forward FLOPs, and no weights of its own.
+  graph = tf.Graph()
+  with graph.as_default():
+    ids = tf.compat.v1.placeholder(tf.int32, [4, 6], "input_ids")
+    emb = tf.keras.layers.Embedding(40, 16)
+    x = tf.keras.layers.Dense(16)(emb(ids))
+    line = inspect.currentframe().f_lineno + 1
+    logits = tf.matmul(x, emb.embeddings, transpose_b=True)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids,
+                                                                         logits=logits))
+    train_op = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
+  cap = capture.CapturedGraph(graph=graph, loss=loss, train_op=train_op,
+                              inputs={"input_ids": ids}, batch_size=4,
+                              optimizers=("AdamOptimizer",))
+  g = lower.lower(cap, name="keras_gpt", seq_len=6)
+  heads = [l for l in g.layers if l.name.startswith("MatMul at ")]
+  assert [l.name.rsplit("/", 1)[-1] for l in heads] == [f"test_attribution.py:{line}"]
+  head = heads[0]
+  assert head.num_params == 0
+  # The loss's softmax and gathers join it (folded: < 1% of the FLOPs), < 8 FLOPs per logit.
+  assert 6 * 2 * 16 * 40 <= head.fwd_flops < 6 * 2 * 16 * 40 + 8 * 6 * 40
+  assert head.bwd_flops == pytest.approx(2 * 6 * 2 * 16 * 40, rel=0.1)
+  assert "(root)" not in [l.name for l in g.layers]
+
