@@ -488,7 +488,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   def __init__(self, model_fn, model_dir=None, compile_dir=None, config=None, params=None,
                warm_start_from=None, use_cs=None, init_checkpoint=None):
-    model_fn_lib.verify_model_fn_args(model_fn, params)
+    # params also carries the batch the input_fn and the runtime read (params["batch_size"], as
+    # TPUEstimator's): a model_fn that does not take it is not one that forgot to.
+    takes_params = "params" in estimator_util.fn_args(model_fn)
+    model_fn_lib.verify_model_fn_args(model_fn, params if takes_params else None)
     self._user_model_fn = model_fn
     # Weight servers (another directory) run the restore ops: checkpoint paths are absolute.
     self._init_checkpoint = _absolute(init_checkpoint)

@@ -998,6 +998,23 @@ def test_an_input_fn_whose_argument_has_another_name_is_told_the_names(tmp_path)
   assert not os.path.exists(os.path.join(est.model_dir, "checkpoint"))
 
 
+def test_a_model_fn_without_params_trains_on_the_batch_params_carries(tmp_path):
+  """params["batch_size"] is how the batch reaches the input_fn (the reserved key, as
+  TPUEstimator's), so a model_fn(features, labels, mode) that needs no params is what users
+  write; tf.estimator's check refused it ("does not include params argument, but params
+  ({'batch_size': 32}) is passed to Estimator"): its batch could only be fixed inside
+  the input_fn, where multi_replica and weight streaming cannot split it."""
+  def bare_model_fn(features, labels, mode):
+    return model_fn(features, labels, mode, PARAMS)
+  est = CerebrasEstimator(bare_model_fn, config=_config(tmp_path), params={"batch_size": 8})
+  est.train(lambda params: input_fn(dict(PARAMS, **params), "train"), max_steps=2, use_cs=True)
+  assert est.get_variable_value("global_step") == 2
+  assert est._last_compile.plan.batch_size == 8  # pylint: disable=protected-access
+  # A misspelt argument is still refused as tf.estimator refuses it.
+  with pytest.raises(ValueError, match=r"has following not expected args: \['param'\]"):
+    CerebrasEstimator(lambda features, labels, mode, param: None, params={"batch_size": 8})
+
+
 def test_an_unbatched_dataset_is_named_as_such(tmp_path):
   """A hurried user forgets .batch(): x is [32] (input_dim) and the labels are scalars. That
   used to read "batches of 32 samples, but each replica must get 16"."""
