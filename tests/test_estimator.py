@@ -1002,8 +1002,8 @@ def test_a_model_fn_without_params_trains_on_the_batch_params_carries(tmp_path):
   """params["batch_size"] is how the batch reaches the input_fn (the reserved key, as
   TPUEstimator's), so a model_fn(features, labels, mode) that needs no params is what users
   write; tf.estimator's check refused it ("does not include params argument, but params
-  ({'batch_size': 32}) is passed to Estimator"): its batch could only be fixed inside
-  the input_fn, where multi_replica and weight streaming cannot split it."""
+  ({'batch_size': 32}) is passed to Estimator"): its batch could only be written into
+  the input_fn."""
   def bare_model_fn(features, labels, mode):
     return model_fn(features, labels, mode, PARAMS)
   est = CerebrasEstimator(bare_model_fn, config=_config(tmp_path), params={"batch_size": 8})
