@@ -16,7 +16,8 @@ Categories:
   elementwise one pass over the output (activations, adds, softmax pieces)
   reduction   one pass over the input (sum, mean, max: global pooling, losses)
   gather      memory movement with no arithmetic (embedding lookups, slicing, concat, resize)
-  loop        a While loop (Keras LSTM/GRU): its body's cost times its static trip count
+  loop        a While loop (Keras LSTM/GRU): its body's cost times its static trip count;
+              a tf.function call: its body's cost once
   free        metadata or no-ops on the engine (reshape, identity, shape, constants)
 
 Memory: every kernel but the free ones reads its inputs and writes its outputs once
@@ -54,7 +55,7 @@ FORMS: Dict[str, str] = {
     "window_grad": "k x n(dy) x prod(ksize)",
     "norm": "k x n(x)",
     "logits": "k x n(logits)",
-    "loop": "trip count x sum(body ops' FLOPs)",
+    "loop": "trip count x sum(body ops' FLOPs) (a call: 1 x)",
 }
 MEMORY_FORM = "(sum n(inputs) + sum n(outputs)) x element size"
 LOOP_MEMORY_FORM = "trip count x sum(body ops' bytes)"
@@ -178,6 +179,8 @@ def _table() -> Dict[str, Kernel]:
       layers="the sequence buffers of a While-form LSTM/GRU")
   add(("While", "StatelessWhile"), LOOP, "loop",
       layers="LSTM, GRU, SimpleRNN (Keras's default: a While loop over the time steps)")
+  add(("PartitionedCall", "StatefulPartitionedCall"), LOOP, "loop",
+      layers="a @tf.function called from the model_fn (its body, once) and its gradient")
   add(("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "Shape", "ShapeN", "Size",
        "Rank", "Const", "Placeholder", "PlaceholderWithDefault", "NoOp", "ReadVariableOp",
        "VarHandleOp", "VariableV2", "Variable", "Enter", "Exit", "BroadcastGradientArgs",

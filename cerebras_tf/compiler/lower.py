@@ -86,8 +86,12 @@ def _ksize(op) -> float:
   return float(np.prod(op.get_attr("ksize")))
 
 
+# A @tf.function called from a model_fn (graph mode) is one op running the function's graph.
+_CALLS = ("PartitionedCall", "StatefulPartitionedCall")
+
+
 def _function_graph(op, attr: str):
-  """The FuncGraph of a While op's `body` or `cond`, or None."""
+  """The FuncGraph of a While op's `body` or `cond` or a call's `f`, or None."""
   try:
     return op.graph._get_function(op.get_attr(attr).name).graph  # pylint: disable=protected-access
   except (AttributeError, ValueError, KeyError):
@@ -95,7 +99,8 @@ def _function_graph(op, attr: str):
 
 
 def _loop_body(op):
-  return _function_graph(op, "body")
+  """The graph a loop runs each iteration, or a call once."""
+  return _function_graph(op, "f" if op.type in _CALLS else "body")
 
 
 def _static_int(t) -> Optional[int]:
@@ -126,6 +131,8 @@ def trip_count(op) -> Optional[int]:
   `i < n` (or `<=`) when the start of `i` and the bound `n` are static. Keras's LSTM/GRU loop
   over `tf.shape(inputs)[0]` time steps, which is static for fixed-length sequences.
   """
+  if op.type in _CALLS:
+    return 1
   if op.type not in ("While", "StatelessWhile") or len(op.inputs) < 2:
     return None
   limit = _static_int(op.inputs[1])
@@ -396,7 +403,8 @@ def _check_op(op) -> Optional[str]:
     inner = sorted({o.type for o in body.get_operations()
                     if kernels.category(o.type) is None}) if body is not None else ["?"]
     if inner:
-      return f"is a loop whose body uses op(s) with no engine kernel: {', '.join(inner)}"
+      what = "a call of a tf.function" if op.type in _CALLS else "a loop"
+      return f"is {what} whose body uses op(s) with no engine kernel: {', '.join(inner)}"
     return None
   # A training batch norm's reserve-space outputs have no static shape; they stay on the op.
   outputs = op.outputs[:1] if cat == kernels.NORM else op.outputs

@@ -228,6 +228,50 @@ def test_while_loop_without_a_static_bound_is_refused():
   assert "static trip count" in lower._check_op(loop)  # pylint: disable=protected-access
 
 
+def test_a_tf_function_call_costs_its_body_forward_and_backward():
+  # TF2 code decorates helpers with @tf.function; called from a model_fn (a graph) each call
+  # is one StatefulPartitionedCall op, which validation refused as an op with no kernel.
+  # x [4, 64] -> gelu(x @ [64, 256]) @ [256, 64]: 2 * 4 * 64 * 256 * 2 = 262144 matmul FLOPs;
+  # with the GELU and its gradient, forward and backward equal the same helper undecorated.
+  def block(x, w1, w2):
+    return tf.matmul(tf.nn.gelu(tf.matmul(x, w1)), w2)
+
+  def costs(fn):
+    g = tf.Graph()
+    with g.as_default():
+      x = tf.compat.v1.placeholder(tf.float32, [4, 64])
+      w1 = tf.compat.v1.get_variable("w1", [64, 256])
+      w2 = tf.compat.v1.get_variable("w2", [256, 64])
+      y = fn(x, w1, w2)
+      grads = tf.gradients(tf.reduce_sum(y), [w1, w2])
+    fwd, stack = set(), [y.op]  # what y depends on: not the variables' initializers
+    while stack:
+      op = stack.pop()
+      if op not in fwd:
+        fwd.add(op)
+        stack.extend(t.op for t in op.inputs)
+    bwd = [o for o in g.get_operations() if o.name.startswith("gradients")]
+    assert all(lower._check_op(o) is None for o in fwd)  # pylint: disable=protected-access
+    return (sum(lower.op_flops(o) for o in fwd), sum(lower.op_flops(o) for o in bwd),
+            [o.type for o in fwd], grads)
+
+  fwd, bwd, types, _ = costs(tf.function(block))
+  assert "StatefulPartitionedCall" in types or "PartitionedCall" in types
+  inline_fwd, inline_bwd, inline_types, _ = costs(block)
+  assert "MatMul" in inline_types
+  assert fwd == pytest.approx(inline_fwd, rel=1e-6) and fwd > 262144
+  # The gradient of a call is a call of the function's gradient: the two matmuls' gradients
+  # (2 x 262144) and the GELU's; TF's spelling of them differs by a few elementwise ops.
+  assert bwd == pytest.approx(inline_bwd, rel=0.05) and bwd > 2 * 262144
+
+
+def test_a_tf_function_whose_body_has_no_kernel_is_named():
+  ops, _ = _ops(lambda x: tf.function(lambda y: tf.strings.as_string(y))(x), [2])
+  call = [o for o in ops if o.type in ("PartitionedCall", "StatefulPartitionedCall")][0]
+  assert lower._check_op(call) == (  # pylint: disable=protected-access
+      "is a call of a tf.function whose body uses op(s) with no engine kernel: AsString")
+
+
 def test_gradient_names_under_a_scope_map_to_their_forward_op():
   # Keras's optimizers build tf.gradients under "training/<Optimizer>/gradients/gradients/".
   assert lower._forward_name(  # pylint: disable=protected-access
