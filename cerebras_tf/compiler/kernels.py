@@ -146,7 +146,9 @@ def _table() -> Dict[str, Kernel]:
       ELEMENTWISE, "out", layers="residual adds (Add), bias, scaling, Multiply, Rescaling")
   add(("FloorDiv", "FloorMod", "Maximum", "Minimum", "Neg", "Abs", "Sign", "Square",
        "SquaredDifference", "Sqrt", "Rsqrt", "Pow", "Exp", "Log", "Log1p", "Reciprocal",
-       "Cos", "Sin", "Floor", "Ceil", "Round", "ClipByValue"), ELEMENTWISE, "out",
+       "Cos", "Sin", "Floor", "Ceil", "Round", "ClipByValue", "Mod", "TruncateMod",
+       "TruncateDiv", "Xlogy", "Xdivy", "Xlog1py", "Atan2", "Atan", "Tan", "Sinh", "Cosh",
+       "Expm1"), ELEMENTWISE, "out",
       layers="elementwise math, unfused normalization, losses")
   add(("Tanh", "Sigmoid", "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Gelu", "Erf", "Erfc",
        "Softplus", "Softsign", "Swish"), ELEMENTWISE, "out",
@@ -157,12 +159,12 @@ def _table() -> Dict[str, Kernel]:
   add(("BiasAddGrad",), REDUCTION, "in", layers="bias gradient (a sum of dy over the batch)")
   add(("Cast", "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
        "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "SelectV2", "OnesLike", "Fill",
-       "IsFinite", "StopGradient", "PreventGradient", "Dropout", "RandomUniform",
+       "IsFinite", "IsNan", "IsInf", "StopGradient", "PreventGradient", "Dropout", "RandomUniform",
        "RandomUniformInt", "RandomStandardNormal", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
        "StatelessRandomGetKeyCounterAlg", "TruncatedNormal", "OneHot", "ArgMax", "ArgMin",
        "InTopKV2", "BroadcastTo", "Tile", "CheckNumerics", "ZerosLike"), ELEMENTWISE, "out",
       layers="casts, masks, Dropout, comparisons")
-  add(("Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "L2Loss", "Cumsum"), REDUCTION, "in",
+  add(("Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "L2Loss", "Cumsum", "Cumprod"), REDUCTION, "in",
       layers="GlobalAveragePooling (Mean), GlobalMaxPooling (Max), losses, unfused "
              "BatchNormalization/LayerNormalization moments")
   add(("GatherV2", "Gather", "ResourceGather", "GatherNd"), GATHER, "zero", layers="Embedding")

@@ -272,6 +272,20 @@ def test_a_tf_function_whose_body_has_no_kernel_is_named():
       "is a call of a tf.function whose body uses op(s) with no engine kernel: AsString")
 
 
+def test_the_elementwise_math_of_users_losses_has_kernels():
+  # Robust losses and masks users write (tf.math.is_nan, xlogy in a KL term, cumprod, atan2,
+  # expm1) were refused as ops with no kernel; each is one pass over its output: 4 x 8 = 32.
+  fns = {"IsNan": tf.math.is_nan, "IsInf": tf.math.is_inf, "Expm1": tf.math.expm1,
+         "Sinh": tf.math.sinh, "Cosh": tf.math.cosh, "Atan": tf.math.atan, "Tan": tf.math.tan,
+         "Xlogy": lambda x: tf.math.xlogy(x, x), "Xdivy": lambda x: tf.math.xdivy(x, x),
+         "Atan2": lambda x: tf.math.atan2(x, x), "Cumprod": lambda x: tf.math.cumprod(x, 1)}
+  for op_type, fn in fns.items():
+    ops, _ = _ops(fn, [4, 8])
+    op = _only(ops, op_type)
+    assert lower._check_op(op) is None, op_type  # pylint: disable=protected-access
+    assert lower.op_flops(op) == 32, op_type
+
+
 def test_gradient_names_under_a_scope_map_to_their_forward_op():
   # Keras's optimizers build tf.gradients under "training/<Optimizer>/gradients/gradients/".
   assert lower._forward_name(  # pylint: disable=protected-access
