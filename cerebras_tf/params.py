@@ -44,6 +44,9 @@ class Override(NamedTuple):
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*"
 _KEY_RE = re.compile(rf"^{_NAME}(\.{_NAME})+$")
+# A warm-up longer than the run is refused; trying a config for a few steps is not that.
+_TRY_STEPS = ("; to try the config for a few steps, run.py --steps N trains N steps of the "
+              "schedule as planned")
 
 
 def _key_parts(key: str) -> tuple:
@@ -547,7 +550,7 @@ class _Validator:
       if warmup and first["steps"] > updates:
         self.fail(("optimizer", "learning_rate", 0, "steps"),
                   f"optimizer.learning_rate[0].steps (warm-up) {first['steps']} must be <= "
-                  f"{limit}: raise max_steps or shorten the warm-up segment")
+                  f"{limit}: raise max_steps or shorten the warm-up segment{_TRY_STEPS}")
     if opt["warmup_steps"]:
       if isinstance(lr, list):
         self.fail(("optimizer", "warmup_steps"), "optimizer.warmup_steps applies to a constant "
@@ -555,7 +558,7 @@ class _Validator:
                   "warm-up")
       if updates is not None and opt["warmup_steps"] > updates:
         self.fail(("optimizer", "warmup_steps"), f"optimizer.warmup_steps "
-                  f"{opt['warmup_steps']} must be <= {limit}")
+                  f"{opt['warmup_steps']} must be <= {limit}{_TRY_STEPS}")
     if max_steps is not None and accum > max_steps:
       self.fail(("optimizer", "grad_accum_steps"), f"optimizer.grad_accum_steps {accum} must "
                 f"be <= runconfig.max_steps {max_steps}: no update would ever be applied")

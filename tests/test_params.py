@@ -350,7 +350,8 @@ BAD_CASES = [
      "csconfig.execution_strategy 'weight_streaming' (use multi_replica)"),
     ("warm-up beyond max_steps", GOOD.replace("max_steps: 1000", "max_steps: 50"), None,
      "{f}:14: optimizer.learning_rate[0].steps (warm-up) 100 must be <= runconfig.max_steps 50: "
-     "raise max_steps or shorten the warm-up segment"),
+     "raise max_steps or shorten the warm-up segment; to try the config for a few steps, "
+     "run.py --steps N trains N steps of the schedule as planned"),
     ("schedule step missing", GOOD.replace("      steps: 100\n", ""), None,
      "{f}:13: optimizer.learning_rate[0].steps is required: every segment but the last needs "
      "steps"),
@@ -518,7 +519,8 @@ def test_grad_accum_and_warmup_steps(tmp_path):
   assert _error(path, ["optimizer.grad_accum_steps=8", "optimizer.learning_rate=1e-3",
                        "optimizer.warmup_steps=200"]) == (
       "override 'optimizer.warmup_steps=200': optimizer.warmup_steps 200 must be <= the 125 "
-      "updates of runconfig.max_steps 1000 / optimizer.grad_accum_steps 8")
+      "updates of runconfig.max_steps 1000 / optimizer.grad_accum_steps 8; to try the config "
+      "for a few steps, run.py --steps N trains N steps of the schedule as planned")
   assert _error(path, ["optimizer.grad_accum_steps=0"]) == (
       "override 'optimizer.grad_accum_steps=0': optimizer.grad_accum_steps must be an int > 0, "
       "got 0")
@@ -528,4 +530,5 @@ def test_grad_accum_and_warmup_steps(tmp_path):
   assert _error(path, ["optimizer.grad_accum_steps=20"]).endswith(  # warm-up segment: 100 steps
       "optimizer.learning_rate[0].steps (warm-up) 100 must be <= the 50 updates of "
       "runconfig.max_steps 1000 / optimizer.grad_accum_steps 20: raise max_steps or shorten "
-      "the warm-up segment")
+      "the warm-up segment; to try the config for a few steps, run.py --steps N trains N steps "
+      "of the schedule as planned")
