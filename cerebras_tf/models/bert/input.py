@@ -3,6 +3,11 @@
 Data contract (written by scripts/prepare_data.py):
   <data_dir>/bert_pretrain/{train,eval}.tfrecord        text_a, text_b (bytes),
                                                         next_sentence_label (int64)
+  or, for pretraining, files in google-research/bert's pre-masked format (what its
+  create_pretraining_data.py writes: input_ids, input_mask, segment_ids [S],
+  masked_lm_positions, masked_lm_ids [P] int64, masked_lm_weights [P] float,
+  next_sentence_labels [1]), read as written: the masks were drawn when they were written.
+  The first record of the first file says which.
   <data_dir>/rotten_tomatoes/{train,dev,test}.tfrecord  sentence (bytes), label (int64)
   <data_dir>/vocab/bert_uncased_vocab.txt               WordPiece vocab, one token a line
 
@@ -28,6 +33,7 @@ Output: (features, labels)
 """
 
 import os
+import struct
 from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
@@ -206,6 +212,71 @@ def _records(files, section, training, seed, input_context):
   return ds
 
 
+# google-research/bert's run_pretraining.py input: feature -> (dtype, length key).
+PREMASKED = {"input_ids": (tf.int64, "S"), "input_mask": (tf.int64, "S"),
+             "segment_ids": (tf.int64, "S"), "masked_lm_positions": (tf.int64, "P"),
+             "masked_lm_ids": (tf.int64, "P"), "masked_lm_weights": (tf.float32, "P"),
+             "next_sentence_labels": (tf.int64, 1)}
+
+
+def first_record_lengths(path: str) -> Optional[Dict[str, int]]:
+  """feature name -> number of values in the first tf.train.Example of a TFRecord file, or
+  None when the file is empty or not read that way (the reading pipeline then says why)."""
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      header = f.read(12)  # uint64 length, uint32 crc of the length
+      if len(header) < 12:
+        return None
+      data = f.read(struct.unpack("<Q", header[:8])[0])
+    example = tf.train.Example.FromString(data)
+  except Exception:  # pylint: disable=broad-except
+    return None
+  out = {}
+  for name, feature in example.features.feature.items():
+    kind = feature.WhichOneof("kind")
+    out[name] = len(getattr(feature, kind).value) if kind else 0
+  return out
+
+
+def _premasked_spec(files, msl: int, max_pred: int, section_name: str):
+  """The parse spec of google-bert pre-masked records, None when `files` hold another format.
+  Refuses (DataError) records written for another sequence length or prediction count."""
+  lengths = first_record_lengths(files[0]) if files else None
+  if not lengths or not all(k in lengths for k in PREMASKED):
+    return None
+  want = {"S": msl, "P": max_pred}
+  for name, (_, key) in PREMASKED.items():
+    expected = want.get(key, key)
+    if lengths[name] != expected:
+      wrote = (f"--max_seq_length={lengths['input_ids']} "
+               f"--max_predictions_per_seq={lengths['masked_lm_ids']}")
+      raise DataError(
+          f"{files[0]} holds google-research/bert pre-masked examples written with {wrote}, "
+          f"but {section_name}.max_sequence_length is {msl} and max_predictions_per_seq is "
+          f"{max_pred}: set them to {lengths['input_ids']} and {lengths['masked_lm_ids']}, or "
+          f"point {section_name}.file_pattern at records written for {msl} and {max_pred}")
+  return {name: tf.io.FixedLenFeature([want.get(key, key)], dtype)
+          for name, (dtype, key) in PREMASKED.items()}
+
+
+def _premasked_dataset(files, spec, section, training, seed, input_context, batch_size,
+                       parallel):
+  """google-bert pre-masked records -> this pipeline's pretraining (features, labels)."""
+  @graph_fn
+  def decode(serialized):
+    ex = tf.io.parse_example(serialized, spec)
+    ex = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in ex.items()}
+    nsp = ex["next_sentence_labels"][:, 0]
+    return ({"token_ids": ex["input_ids"], "segment_ids": ex["segment_ids"],
+             "padding_mask": ex["input_mask"], "masked_lm_positions": ex["masked_lm_positions"],
+             "masked_lm_ids": ex["masked_lm_ids"], "masked_lm_weights": ex["masked_lm_weights"],
+             "next_sentence_label": nsp}, nsp)
+
+  ds = _records(files, section, training, seed, input_context)
+  ds = ds.batch(batch_size, drop_remainder=training)
+  return ds.map(decode, num_parallel_calls=parallel, deterministic=True).prefetch(AUTOTUNE)
+
+
 def _flag(section, key, default):
   value = section.get(key)
   return default if value is None else bool(value)
@@ -222,7 +293,21 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   parallel = section.get("num_parallel_calls") or AUTOTUNE
   batch_size = batching.input_batch_size(params, section)
   msl = int(section.get("max_sequence_length") or 128)
-  vocab_file = section.get("vocab_file") or os.path.join(section["data_dir"], VOCAB_RELPATH)
+  vocab_file = section.get("vocab_file") or os.path.join(section.get("data_dir") or "",
+                                                          VOCAB_RELPATH)
+  section_name = "train_input" if training else "eval_input"
+
+  if task != "classification":
+    files = _files(section, "bert_pretrain", "train" if training else "eval")
+    max_pred = int(section.get("max_predictions_per_seq") or 20)
+    premasked = _premasked_spec(files, msl, max_pred, section_name)
+    if premasked is not None:
+      # Token ids come tokenized: the vocab is only checked against the model, when given.
+      if section.get("vocab_file") or tf.io.gfile.exists(vocab_file):
+        check_vocab_size(read_vocab(vocab_file), vocab_file, params)
+      return _premasked_dataset(files, premasked, section, training, seed, input_context,
+                                batch_size, parallel)
+
   vocab = read_vocab(vocab_file)
   ids = special_ids(vocab, vocab_file)
   check_vocab_size(vocab, vocab_file, params)
@@ -250,8 +335,6 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
     return ds.prefetch(AUTOTUNE)
 
-  files = _files(section, "bert_pretrain", "train" if training else "eval")
-  max_pred = int(section.get("max_predictions_per_seq") or 20)
   mlm_prob = float(section.get("masked_lm_prob") or 0.15)
   vocab_size = int(section.get("vocab_size") or (params.get("model") or {}).get("vocab_size")
                    or len(vocab))

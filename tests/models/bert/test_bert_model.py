@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import bert_test_base as base
 from bert_test_base import tf1
+from cerebras_tf.errors import DataError
 from cerebras_tf.models import optimization
 from cerebras_tf.models.bert import heads, input as input_lib, model, modeling
 
@@ -409,6 +410,68 @@ class InputPipelineTest(base.BertTestCase):
     p, r = metrics["precision"], metrics["recall"]
     self.assertAllClose(metrics["f1"], 2 * p * r / max(p + r, 1e-9), atol=1e-5)
     self.assertGreater(metrics["accuracy"], 0.8)  # sentiment words make this easy
+
+
+def write_google_bert_records(path, inputs):
+  """inputs.npz as google-research/bert's create_pretraining_data.py writes examples (its
+  write_instance_to_example_files: int64 lists, masked_lm_weights float, next_sentence_labels
+  a list of one)."""
+  def ints(v):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(x) for x in v]))
+  with tf.io.TFRecordWriter(path) as w:
+    for i in range(len(inputs["input_ids"])):
+      feature = {"input_ids": ints(inputs["input_ids"][i]),
+                 "input_mask": ints(inputs["input_mask"][i]),
+                 "segment_ids": ints(inputs["token_type_ids"][i]),
+                 "masked_lm_positions": ints(inputs["masked_lm_positions"][i]),
+                 "masked_lm_ids": ints(inputs["masked_lm_ids"][i]),
+                 "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(
+                     value=inputs["masked_lm_weights"][i])),
+                 "next_sentence_labels": ints([inputs["next_sentence_labels"][i]])}
+      w.write(tf.train.Example(features=tf.train.Features(feature=feature))
+              .SerializeToString())
+  return path
+
+
+class PreMaskedRecordsTest(base.BertTestCase):
+  """Most BERT pretraining data is google-research/bert's pre-masked TFRecords. The pipeline
+  read only text pairs ("the input records have no feature 'text_a'"); it now reads those
+  files as written, checked against google-bert's own losses on its own checkpoint."""
+
+  def params(self, **section):
+    path = write_google_bert_records(os.path.join(self.get_temp_dir(), "pre.tfrecord"),
+                                     np.load(os.path.join(base.GOOGLE_BERT_TINY, "inputs.npz")))
+    params = google_tiny_params()
+    params["eval_input"] = dict(file_pattern=path, batch_size=2, max_sequence_length=16,
+                                max_predictions_per_seq=3, **section)
+    return params
+
+  @needs_fixture
+  def test_google_bert_records_give_google_berts_losses(self):
+    params = self.params()
+    features, _ = load_fixture()
+    (got, labels), = self.take(input_lib.input_fn, params, EVAL, 1)
+    for key, value in features.items():
+      self.assertAllEqual(got[key], value, msg=key)
+    self.assertAllEqual(labels, features["next_sentence_label"])
+    # No checkpoint in model_dir: evaluation runs on the warm start (google-bert's weights).
+    est = tf.estimator.Estimator(model.model_fn, model_dir=self.get_temp_dir(), params=params)
+    metrics = est.evaluate(lambda params: input_lib.input_fn(params, EVAL), steps=1)
+    _, ref = load_fixture()
+    self.assertAllClose(metrics["masked_lm_loss"], ref["masked_lm_example_loss"].mean(),
+                        atol=1e-5)
+    self.assertAllClose(metrics["next_sentence_loss"], ref["next_sentence_loss"], atol=1e-5)
+
+  @needs_fixture
+  def test_records_written_for_another_length_are_named_with_the_keys_to_set(self):
+    params = self.params()
+    params["eval_input"].update(max_sequence_length=128, max_predictions_per_seq=20)
+    with self.assertRaisesRegex(
+        DataError, r"pre.tfrecord holds google-research/bert pre-masked examples written with "
+                   r"--max_seq_length=16 --max_predictions_per_seq=3, but "
+                   r"eval_input.max_sequence_length is 128 and max_predictions_per_seq is 20: "
+                   r"set them to 16 and 3"):
+      input_lib.input_fn(params, EVAL)
 
 
 class ConfigsTest(base.BertTestCase):
