@@ -1,6 +1,7 @@
 """Models people bring, as Keras builds them: the foreign-model suite.
 
-`tf.keras.applications` ResNet50, MobileNetV2 and EfficientNetB0 (weights=None: no download),
+`tf.keras.applications` ResNet50, MobileNetV2, EfficientNetB0 and ConvNeXtTiny (weights=None:
+no download),
 a small U-Net (the segmentation model the vendor's TF model zoo shipped) and a small LSTM
 language model. Each builder returns a compiled Keras model; `input_fn_for` feeds it zeros of
 the right shapes (the compiler reads shapes only). Used by benchmarks/bench_foreign_models.py (the
@@ -34,6 +35,12 @@ def mobilenet_v2(size: int = 96, classes: int = 10):
 
 def efficientnet_b0(size: int = 96, classes: int = 10):
   return _compile(tf.keras.applications.EfficientNetB0(
+      weights=None, input_shape=(size, size, 3), classes=classes))
+
+
+def convnext_tiny(size: int = 96, classes: int = 10):
+  """ConvNeXt-T: 7x7 depthwise convolutions, LayerNormalization over channels, GELU MLPs."""
+  return _compile(tf.keras.applications.ConvNeXtTiny(
       weights=None, input_shape=(size, size, 3), classes=classes))
 
 
@@ -78,6 +85,7 @@ SUITE: Dict[str, Tuple[Callable, str]] = {
     "ResNet50": (resnet50, "tf.keras.applications, 96x96x3, 10 classes"),
     "MobileNetV2": (mobilenet_v2, "tf.keras.applications, 96x96x3, 10 classes"),
     "EfficientNetB0": (efficientnet_b0, "tf.keras.applications, 96x96x3, 10 classes"),
+    "ConvNeXtTiny": (convnext_tiny, "tf.keras.applications, 96x96x3, 10 classes"),
     "U-Net": (unet, "64x64x1, depth 3, base 16 filters, 2 classes per pixel"),
     "LSTM LM": (lstm_lm, "vocab 1000, 32 tokens, embed 64, LSTM 128"),
 }
