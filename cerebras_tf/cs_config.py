@@ -66,7 +66,9 @@ class CSConfig(collections.namedtuple("CSConfig", [
       try:
         checked[key] = schema.CSCONFIG_FIELDS[key].check(value)
       except ValueError as e:
-        raise ConfigError(f"CSConfig {key} {e}") from None
+        field = schema.CSCONFIG_FIELDS[key]
+        hint = schema.suggest(value, field.choices or (schema.ENGINES if key == "engine" else ()))
+        raise ConfigError(f"CSConfig {key} {e}{hint}") from None
     conflict = plans.option_conflict(
         checked["execution_strategy"], checked["num_csx"], checked["num_replicas"],
         checked["max_wgt_servers"], checked["sparsity"])

@@ -75,13 +75,26 @@ def _check_required_args(fn, passed) -> None:
 
 
 def batch_size_for_mode(params: dict, mode: str) -> Optional[int]:
-  """The global batch size the params imply for `mode` (nested YAML or flat params)."""
-  section = params.get(_SECTION.get(mode, "train_input"))
-  if isinstance(section, dict) and section.get("batch_size"):
-    return int(section["batch_size"])
-  if params.get("batch_size"):
-    return int(params["batch_size"])
+  """The global batch size the params imply for `mode` (nested YAML or flat params).
+
+  Raises:
+    ConfigError: a batch_size that is not an int > 0 (0, 2.5 or "8" were taken for no batch,
+      2 or 8).
+  """
+  name = _SECTION.get(mode, "train_input")
+  section = params.get(name)
+  if isinstance(section, dict) and section.get("batch_size") is not None:
+    return _checked_batch(section["batch_size"], f"params['{name}']['batch_size']")
+  if params.get("batch_size") is not None:
+    return _checked_batch(params["batch_size"], "params['batch_size']")
   return None
+
+
+def _checked_batch(value, where: str) -> int:
+  if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+    return int(value)
+  raise ConfigError(f"{where} must be an int > 0 (the global batch, split over the replicas), "
+                    f"got {value!r}")
 
 
 def _shows_our_info(method):
@@ -507,6 +520,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._trained_once = False
     self._said_foreign_driver = False
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
+    for mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
+      batch_size_for_mode(params or {}, mode)  # refuses a batch_size that is not one
     config = _as_cs_run_config(config)
     # The weight servers and worker processes run in another directory.
     model_dir = _absolute(model_dir)

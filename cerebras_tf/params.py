@@ -15,7 +15,6 @@ No TensorFlow import here: the CLI must fail fast on bad input.
 """
 
 import dataclasses
-import difflib
 import math
 import os
 import re
@@ -251,7 +250,7 @@ def _node_kind(node) -> str:
 def _apply_override(raw: dict, origins: Dict[tuple, str], ov: Override):
   parts = _key_parts(ov.key)
   if parts[0] not in SCHEMA:
-    raise ParamsError(f"{ov.source}: unknown section '{parts[0]}'{_suggest(parts[0], SCHEMA)}; "
+    raise ParamsError(f"{ov.source}: unknown section '{parts[0]}'{schema.suggest(parts[0], SCHEMA)}; "
                       f"sections: {', '.join(SCHEMA)}")
   node = raw
   for i, part in enumerate(parts):
@@ -310,7 +309,7 @@ class _Validator:
       self.fail((), f"top level must be a mapping of sections ({', '.join(SCHEMA)})")
     for section in raw:
       if section not in SCHEMA:
-        self.fail((section,), f"unknown section '{section}'{_suggest(section, SCHEMA)}; "
+        self.fail((section,), f"unknown section '{section}'{schema.suggest(section, SCHEMA)}; "
                   f"sections: {', '.join(SCHEMA)}")
     for section in REQUIRED_SECTIONS:
       if section not in raw:
@@ -373,7 +372,7 @@ class _Validator:
     self.fail((section, key), message)
 
   def unknown_key(self, section: str, key, fields) -> str:
-    hint = _suggest(key, fields)
+    hint = schema.suggest(key, fields)
     if not hint:  # a key that belongs to another section (modelzoo moved some around)
       homes = [s for s, f in SCHEMA.items() if key in f and s != section]
       if homes:
@@ -439,7 +438,7 @@ class _Validator:
       if value.strip().lower() == c.lower():
         return c
     self.fail(path, f"{_dotted(path)} must be {field.describe()}, got {_show(value)}"
-              f"{_suggest(value, field.choices)}")
+              f"{schema.suggest(value, field.choices)}")
 
   def resolve_path(self, path: tuple, value: str) -> str:
     value = os.path.expanduser(value)
@@ -472,7 +471,7 @@ class _Validator:
       for key in seg:
         if key != "scheduler" and key not in fields:
           self.fail(spath + (key,), f"unknown key {_show(key)} in {_dotted(spath)} "
-                    f"({sched} takes {', '.join(fields)}){_suggest(key, fields)}")
+                    f"({sched} takes {', '.join(fields)}){schema.suggest(key, fields)}")
       out = {"scheduler": sched}
       for key, f in fields.items():
         out[key] = self.value(spath + (key,), seg[key], f) if key in seg \
@@ -592,11 +591,6 @@ def _dotted(path: Sequence) -> str:
   return out
 
 
-def _suggest(word, candidates) -> str:
-  if not isinstance(word, str):
-    return ""
-  match = difflib.get_close_matches(word, [str(c) for c in candidates], n=1, cutoff=0.6)
-  return f" (did you mean '{match[0]}'?)" if match else ""
 
 
 def _one_line(e: BaseException) -> str:

@@ -8,11 +8,21 @@ Loading and validation are in `params.py`. No TensorFlow.
 """
 
 import dataclasses
+import difflib
 import math
 import re
 from typing import Any, Optional, Tuple
 
 from cerebras_tf.core import plans
+
+
+def suggest(word, candidates) -> str:
+  """' (did you mean 'x'?)' for the candidate closest to a mistyped word, else ''."""
+  if not isinstance(word, str):
+    return ""
+  match = difflib.get_close_matches(word, [str(c) for c in candidates], n=1, cutoff=0.6)
+  return f" (did you mean '{match[0]}'?)" if match else ""
+
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
 _KINDS = ("int", "float", "bool", "str", "path", "int_list", "learning_rate", "loss_scale",

@@ -1015,6 +1015,21 @@ def test_a_model_fn_without_params_trains_on_the_batch_params_carries(tmp_path):
     CerebrasEstimator(lambda features, labels, mode, param: None, params={"batch_size": 8})
 
 
+@pytest.mark.parametrize("value", [0, -4, 2.5, "8", True])
+def test_a_batch_size_that_is_not_a_count_is_refused_when_the_estimator_is_made(value):
+  """params={'batch_size': 0} was taken for no batch ("cannot tell the batch size ... name the
+  global batch in params", which it did), -4 reached tf.data's "Dimension -4 must be >= 0",
+  and 2.5 or True trained at batch 2 or 1."""
+  with pytest.raises(ConfigError) as err:
+    CerebrasEstimator(model_fn, params={"batch_size": value})
+  assert str(err.value) == (f"params['batch_size'] must be an int > 0 (the global batch, split "
+                            f"over the replicas), got {value!r}")
+  with pytest.raises(ConfigError, match=r"^params\['eval_input'\]\['batch_size'\] must be"):
+    CerebrasEstimator(model_fn, params={"train_input": {"batch_size": 8},
+                                        "eval_input": {"batch_size": value}})
+  assert CerebrasEstimator(model_fn, params={"batch_size": np.int64(8)}).params["batch_size"] == 8
+
+
 def test_an_unbatched_dataset_is_named_as_such(tmp_path):
   """A hurried user forgets .batch(): x is [32] (input_dim) and the labels are scalars. That
   used to read "batches of 32 samples, but each replica must get 16"."""

@@ -86,3 +86,14 @@ def test_a_count_of_the_wrong_type_is_one_line(name, value):
 
 def test_numpy_ints_are_counts():
   assert CSRunConfig(save_checkpoints_steps=np.int64(50)).save_checkpoints_steps == 50
+
+
+def test_a_mistyped_strategy_is_told_the_one_it_is_close_to():
+  # As the params file says it: CSConfig(execution_strategy="multi-replica") gave only the list.
+  with pytest.raises(ConfigError) as err:
+    CSConfig(execution_strategy="multi-replica")
+  assert str(err.value) == (
+      "CSConfig execution_strategy must be one of pipelined, multi_replica, weight_streaming, "
+      "auto, got 'multi-replica' (did you mean 'multi_replica'?)")
+  with pytest.raises(ConfigError, match=r"got 'fast'$"):  # nothing close: no guess
+    CSConfig(execution_strategy="fast")
