@@ -233,10 +233,7 @@ def _resume_hint(params) -> str:
   model_dir = params["runconfig"]["model_dir"] if params else None
   if not model_dir or params["runconfig"]["mode"] not in ("train", "train_and_eval"):
     return ""
-  step = ckpt_files.resume_step(model_dir)
-  if step is None:
-    return f"; no checkpoint in {model_dir} yet"
-  return f"; the same command resumes from step {step:,} (checkpoints in {model_dir})"
+  return ckpt_files.resume_hint(model_dir)
 
 
 LOG_FILE = "cerebras_tf.log"

@@ -253,7 +253,7 @@ class _CerebrasMethods:
           position = checkpoints.InputPositionHook(self, external_state_policy="warn")
           hooks = hooks + [position]
           saving_listeners = list(saving_listeners or []) + [position.listener]
-        with GracefulInterrupt() as interrupt, \
+        with GracefulInterrupt(self.model_dir) as interrupt, \
             self._model_fn_sees_batch(runtime.per_replica_batch):
           return tf.estimator.Estimator.train(self, input_fn, hooks=hooks + [interrupt.hook],
                                               steps=steps, max_steps=max_steps,

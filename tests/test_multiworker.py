@@ -157,13 +157,15 @@ def test_weight_servers_on_other_hosts_train_to_the_losses_of_one_process(tmp_pa
   np.testing.assert_allclose(_losses(out, "[chief:0]"), one_process, rtol=RTOL)
 
 
-def _task_procs(tmp_path, spec, flags, tag):
+def _task_procs(tmp_path, spec, flags, tag, task_flags=None):
+  """run.py with `flags` on every task of `spec` (`task_flags`: other flags for some)."""
   procs = {}
   for job, i in launcher.tasks(spec):
     name = f"{job}:{i}"
     env = dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i))
     procs[name] = subprocess.Popen(
-        [sys.executable, "scripts/run.py", *flags], cwd=ROOT, env=env, start_new_session=True,
+        [sys.executable, "scripts/run.py", *(task_flags or {}).get(name, flags)], cwd=ROOT,
+        env=env, start_new_session=True,
         stdout=subprocess.DEVNULL, text=True,
         stderr=open(tmp_path / f"{tag}_{job}{i}.err", "w"))  # pylint: disable=consider-using-with
   return procs
@@ -255,6 +257,25 @@ def test_sigterm_on_the_chief_saves_at_the_step_and_the_worker_names_it(tmp_path
   assert codes == {"chief:0": 143, "worker:0": 3} and step > 0, (chief[-2000:], worker[-2000:])
   assert f"error: terminated (SIGTERM); the same command resumes from step {step:,}" in chief
   assert f"(latest: model.ckpt-{step})" in worker
+  # The rerun with the worker on a model_dir of its own (hosts without a shared filesystem):
+  # the chief restored, the worker initialized and waited for initial values the chief never
+  # broadcast, and both hung (26 minutes in the trial, until SIGKILL). Now both say why.
+  alone = tmp_path / "worker_only"
+  procs = _task_procs(tmp_path, spec, _long_mlp_run(model_dir, save_every=100000), "apart",
+                      {"worker:0": _long_mlp_run(alone, save_every=100000)})
+  try:
+    codes = {n: p.wait(timeout=120) for n, p in procs.items()}
+  finally:
+    _kill_groups(procs.values())
+  expected = (f"error: the tasks would resume from different checkpoints (chief:0 from "
+              f"model.ckpt-{step} in {model_dir}; worker:0 from no checkpoint in {alone}): every "
+              f"host must see the chief's model_dir (a shared filesystem: NFS, or a bucket "
+              f"mounted with gcsfuse); put it on shared storage, or copy the chief's model_dir "
+              f"to the others, then rerun")
+  for task in ("chief0", "worker0"):
+    err = (tmp_path / f"apart_{task}.err").read_text()
+    assert err.strip().splitlines()[-1] == expected, err[-2000:]
+  assert codes == {"chief:0": 2, "worker:0": 2}
 
 
 def _script_on_every_task(spec, script: str, *args):

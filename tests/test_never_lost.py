@@ -401,6 +401,53 @@ def test_graceful_interrupt_first_stops_at_the_step_second_at_once(name, cli):
     sig.signal(signum, previous)
 
 
+_STUCK_STEP = """
+import sys, tensorflow as tf
+from cerebras_tf.runtime.hooks import GracefulInterrupt
+tf.compat.v1.disable_eager_execution()
+step = tf.compat.v1.FIFOQueue(1, tf.float32).dequeue()  # nothing ever feeds it
+with tf.compat.v1.Session() as sess, GracefulInterrupt(sys.argv[1], float(sys.argv[2])):
+  print("stuck", flush=True)
+  sess.run(step)
+"""
+
+
+@pytest.mark.slow
+def test_a_step_stuck_in_tensorflow_still_stops_on_ctrl_c_and_sigterm(tmp_path):
+  """A multi-worker chief whose peer was SIGSTOPped waits in the all-reduce forever; Python
+  runs no signal handler while the main thread is inside TensorFlow, so Ctrl-C (any number of
+  times), SIGTERM and `timeout` did nothing (the trial ran 26 minutes under `timeout 300`).
+  Here the stuck step is a dequeue nothing feeds. A second Ctrl-C the main thread cannot take
+  stops the process within about 2 s; a single SIGTERM does once the step has not finished
+  within the grace period (CEREBRAS_TF_STOP_GRACE_S, 60 s by default; 3 s here)."""
+  model_dir = tmp_path / "m"
+  model_dir.mkdir()
+  for name in ("model.ckpt-40.index", "checkpoint"):
+    (model_dir / name).write_text('model_checkpoint_path: "model.ckpt-40"\n')
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  for signals, grace, code, said in (
+      ([signal.SIGINT, signal.SIGINT], 600, 130, "Ctrl-C again, and the step in progress has "
+       "not returned (a peer or weight server that stopped answering?): stopped at once, "
+       "without a checkpoint at this step"),
+      ([signal.SIGTERM], 3, 143, "SIGTERM 3s ago, and the step in progress has not finished "
+       "(a peer or weight server that stopped answering?): stopped without it")):
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_STEP, str(model_dir), str(grace)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline() == "stuck\n"
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    for signum in signals:
+      proc.send_signal(signum)
+      time.sleep(0.2)
+    try:
+      _, err = proc.communicate(timeout=30)
+    finally:
+      proc.kill()
+    assert proc.returncode == code and time.monotonic() - t0 < 10, err
+    assert err.strip().splitlines()[-1] == (f"error: {said}; the same command resumes from step "
+                                            f"40 (checkpoints in {model_dir})")
+
+
 def test_optimizer_state_is_told_apart_from_the_models_own_variables():
   """A resume refused for missing optimizer slots (another optimizer_type or grad_accum_steps)
   says the weights all match (row ckpt_changed_optimizer); a missing model variable, even a

@@ -65,6 +65,14 @@ def _saved_steps(model_dir: str, prefix: str, state_file: str) -> List[int]:
   return [s for s in (step_of(p) for p in list_checkpoints(model_dir, prefix)) if s <= latest]
 
 
+def resume_hint(model_dir: str) -> str:
+  """'; the same command resumes from step N (checkpoints in DIR)', for a stopped run's line."""
+  step = resume_step(model_dir)
+  if step is None:
+    return f"; no checkpoint in {model_dir} yet"
+  return f"; the same command resumes from step {step:,} (checkpoints in {model_dir})"
+
+
 def resume_step(model_dir: str) -> Optional[int]:
   """The step the next training run on `model_dir` starts from (None: from scratch), as
   runtime/checkpoints.align_input_state will choose it when the input state is live."""

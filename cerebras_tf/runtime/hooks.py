@@ -2,17 +2,24 @@
 the weight servers' stall watch."""
 
 import math
+import os
+import select
 import signal
 import struct
 import sys
 import threading
 import time
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
 from cerebras_tf.core.plans import fmt_share
 from cerebras_tf.errors import NonFiniteLossError, Terminated, raise_terminated
+from cerebras_tf.runtime import ckpt_files
+
+# After a stop signal, how long a step may take to finish before the run is stopped without
+# it (at least; 10x the longest step so far if that is more).
+STOP_GRACE_S = float(os.environ.get("CEREBRAS_TF_STOP_GRACE_S", 60))
 
 
 def _png_size(png: bytes):
@@ -205,21 +212,31 @@ class GracefulInterrupt:
   _DEFAULTS = {signal.SIGINT: (signal.default_int_handler,),
                signal.SIGTERM: (signal.SIG_DFL, raise_terminated)}
 
-  def __init__(self):
+  def __init__(self, model_dir: Optional[str] = None, grace_s: float = STOP_GRACE_S):
     self.requested = False
     self.hook = _StopWhenRequested(self)
     self._previous = {}
     self._by = None
+    self._model_dir = model_dir
+    self._grace_s = grace_s
+    self._watch: Optional[_StuckStepWatch] = None
+    self.step_started: Optional[float] = None  # set by the hook
+    self.step_ended = time.monotonic()
+    self.longest_step = 0.0
+    self.handled = 0  # signals the main thread's handler took
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
       for signum, defaults in self._DEFAULTS.items():
         if signal.getsignal(signum) in defaults:
           self._previous[signum] = signal.signal(signum, self._on_signal)
+      if self._previous:
+        self._watch = _StuckStepWatch(self).start()
     return self
 
   def _on_signal(self, signum, frame):
     del frame
+    self.handled += 1
     stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
     if self.requested:
       raise stop
@@ -229,18 +246,94 @@ class GracefulInterrupt:
                               "checkpoint there (%s again to stop at once)", what, what)
 
   def __exit__(self, exc_type, exc, tb):
+    if self._watch is not None:
+      self._watch.stop()
     for signum, previous in self._previous.items():
       signal.signal(signum, previous)
     if exc_type is None and self.requested:
       raise self._by("stopped at a step boundary after a signal; checkpoint saved")
     return False
 
+  def grace(self) -> float:
+    return max(self._grace_s, 10 * self.longest_step)
+
+  def stop_now(self, why: str, signum: int) -> None:
+    """Ends the process from the watch thread: the main thread is stuck in TensorFlow."""
+    hint = ckpt_files.resume_hint(self._model_dir) if self._model_dir else ""
+    print(f"error: {why}{hint}", file=sys.stderr, flush=True)
+    os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+class _StuckStepWatch:
+  """Stops the run from a thread when the main thread cannot take the signal.
+
+  Python runs a signal handler in the main thread between bytecodes; a main thread blocked in
+  a TensorFlow step (a collective waiting on a peer that stopped answering, a weight server
+  that hangs) runs none, so Ctrl-C, SIGTERM and `timeout` did nothing, however often sent.
+  The C-level handler still writes each signal to the wakeup fd, which this thread reads: a
+  second signal the main thread has not taken within 2 s, or a first one whose step has not
+  finished within the grace period, ends the process with one line naming the checkpoint it
+  resumes from.
+  """
+
+  _SECOND_S = 2.0
+
+  def __init__(self, owner: GracefulInterrupt):
+    self._owner = owner
+    self._read, self._write = os.pipe()
+    os.set_blocking(self._write, False)
+    self._previous_fd = -1
+    self._signals: List[Tuple[int, float]] = []
+    self._done = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True,
+                                    name="cerebras_tf-stuck-step")
+
+  def start(self) -> "_StuckStepWatch":
+    self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+    self._thread.start()
+    return self
+
+  def stop(self) -> None:
+    self._done.set()
+    signal.set_wakeup_fd(self._previous_fd)
+    self._thread.join(5)
+    os.close(self._read)
+    os.close(self._write)
+
+  def _run(self) -> None:
+    watched = set(self._owner._previous)  # pylint: disable=protected-access
+    while not self._done.is_set():
+      if select.select([self._read], [], [], 0.25)[0]:
+        now = time.monotonic()
+        self._signals += [(b, now) for b in os.read(self._read, 64) if b in watched]
+      if not self._signals or self._done.is_set():
+        continue
+      signum, first = self._signals[0]
+      what = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+      now = time.monotonic()
+      if (len(self._signals) > 1 and now - self._signals[1][1] > self._SECOND_S
+          and self._owner.handled < 2):
+        self._owner.stop_now(f"{what} again, and the step in progress has not returned (a "
+                             f"peer or weight server that stopped answering?): stopped at "
+                             f"once, without a checkpoint at this step", self._signals[1][0])
+      if self._owner.step_ended < first and now - first > self._owner.grace():
+        self._owner.stop_now(f"{what} {now - first:.0f}s ago, and the step in progress has "
+                             f"not finished (a peer or weight server that stopped "
+                             f"answering?): stopped without it", signum)
+
 
 class _StopWhenRequested(tf.compat.v1.train.SessionRunHook):
   def __init__(self, owner: GracefulInterrupt):
     self._owner = owner
 
+  def before_run(self, run_context):
+    self._owner.step_started = time.monotonic()
+
   def after_run(self, run_context, run_values):
+    now = time.monotonic()
+    if self._owner.step_started is not None:
+      self._owner.longest_step = max(self._owner.longest_step, now - self._owner.step_started)
+    self._owner.step_ended = now
     if self._owner.requested:
       run_context.request_stop()
 

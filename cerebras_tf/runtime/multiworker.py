@@ -20,6 +20,7 @@ Faults TensorFlow leaves to the user, handled here:
 """
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -37,7 +38,7 @@ from tensorflow.python.eager import context as eager_context
 from tensorflow.tsl.protobuf import coordination_config_pb2
 
 from cerebras_tf.errors import ConfigError
-from cerebras_tf.runtime import peers, tf_config
+from cerebras_tf.runtime import checkpoints, peers, tf_config
 
 # How long a task waits for every other task to join the cluster.
 FORMATION_TIMEOUT_S = float(os.environ.get("CEREBRAS_TF_FORMATION_TIMEOUT_S", 120))
@@ -193,6 +194,47 @@ class _StandDownAtEnd(tf.compat.v1.train.SessionRunHook):
     self._stop.set()
 
 
+# Each train call of a process is one round of the restore check (train_and_eval has several).
+_restore_round = itertools.count()
+
+
+def check_same_restore(cluster: tf_config.TFConfig, model_dir: str,
+                       timeout_s: float = FORMATION_TIMEOUT_S) -> None:
+  """Refuses (ConfigError, on every task) a cluster whose tasks would start from different
+  checkpoints, before any of them starts.
+
+  Each task restores from the model_dir it sees; only the chief writes checkpoints. On hosts
+  that do not share the model_dir, a rerun restores the chief only, the others initialize and
+  wait for the chief to broadcast initial values it never sends: every task hung, silently.
+  The tasks trade the checkpoint they would restore through the coordination service's
+  key-value store (set up when the cluster formed) and compare them.
+  """
+  ctx = eager_context.context()
+  n = next(_restore_round)
+  latest = checkpoints.latest(model_dir)
+  mine = f"{os.path.basename(latest) if latest else 'no checkpoint'}|{model_dir}"
+  me = f"{cluster.task_type}:{cluster.task_index}"
+  ctx.set_config_key_value(f"cerebras_tf/restore/{n}/{me}", mine)
+  views = {}
+  deadline = time.monotonic() + timeout_s
+  for task in peers.training_tasks(cluster):
+    name = task.split(" ", 1)[0]
+    while name not in views:
+      try:  # short waits: a blocked get holds the GIL, and the peer watch needs it
+        views[name] = ctx.get_config_key_value(f"cerebras_tf/restore/{n}/{name}", 1000)
+      except tf.errors.DeadlineExceededError:
+        if time.monotonic() > deadline:
+          raise ConfigError(f"{cluster.task}: {name} did not say which checkpoint it "
+                            f"resumes from within {timeout_s:.0f}s") from None
+  starts = {name: view.split("|", 1) for name, view in views.items()}
+  if len({ckpt for ckpt, _ in starts.values()}) > 1:
+    seen = "; ".join(f"{name} from {ckpt} in {where}" for name, (ckpt, where) in starts.items())
+    raise ConfigError(
+        f"the tasks would resume from different checkpoints ({seen}): every host must see the "
+        f"chief's model_dir (a shared filesystem: NFS, or a bucket mounted with gcsfuse); put "
+        f"it on shared storage, or copy the chief's model_dir to the others, then rerun")
+
+
 @contextlib.contextmanager
 def worker_context(dist: tf.distribute.Strategy, cluster: tf_config.TFConfig, model_dir: str,
                    session_config) -> Iterator[list]:
@@ -203,6 +245,7 @@ def worker_context(dist: tf.distribute.Strategy, cluster: tf_config.TFConfig, mo
                           session_config=session_config, rpc_layer="grpc")
   watch = PeerWatch(cluster, model_dir).start()
   try:
+    check_same_restore(cluster, model_dir)
     with ctx:
       yield [watch.hook()]
   finally:
