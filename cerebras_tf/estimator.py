@@ -558,6 +558,25 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     return cls(model_fn, compile_dir=compile_dir, config=config, params=params,
                warm_start_from=warm, use_cs=use_cs)
 
+  def get_keras_weights(self, checkpoint_path=None) -> list:
+    """The trained weights of an estimator made by `from_keras_model`, in the order of the
+    Keras model's `weights`: `model.set_weights(est.get_keras_weights())` on the model built
+    again (Keras invalidates the one it converted: its fit, evaluate and save fail).
+
+    Args:
+      checkpoint_path: a checkpoint prefix (default: the latest in model_dir).
+    """
+    names = getattr(self._user_model_fn, "keras_weight_names", None)
+    if names is None:
+      raise ConfigError("get_keras_weights: this estimator was not made by from_keras_model; "
+                        "read variables by name with get_variable_value")
+    checkpoint = checkpoint_path or self.latest_checkpoint()
+    if checkpoint is None:
+      raise ConfigError(f"get_keras_weights: no checkpoint in model_dir {self.model_dir}: "
+                        "nothing trained yet")
+    return keras_model_lib.trained_weights(names, checkpoint,
+                                           self._user_model_fn.keras_model.name)
+
   def add_metrics(self, metric_fn) -> "CerebrasEstimator":
     """`tf.estimator.add_metrics` for a CerebrasEstimator: the same model, config, params, warm
     start and use_cs default, with `metric_fn`'s metrics added to evaluation. (TF's own returns

@@ -146,9 +146,29 @@ def model_fn_from_keras(keras_model, custom_objects=None, metric_names_map=None,
     return fn(features, labels, mode)
 
   model_fn.keras_model = keras_model
+  # Read now: Keras invalidates the model once the estimator has cloned it in a graph.
+  model_fn.keras_weight_names = [w.name.split(":")[0] for w in keras_model.weights]
   model_fn.model_name = f"keras:{keras_model.name}"
   model_fn.cache_token = architecture_token(keras_model)
   return model_fn
+
+
+def trained_weights(weight_names, checkpoint: str, model_name: str) -> list:
+  """The values `checkpoint` holds for a Keras model's weights (their names, in the model's
+  `weights` order): what `set_weights` takes on a model of the same architecture.
+
+  Raises:
+    ConfigError: the checkpoint lacks one (a subclassed model whose weights the clone named
+      otherwise, or a checkpoint of another model).
+  """
+  reader = tf.train.load_checkpoint(checkpoint)
+  have = reader.get_variable_to_shape_map()
+  missing = [n for n in weight_names if n not in have]
+  if missing:
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    raise ConfigError(f"checkpoint {checkpoint} has no variable '{missing[0]}'{more} of Keras "
+                      f"model '{model_name}'; read them by name with est.get_variable_value")
+  return [reader.get_tensor(n) for n in weight_names]
 
 
 def _weights_set(keras_model) -> bool:

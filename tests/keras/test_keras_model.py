@@ -142,6 +142,12 @@ def test_evaluate_predict_export_and_report(tmp_path):
   assert keras_eval["accuracy"] <= metrics["accuracy"] + 1e-6  # 20 SGD steps improved it
   preds = list(est.predict(_input_fn(model, x, y), use_cs=True))
   assert len(preds) == len(x) and preds[0]["logits"].shape == (CLASSES,)
+  # The trained weights back in Keras: the converted model is invalid from here on (Keras's
+  # own rule), so a model built again takes them, and predicts what the estimator predicts.
+  again = functional()
+  again.set_weights(est.get_keras_weights())
+  np.testing.assert_allclose(again.predict(x, verbose=0),
+                             np.stack([p["logits"] for p in preds]), atol=1e-6)
   # The report names the Keras model and its layers.
   with open(os.path.join(est.compile_dir, "plan.json")) as fh:
     plan = json.load(fh)
