@@ -189,7 +189,9 @@ def test_weight_server_that_stops_answering_is_restarted_and_the_run_finishes(tm
          "--params_override", "runconfig.log_step_count_steps=500"]
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                              CEREBRAS_TF_STALL_TIMEOUT_S="3"))
+                                              CEREBRAS_TF_STALL_TIMEOUT_S="3",
+                                              # idle for 6 s, not 30: the same rule, sooner
+                                              CEREBRAS_TF_STALL_IDLE_WINDOW_S="6"))
   deadline = time.monotonic() + 240
   victim = None
   while victim is None and time.monotonic() < deadline and proc.poll() is None:

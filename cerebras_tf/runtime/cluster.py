@@ -40,7 +40,7 @@ STALL_TIMEOUT_S = 600.0
 STALL_FACTOR = 20.0
 # ... and the processes are idle: in the hang both sat at 0% CPU, while a long checkpoint
 # save or an evaluation run inside the step's hooks (train_and_evaluate) keeps them busy.
-IDLE_WINDOW_S = 30.0
+IDLE_WINDOW_S = float(os.environ.get("CEREBRAS_TF_STALL_IDLE_WINDOW_S", 30.0))
 IDLE_CPU_FRACTION = 0.01
 
 
