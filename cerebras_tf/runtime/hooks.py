@@ -231,7 +231,7 @@ class GracefulInterrupt:
         if signal.getsignal(signum) in defaults:
           self._previous[signum] = signal.signal(signum, self._on_signal)
       if self._previous:
-        self._watch = _StuckStepWatch(self).start()
+        self._watch = _StuckStepWatch(self, set(self._previous)).start()
     return self
 
   def _on_signal(self, signum, frame):
@@ -278,8 +278,9 @@ class _StuckStepWatch:
 
   _SECOND_S = 2.0
 
-  def __init__(self, owner: GracefulInterrupt):
+  def __init__(self, owner: GracefulInterrupt, watched):
     self._owner = owner
+    self._watched = watched  # the signals the owner took over
     self._read, self._write = os.pipe()
     os.set_blocking(self._write, False)
     self._previous_fd = -1
@@ -301,11 +302,10 @@ class _StuckStepWatch:
     os.close(self._write)
 
   def _run(self) -> None:
-    watched = set(self._owner._previous)  # pylint: disable=protected-access
     while not self._done.is_set():
       if select.select([self._read], [], [], 0.25)[0]:
         now = time.monotonic()
-        self._signals += [(b, now) for b in os.read(self._read, 64) if b in watched]
+        self._signals += [(b, now) for b in os.read(self._read, 64) if b in self._watched]
       if not self._signals or self._done.is_set():
         continue
       signum, first = self._signals[0]

@@ -38,6 +38,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
 import tensorflow_text as tft
+from google.protobuf.message import DecodeError
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
@@ -221,15 +222,18 @@ PREMASKED = {"input_ids": (tf.int64, "S"), "input_mask": (tf.int64, "S"),
 
 def first_record_lengths(path: str) -> Optional[Dict[str, int]]:
   """feature name -> number of values in the first tf.train.Example of a TFRecord file, or
-  None when the file is empty or not read that way (the reading pipeline then says why)."""
+  None when the file is empty or not read that way (the reading pipeline then says why).
+
+  Read by hand (the TFRecord framing is a uint64 length and a uint32 CRC before each record):
+  the input_fn runs inside a graph, where a tf.data iterator cannot be stepped."""
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
-      header = f.read(12)  # uint64 length, uint32 crc of the length
+      header = f.read(12)
       if len(header) < 12:
         return None
       data = f.read(struct.unpack("<Q", header[:8])[0])
     example = tf.train.Example.FromString(data)
-  except Exception:  # pylint: disable=broad-except
+  except (OSError, tf.errors.OpError, DecodeError):
     return None
   out = {}
   for name, feature in example.features.feature.items():
