@@ -151,14 +151,22 @@ def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, capl
 def test_our_lines_show_at_tensorflows_default_verbosity(tmp_path, caplog):
   """A user's own script leaves TensorFlow's logger at WARN: the compile summary, the engine
   time and the progress lines still show (they are why one calls train with use_cs=True);
-  TensorFlow's own INFO stays hidden, and the logger is as it was afterwards."""
+  TensorFlow's own INFO stays hidden, and the logger is as it was afterwards.
+  The eval total counts the rows the batches had: 40 examples at batch 16 are 3 batches and
+  40 examples (it said 48, three full batches)."""
   logger = logging.getLogger("tensorflow")
   saved = logger.level
   logger.setLevel(logging.WARN)
+
+  def forty_examples(params):
+    x = np.random.default_rng(0).normal(size=(40, 32)).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, np.arange(40) % 4)).batch(
+        params["batch_size"])
   try:
     est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
     est.train(_train_input, max_steps=12, use_cs=True)
     est.evaluate(_eval_input, steps=2, use_cs=True)
+    est.evaluate(forty_examples, use_cs=True)
     assert logger.level == logging.WARN and not logger.filters
   finally:
     logger.setLevel(saved)
@@ -166,6 +174,8 @@ def test_our_lines_show_at_tensorflows_default_verbosity(tmp_path, caplog):
   assert any(m.startswith("cerebras_tf: compiled in") for m in infos), infos
   assert any(m.startswith("cerebras_tf: steps 0 -> 12 ") for m in infos), infos
   assert any(m.startswith("step 10/12  loss") for m in infos), infos
+  assert any(m.startswith("eval done: 2 batch(es) (32 examples)") for m in infos), infos
+  assert any(m.startswith("eval done: 3 batch(es) (40 examples)") for m in infos), infos
   assert not any("Saving checkpoints" in m or "Restoring parameters" in m for m in infos), infos
 
 

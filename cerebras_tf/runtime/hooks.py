@@ -153,7 +153,9 @@ class BatchProgressHook(tf.compat.v1.train.SessionRunHook):
   """Evaluation or prediction progress (`what`): batches, examples, examples/s and (when the
   number of batches is known) ETA, at most every `every_s` seconds, then the total.
   tf.estimator's own "Evaluation [n/N]" lines are INFO, hidden at TensorFlow's default
-  verbosity, and absent when the eval runs to the end of its data; predict has none."""
+  verbosity, and absent when the eval runs to the end of its data; predict has none.
+  Examples are counted from the rows each batch really had (a last batch may be partial),
+  read off the input iterator; `batch_size` is the count when there is none to read."""
 
   def __init__(self, batch_size: Optional[int], total_batches: Optional[int],
                what: str = "eval", every_s: float = 10.0, log_fn=None, clock=time.monotonic):
@@ -165,34 +167,53 @@ class BatchProgressHook(tf.compat.v1.train.SessionRunHook):
     self._clock = clock
 
   def begin(self):
-    self._n, self._t0, self._last = 0, None, None
+    self._n, self._rows, self._t0, self._last = 0, 0, None, None
     self._started = self._clock()  # the total counts session start-up and restore too
+    self._rows_tensor = _batch_rows(tf.compat.v1.get_default_graph())
+
+  def before_run(self, run_context):
+    if self._rows_tensor is None:
+      return None
+    return tf.compat.v1.train.SessionRunArgs(self._rows_tensor)
 
   def after_run(self, run_context, run_values):
     self._n += 1
+    self._rows += (int(run_values.results) if self._rows_tensor is not None
+                   else (self._batch or 0))
     now = self._clock()
     if self._t0 is None:
-      self._t0 = self._last = now  # rates from the first batch on: it includes start-up
+      self._t0, self._last, self._rows0 = now, now, self._rows
     elif now - self._last >= self._every:
       self._last = now
-      rate = (self._n - 1) / max(now - self._t0, 1e-9)
-      eta = (f"  ETA {_fmt_eta((self._total - self._n) / rate)}" if self._total else "")
+      seconds = max(now - self._t0, 1e-9)
+      eta = (f"  ETA {_fmt_eta((self._total - self._n) * seconds / (self._n - 1))}"
+             if self._total else "")
       self._log(f"{self._what} batch {self._n}{f'/{self._total}' if self._total else ''}"
-                f"{self._examples(self._n)}  {self._rate(rate)}{eta}")
+                f"{self._examples()}  {self._rate(self._n - 1, self._rows - self._rows0, seconds)}"
+                f"{eta}")
 
   def end(self, session):
     if self._n:
       seconds = self._clock() - self._started
-      self._log(f"{self._what} done: {self._n} batch(es){self._examples(self._n)} in "
-                f"{seconds:.1f} s")
+      self._log(f"{self._what} done: {self._n} batch(es){self._examples()} in {seconds:.1f} s")
 
-  def _examples(self, batches: int) -> str:
-    return f" ({batches * self._batch:,} examples)" if self._batch else ""
+  def _examples(self) -> str:
+    return f" ({self._rows:,} examples)" if self._rows else ""
 
-  def _rate(self, batches_per_s: float) -> str:
-    if self._batch:
-      return f"{batches_per_s * self._batch:,.1f} examples/s"
-    return f"{batches_per_s:,.2f} batches/s"
+  def _rate(self, batches: int, rows: int, seconds: float) -> str:
+    if rows:
+      return f"{rows / seconds:,.1f} examples/s"
+    return f"{batches / seconds:,.2f} batches/s"
+
+
+def _batch_rows(graph) -> Optional[tf.Tensor]:
+  """Rows of the batch the input iterator yields each step: the leading dimension of its
+  first output, when the graph has one iterator and that output has a batch dimension."""
+  nexts = [op for op in graph.get_operations() if op.type == "IteratorGetNext"]
+  if len(nexts) != 1 or not nexts[0].outputs or nexts[0].outputs[0].shape.rank in (None, 0):
+    return None
+  with graph.as_default(), tf.name_scope("progress"):
+    return tf.shape(nexts[0].outputs[0], out_type=tf.int64)[0]
 
 
 class GracefulInterrupt:
