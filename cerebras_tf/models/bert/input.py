@@ -33,15 +33,14 @@ Output: (features, labels)
 """
 
 import os
-import struct
 from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
 import tensorflow_text as tft
-from google.protobuf.message import DecodeError
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
+from cerebras_tf.models.data import formats
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -187,15 +186,34 @@ def _section(params: Mapping[str, Any], mode) -> Mapping[str, Any]:
   return params.get("eval_input") or params["train_input"]
 
 
-def _files(section, subdir: str, default_split: str):
+def _files(section, subdir: str, default_split: str, section_name: str, task: str):
+  """The section's TFRecord files (sorted: every host shards the same list) and what the
+  first holds (formats.FileKind). Refuses text and other formats with what to do."""
   if section.get("file_pattern"):
-    return tf.io.gfile.glob(section["file_pattern"])
-  split = section.get("split") or default_split
-  path = os.path.join(section["data_dir"], subdir, split + ".tfrecord")
-  if not tf.io.gfile.exists(path):
-    raise DataError(f"no data at {path}: run `python scripts/prepare_data.py` first, or fix "
-                    f"data_dir in the params file")
-  return [path]
+    files = sorted(tf.io.gfile.glob(section["file_pattern"]))
+    key = f"{section_name}.file_pattern ({section['file_pattern']})"
+  else:
+    split = section.get("split") or default_split
+    path = os.path.join(section["data_dir"], subdir, split + ".tfrecord")
+    if not tf.io.gfile.exists(path):
+      raise DataError(f"no data at {path}: run `python scripts/prepare_data.py` first, or fix "
+                      f"data_dir in the params file")
+    files, key = [path], f"{section_name}.data_dir"
+  kind = formats.probe_files(files, key)
+  if kind.kind == formats.TFRECORD:
+    return files, kind
+  if kind.kind == formats.TEXT and task != "classification":
+    todo = (f"to pretrain on your own text (one sentence per line, a blank line between "
+            f"documents, as google-research/bert's create_pretraining_data.py reads it), "
+            f"convert it: `python scripts/prepare_data.py --text_to_bert '"
+            f"{section.get('file_pattern') or files[0]}' --out DIR`, then set "
+            f"{section_name}.file_pattern to DIR/train.tfrecord")
+  elif task == "classification":
+    todo = "write TFRecords of tf.train.Example with sentence (bytes) and label (int64)"
+  else:
+    todo = ("write TFRecords of text_a, text_b (bytes) and next_sentence_label (int64), or "
+            "google-research/bert's pre-masked records")
+  raise DataError(f"{files[0]} is {kind.what}, not TFRecords, and BERT reads TFRecords: {todo}")
 
 
 def _records(files, section, training, seed, input_context):
@@ -220,32 +238,10 @@ PREMASKED = {"input_ids": (tf.int64, "S"), "input_mask": (tf.int64, "S"),
              "next_sentence_labels": (tf.int64, 1)}
 
 
-def first_record_lengths(path: str) -> Optional[Dict[str, int]]:
-  """feature name -> number of values in the first tf.train.Example of a TFRecord file, or
-  None when the file is empty or not read that way (the reading pipeline then says why).
-
-  Read by hand (the TFRecord framing is a uint64 length and a uint32 CRC before each record):
-  the input_fn runs inside a graph, where a tf.data iterator cannot be stepped."""
-  try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      header = f.read(12)
-      if len(header) < 12:
-        return None
-      data = f.read(struct.unpack("<Q", header[:8])[0])
-    example = tf.train.Example.FromString(data)
-  except (OSError, tf.errors.OpError, DecodeError):
-    return None
-  out = {}
-  for name, feature in example.features.feature.items():
-    kind = feature.WhichOneof("kind")
-    out[name] = len(getattr(feature, kind).value) if kind else 0
-  return out
-
-
-def _premasked_spec(files, msl: int, max_pred: int, section_name: str):
-  """The parse spec of google-bert pre-masked records, None when `files` hold another format.
-  Refuses (DataError) records written for another sequence length or prediction count."""
-  lengths = first_record_lengths(files[0]) if files else None
+def _premasked_spec(files, lengths, msl: int, max_pred: int, section_name: str):
+  """The parse spec of google-bert pre-masked records, None when `files` hold another format
+  (`lengths`: the first record's, formats.FileKind.lengths). Refuses (DataError) records
+  written for another sequence length or prediction count."""
   if not lengths or not all(k in lengths for k in PREMASKED):
     return None
   want = {"S": msl, "P": max_pred}
@@ -302,9 +298,10 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   section_name = "train_input" if training else "eval_input"
 
   if task != "classification":
-    files = _files(section, "bert_pretrain", "train" if training else "eval")
+    files, kind = _files(section, "bert_pretrain", "train" if training else "eval",
+                         section_name, task)
     max_pred = int(section.get("max_predictions_per_seq") or 20)
-    premasked = _premasked_spec(files, msl, max_pred, section_name)
+    premasked = _premasked_spec(files, kind.lengths, msl, max_pred, section_name)
     if premasked is not None:
       # Token ids come tokenized: the vocab is only checked against the model, when given.
       if section.get("vocab_file") or tf.io.gfile.exists(vocab_file):
@@ -319,7 +316,8 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   static_batch = batch_size if training else None
 
   if task == "classification":
-    files = _files(section, "rotten_tomatoes", "train" if training else "dev")
+    files, _ = _files(section, "rotten_tomatoes", "train" if training else "dev", section_name,
+                      task)
     spec = {"sentence": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
 

@@ -130,7 +130,7 @@ class SourceUnavailableError(AcquireError):
 # progress display
 
 
-class _Progress:
+class Progress:
   """Step lines and a simple text bar (redrawn in place on a terminal, one line otherwise)."""
 
   def __init__(self, enabled=True, stream=None):
@@ -576,9 +576,9 @@ def _austen_documents(novels):
 # TFRecord writing
 
 
-def _write_tfrecord(path, rows, features, progress, label):
+def write_tfrecord(path, rows, features, progress, label):
   """Writes tf.train.Example records; `features` maps name -> 'bytes' | 'int64'."""
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
   def feat(kind, value):
@@ -639,7 +639,7 @@ def _bible_documents(dl, progress):
   return [(f"web/{b}/{c}", sents) for (b, c), sents in docs.items()]
 
 
-def _nsp_pairs(docs, rng):
+def nsp_pairs(docs, rng):
   """Consecutive-sentence pairs with 50% random next sentences from another document."""
   pairs = []
   for d, (_, sents) in enumerate(docs):
@@ -684,9 +684,9 @@ def _build_bert_pretrain(dl, data_dir, progress):
   out = os.path.join(data_dir, "bert_pretrain")
   feats = {"text_a": "bytes", "text_b": "bytes", "next_sentence_label": "int64"}
   for split, docs in (("train", train_docs), ("eval", eval_docs)):
-    pairs = _nsp_pairs(docs, random.Random(f"{SEED}-{split}"))
+    pairs = nsp_pairs(docs, random.Random(f"{SEED}-{split}"))
     random.Random(f"{SEED}-{split}-order").shuffle(pairs)
-    counts.update(_write_tfrecord(os.path.join(out, f"{split}.tfrecord"), pairs, feats, progress,
+    counts.update(write_tfrecord(os.path.join(out, f"{split}.tfrecord"), pairs, feats, progress,
                                   f"bert_pretrain/{split}.tfrecord"))
     txt = os.path.join(out, f"{split}.txt")
     with _atomic_write(txt, "w") as fh:
@@ -719,7 +719,7 @@ def _build_rotten_tomatoes(dl, data_dir, progress):
                                   [0, n // 10, n // 10], SEED)
   counts = {}
   for split, part in (("train", train), ("dev", dev), ("test", test)):
-    counts.update(_write_tfrecord(os.path.join(data_dir, "rotten_tomatoes", f"{split}.tfrecord"),
+    counts.update(write_tfrecord(os.path.join(data_dir, "rotten_tomatoes", f"{split}.tfrecord"),
                                   part, {"sentence": "bytes", "label": "int64"}, progress,
                                   f"rotten_tomatoes/{split}.tfrecord"))
   return counts
@@ -735,7 +735,7 @@ def _build_en_es(dl, data_dir, progress):
                                   SEED)
   counts = {}
   for split, part in (("train", train), ("dev", dev), ("test", test)):
-    counts.update(_write_tfrecord(os.path.join(data_dir, "en_es", f"{split}.tfrecord"), part,
+    counts.update(write_tfrecord(os.path.join(data_dir, "en_es", f"{split}.tfrecord"), part,
                                   {"en": "bytes", "es": "bytes"}, progress, f"en_es/{split}.tfrecord"))
     tsv = os.path.join(data_dir, "en_es", f"{split}.tsv")
     with _atomic_write(tsv, "w") as fh:
@@ -827,7 +827,7 @@ def ensure_datasets(names=DATASETS, data_dir=None, force=False, progress=False):
   if unknown:
     raise AcquireError(f"unknown dataset(s) {', '.join(unknown)}; choose from {', '.join(DATASETS)}")
   data_dir = os.path.abspath(data_dir or default_data_dir())
-  prog = progress if isinstance(progress, _Progress) else _Progress(enabled=bool(progress))
+  prog = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
   out = {}
   with _lock(data_dir):
     man = _load_manifest(data_dir)

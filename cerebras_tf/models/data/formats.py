@@ -1,0 +1,106 @@
+"""What a user's data file holds, told from its first bytes: TFRecords (and the length of
+each feature of the first tf.train.Example), text, or another format.
+
+The reference input_fns read several formats and pick one by looking; a file of one format
+read as another trains on garbage or crashes (TFRecord framing read from text takes the
+first eight characters as a record length of exabytes). So a record is believed only when
+its length's checksum holds and the record fits in the file.
+"""
+
+import struct
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+import tensorflow as tf
+from google.protobuf.message import DecodeError
+
+from cerebras_tf.errors import DataError
+
+TFRECORD, TEXT, BINARY, EMPTY = "TFRecord", "text", "binary", "empty"
+_MAGIC = ((b"\x89HDF\r\n\x1a\n", "HDF5"), (b"\x93NUMPY", "a NumPy .npy array"),
+          (b"PK\x03\x04", "a zip archive (.npz?)"), (b"\x1f\x8b", "gzip-compressed"),
+          (b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))
+_TEXT_SNIFF = 1 << 16
+
+
+class FileKind(NamedTuple):
+  """kind: TFRECORD | TEXT | BINARY | EMPTY; what: a phrase for messages ("HDF5");
+  lengths: feature name -> number of values in the first record (TFRecords of Examples)."""
+  kind: str
+  what: str
+  lengths: Optional[Dict[str, int]] = None
+
+
+def _crc32c(data: bytes) -> int:
+  crc = 0xFFFFFFFF
+  for byte in data:
+    crc ^= byte
+    for _ in range(8):
+      crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+  return crc ^ 0xFFFFFFFF
+
+
+def _masked_crc(data: bytes) -> int:
+  """TFRecord's checksum of the length field (tensorflow/core/lib/hash/crc32c.h Mask)."""
+  crc = _crc32c(data)
+  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def probe(path: str, read_example: bool = True) -> FileKind:
+  """The format of the file at `path`. Raises DataError when it cannot be read."""
+  try:
+    size = tf.io.gfile.stat(path).length
+    with tf.io.gfile.GFile(path, "rb") as f:
+      head = f.read(min(size, _TEXT_SNIFF))
+      if size >= 16:
+        length, crc = struct.unpack("<QI", head[:12])
+        if crc == _masked_crc(head[:8]) and 12 + length + 4 <= size:
+          if not read_example:
+            return FileKind(TFRECORD, "TFRecords")
+          f.seek(12)
+          return FileKind(TFRECORD, "TFRecords", _example_lengths(f.read(length)))
+  except (OSError, tf.errors.OpError) as e:
+    raise DataError(f"cannot read data file {path}: {e}") from e
+  if not head:
+    return FileKind(EMPTY, "an empty file")
+  for magic, what in _MAGIC:
+    if head.startswith(magic):
+      return FileKind(BINARY, what)
+  if b"\x00" in head:
+    return FileKind(BINARY, "binary data")
+  try:
+    head.decode("utf-8")
+  except UnicodeDecodeError as e:
+    if e.start < len(head) - 3:  # a character cut at the sniff's end is still text
+      return FileKind(BINARY, "not UTF-8 text")
+  return FileKind(TEXT, "text")
+
+
+def _example_lengths(record: bytes) -> Optional[Dict[str, int]]:
+  try:
+    example = tf.train.Example.FromString(record)
+  except DecodeError:
+    return None  # TFRecords of something other than tf.train.Example
+  out = {}
+  for name, feature in example.features.feature.items():
+    kind = feature.WhichOneof("kind")
+    out[name] = len(getattr(feature, kind).value) if kind else 0
+  return out
+
+
+def probe_files(files: Sequence[str], key: str) -> FileKind:
+  """The one format of `files` (the first file's Example lengths); `key` names the params
+  entry that chose them. Refuses an empty list, empty files and a mix of formats, such as
+  a README beside the records that `data/*` also matched."""
+  if not files:
+    raise DataError(f"{key} matches no file; fix it in the params file")
+  first = probe(files[0])
+  kinds: Dict[str, List[str]] = {first.kind: [files[0]]}
+  for path in files[1:]:
+    kinds.setdefault(probe(path, read_example=False).kind, []).append(path)
+  if EMPTY in kinds:
+    raise DataError(f"data file {kinds[EMPTY][0]} is empty; remove it or narrow {key}")
+  if len(kinds) > 1:
+    mix = "; ".join(f"{paths[0]} is {kind}" for kind, paths in kinds.items())
+    raise DataError(f"{key} matches files of different formats ({mix}); narrow the pattern "
+                    f"to one format")
+  return first
