@@ -387,6 +387,17 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"which this model's input_fn reads; write them with the feature names it "
             f"parses{where}, or point the data paths in the params file at data from "
             f"`python scripts/prepare_data.py`")
+  outside = re.search(r"indices\[[\d,]+\] = (-?\d+) is not in \[0, (\d+)\)", first)
+  if isinstance(e, tf.errors.InvalidArgumentError) and outside:
+    # An embedding or softmax table indexed by an id the data holds: most often data written
+    # with another tokenizer (GPT-2's 50,257 ids into a 30,522-row WordPiece table).
+    node = re.search(r"\{\{node ([^}]+)\}\}", str(getattr(e, "message", e)))
+    layer = node.group(1).replace("gradients/", "").rsplit("/", 1)[0] if node else "the model"
+    layer = re.sub(r"/[^/]*_grad$", "", layer)
+    return (f"the data holds id {outside.group(1)}, outside the {int(outside.group(2)):,} rows "
+            f"of the table {layer} indexes: it was written with a larger vocab than the "
+            f"model's; set model.vocab_size (or your table's size) above the data's largest "
+            f"id, or write the data with the model's vocab")
   if isinstance(e, tf.errors.DataLossError) and "Is this even a TFRecord file?" in first:
     # Its first record is already wrong: a text file (CSV, TSV) given where records go.
     where = _input_fn_name(params)

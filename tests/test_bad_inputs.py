@@ -108,12 +108,35 @@ def make_fixtures(tmp):
           "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a good film"])),
           "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2]))}))
                    .SerializeToString())
+  (tmp / "my_corpus.txt").write_text("The first sentence.\nThe second one.\n\nAnother "
+                                     "document.\nIts second sentence.\n")
+  (tmp / "mixed").mkdir()
+  (tmp / "mixed" / "README.txt").write_text("how the records beside me were made\n")
+  _write_int64_records(tmp / "mixed" / "part-0.tfrecord", [{"x": [1]}])
+  # Cerebras modelzoo GPT-2 records: written for 128 tokens; under other names; ids of a
+  # 50,257-token vocab (the model's is 30,522); and its newer HDF5 format.
+  gpt = {"input_ids": [7] * 64, "input_mask": [1] * 64, "labels": [7] * 64}
+  _write_int64_records(tmp / "gpt_128.tfrecords",
+                       [{k: v * 2 for k, v in gpt.items()}])
+  _write_int64_records(tmp / "gpt_tokens.tfrecords", [{"tokens": [7] * 64}])
+  _write_int64_records(tmp / "gpt_big_ids.tfrecords",
+                       [dict(gpt, input_ids=[7] * 63 + [40000])] * 32)
+  (tmp / "owt.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)))
   with open(VOCAB, encoding="utf-8") as f:
     vocab = f.read().splitlines()
   (tmp / "vocab_200.txt").write_text("\n".join(vocab[:200]) + "\n")
   _write_foreign_checkpoint(str(tmp / "othermodel" / "model.ckpt"))
   (tmp / "vocab_no_cls.txt").write_text(
       "\n".join("[XLS]" if t == "[CLS]" else t for t in vocab) + "\n")
+
+
+def _write_int64_records(path, rows):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for row in rows:
+      writer.write(tf.train.Example(features=tf.train.Features(feature={
+          k: tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for k, v in row.items()}))
+                   .SerializeToString())
 
 
 def _write_foreign_checkpoint(prefix):

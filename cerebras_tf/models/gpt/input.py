@@ -1,10 +1,15 @@
-"""GPT input: windows of S+1 WordPiece tokens from the real pretraining text, or synthetic.
+"""GPT input: windows of S+1 WordPiece tokens from the real pretraining text, the user's
+tokenized records, or synthetic.
 
 Text: `<data_dir>/bert_pretrain/{train,eval}.txt` (written by scripts/prepare_data.py) or the
 user's own text files (`file_pattern`, one passage per line),
 tokenized with tensorflow-text's BertTokenizer over the BERT uncased vocab, concatenated and
-cut into windows; inputs are window[:-1], labels window[1:]. `synthetic: true` gives random
-tokens of the same shapes (for compile-only runs of models far too big to train here).
+cut into windows; inputs are window[:-1], labels window[1:].
+Records: `file_pattern` files in Cerebras modelzoo's GPT-2 TFRecord format (input_ids,
+input_mask, labels: [S] int64 each; input_mask 1 on real tokens), read as written: the ids
+are the user's tokenizer's, so no vocab is read; model.vocab_size must cover them.
+The first record of the first file says which. `synthetic: true` gives random tokens of the
+same shapes (for compile-only runs of models far too big to train here).
 """
 
 import os
@@ -14,6 +19,7 @@ import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
+from cerebras_tf.models.data import formats
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -22,22 +28,62 @@ def _section(params, mode):
   return params["train_input" if mode == ModeKeys.TRAIN else "eval_input"]
 
 
-def _text_files(section, split: str):
-  """The text to train on: `file_pattern` (a glob of the user's own text files), else the
-  prepared corpus `<data_dir>/bert_pretrain/<split>.txt`."""
+# Cerebras modelzoo's GPT-2 TFRecords: every feature holds max_sequence_length int64s.
+RECORD_FEATURES = ("input_ids", "input_mask", "labels")
+
+
+def _data_files(section, split: str, section_name: str):
+  """The files to train on and what they hold (formats.FileKind): `file_pattern` (the
+  user's own text or records), else the prepared corpus `<data_dir>/bert_pretrain/<split>.txt`."""
   pattern = section.get("file_pattern")
   if pattern:
     found = sorted(tf.io.gfile.glob(pattern))
-    if not found:
-      raise DataError(f"GPT text: no file matches file_pattern {pattern}; fix the pattern in "
-                      f"the params file")
-    return found
+    kind = formats.probe_files(found, f"{section_name}.file_pattern ({pattern})")
+    if kind.kind not in (formats.TEXT, formats.TFRECORD):
+      raise DataError(f"{found[0]} is {kind.what}: GPT reads text files (one passage per "
+                      f"line) or modelzoo GPT-2 TFRecords ({', '.join(RECORD_FEATURES)}); "
+                      f"convert it to one of them")
+    return found, kind
   path = os.path.join(section.get("data_dir") or "", "bert_pretrain", f"{split}.txt")
   if not tf.io.gfile.exists(path):
     raise DataError(f"GPT text file not found: {path}; run `python scripts/prepare_data.py "
                     f"--datasets vocab,bert_pretrain`, or set train_input.data_dir or "
                     f"file_pattern (your own text files, one passage per line)")
-  return [path]
+  return [path], formats.FileKind(formats.TEXT, "text")
+
+
+def _record_spec(path: str, lengths, seq: int, section_name: str):
+  """tf.io parse spec of modelzoo GPT-2 records; refuses other features or lengths."""
+  missing = [k for k in RECORD_FEATURES if k not in (lengths or {})]
+  if missing:
+    found = ", ".join(sorted(lengths or {})) or "none readable as tf.train.Example"
+    raise DataError(f"{path} holds TFRecords with features {found}, not the modelzoo GPT-2 "
+                    f"features {', '.join(RECORD_FEATURES)} ([{section_name}."
+                    f"max_sequence_length] int64 each); write those, or give text files")
+  wrote = lengths["input_ids"]
+  if any(lengths[k] != seq for k in RECORD_FEATURES):
+    raise DataError(f"{path} holds GPT records of {wrote} tokens but {section_name}."
+                    f"max_sequence_length is {seq}: set it to {wrote}, or point "
+                    f"file_pattern at records written for {seq}")
+  return {k: tf.io.FixedLenFeature([seq], tf.int64) for k in RECORD_FEATURES}
+
+
+def _record_dataset(files, spec, section, training, seed, input_context, batch):
+  """Modelzoo GPT-2 records -> (token_ids, padding_mask), labels batches."""
+  ds = tf.data.TFRecordDataset(files)
+  if input_context is not None:
+    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+  if training:
+    ds = ds.shuffle(int(section.get("shuffle_buffer") or 1000), seed=seed)
+    if section.get("repeat", True):
+      ds = ds.repeat()
+
+  def decode(serialized):
+    ex = {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(serialized, spec).items()}
+    return {"token_ids": ex["input_ids"], "padding_mask": ex["input_mask"]}, ex["labels"]
+
+  ds = ds.batch(batch, drop_remainder=True)
+  return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
@@ -52,9 +98,13 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
         lambda s: tf.random.stateless_uniform([seq + 1], [s, 0], 0, vocab_size, tf.int32))
   else:
     split = "train" if training else "eval"
+    section_name = "train_input" if training else "eval_input"
+    paths, kind = _data_files(section, split, section_name)
+    if kind.kind == formats.TFRECORD:
+      spec = _record_spec(paths[0], kind.lengths, seq, section_name)
+      return _record_dataset(paths, spec, section, training, seed, input_context, batch)
     vocab = section.get("vocab_file") or os.path.join(section.get("data_dir") or "", "vocab",
                                                       "bert_uncased_vocab.txt")
-    paths = _text_files(section, split)
     if not tf.io.gfile.exists(vocab):
       raise DataError(f"GPT vocab file not found: {vocab}; run `python scripts/prepare_data.py "
                       f"--datasets vocab,bert_pretrain` or set train_input.vocab_file")

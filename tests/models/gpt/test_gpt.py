@@ -115,5 +115,40 @@ def test_your_own_text_files_through_file_pattern(tmp_path):
     expected = [words[(start + k) % 3] for k in range(6)]
     assert list(row) == expected[:5] and list(next_ids) == expected[1:]
   params["train_input"]["file_pattern"] = str(tmp_path / "nothing*.txt")
-  with pytest.raises(DataError, match="no file matches file_pattern"):
+  with pytest.raises(DataError, match="file_pattern .* matches no file"):
+    input_lib.input_fn(params)
+
+
+def _modelzoo_records(path, rows):
+  """Cerebras modelzoo GPT-2 TFRecords: input_ids, input_mask, labels ([S] int64 each)."""
+  with tf.io.TFRecordWriter(str(path)) as w:
+    for ids, mask, labels in rows:
+      feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, v))))
+                 for k, v in (("input_ids", ids), ("input_mask", mask), ("labels", labels))}
+      w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def test_tokenized_records_in_modelzoo_format_are_read_as_written(tmp_path):
+  """Records from modelzoo's GPT-2 data preparation were read as text lines: TFRecord bytes
+  went through the WordPiece tokenizer and trained as [UNK]s and noise, silently. They are
+  read as written (no vocab: the ids are the user's tokenizer's), padding masked; records of
+  another length are refused with the key to set."""
+  from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  full = ([5, 6, 7, 8], [1, 1, 1, 1], [6, 7, 8, 9])
+  padded = ([11, 12, 0, 0], [1, 1, 0, 0], [12, 13, 0, 0])
+  _modelzoo_records(tmp_path / "owt_0.tfrecords", [full, padded])
+  params = {"train_input": {"file_pattern": str(tmp_path / "owt_*.tfrecords"),
+                            "max_sequence_length": 4, "batch_size": 2, "repeat": False},
+            "eval_input": {"file_pattern": str(tmp_path / "owt_*.tfrecords"),
+                           "max_sequence_length": 4, "batch_size": 2},
+            "model": {"vocab_size": 50257}, "runconfig": {"tf_random_seed": 1}}
+  features, labels = next(iter(input_lib.input_fn(params, tf.estimator.ModeKeys.EVAL)))
+  assert features["token_ids"].numpy().tolist() == [full[0], padded[0]]
+  assert features["padding_mask"].numpy().tolist() == [full[1], padded[1]]
+  assert labels.numpy().tolist() == [full[2], padded[2]]
+  assert features["token_ids"].dtype == labels.dtype == tf.int32
+  params["train_input"]["max_sequence_length"] = 8
+  with pytest.raises(DataError, match=r"owt_0.tfrecords holds GPT records of 4 tokens but "
+                                      r"train_input.max_sequence_length is 8: set it to 4"):
     input_lib.input_fn(params)
