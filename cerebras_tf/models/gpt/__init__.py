@@ -32,7 +32,8 @@ SCHEMA = {
     "train_input": {**TEXT_INPUT_FIELDS,
                     "synthetic": Field("bool", False, "random tokens instead of the corpus"),
                     "file_pattern": Field("path", None, "your own text files (a glob, one "
-                                          "passage per line); overrides data_dir")},
+                                          "passage a line) or modelzoo GPT-2 TFRecords; "
+                                          "overrides data_dir")},
 }
 SCHEMA["eval_input"] = SCHEMA["train_input"]
 

@@ -63,7 +63,8 @@ SCHEMA = {
         "vocab_file": Field("path", None, "vocabulary file (null: learn one and cache it under "
                             "data_dir/en_es/vocab)"),
         "split": Field("str", None, "TFRecord split name (null: train, or test for eval)"),
-        "file_pattern": Field("path", None, "TFRecord glob; overrides data_dir and split"),
+        "file_pattern": Field("path", None, "glob of TFRecords (en, es) or tab-separated pairs; "
+                              "overrides data_dir and split"),
         "max_source_length": _pos_int(64, "source tokens per example (static, padded)"),
         "max_target_length": _pos_int(64, "target tokens incl. [START]/[END] (static, padded)"),
         "bucket_boundaries": Field("int_list", [], "length buckets: similar lengths share a "

@@ -1,8 +1,12 @@
 """tf.data input for English->Spanish translation: tensorflow-text WordPiece, length buckets.
 
 Data contract (scripts/prepare_data.py): `<data_dir>/en_es/{train,dev,test}.tfrecord` with
-bytes features `en` and `es`. The shared vocabulary is learned from the training split on
-first use and cached (models/transformer/vocab.py).
+bytes features `en` and `es`. Or your own pairs through `file_pattern`: TFRecords with those
+features, or tab-separated text, source<TAB>target a line (the format of most parallel-corpus
+downloads; further columns, such as an attribution, are ignored; lines without a tab are
+skipped, and a file whose first lines have none is refused). The shared vocabulary is learned
+from the training data (train_input's files) on first use and cached
+(models/transformer/vocab.py).
 
 Params (`train_input` / `eval_input`): data_dir, split (train / test by default), file_pattern,
 vocab_file (null: the cached learned vocabulary), vocab_size (target size when learning it),
@@ -30,6 +34,8 @@ from typing import Any, Mapping
 import tensorflow as tf
 import tensorflow_text as tft
 
+from cerebras_tf.errors import DataError
+from cerebras_tf.models.data import formats
 from cerebras_tf.models.transformer import vocab as vocab_lib
 from cerebras_tf.core import batching
 
@@ -51,30 +57,70 @@ def _flag(section, key, default):
   return default if value is None else bool(value)
 
 
+_TSV_CHECKED_LINES = 1000
+
+
 def train_file(section: Mapping[str, Any]) -> str:
   return os.path.join(section["data_dir"], SUBDIR, "train.tfrecord")
 
 
 def vocab_file(params: Mapping[str, Any]) -> str:
-  """The vocabulary file: `train_input.vocab_file`, else the learned and cached one."""
+  """The vocabulary file: `train_input.vocab_file`, else the one learned from the training
+  data (train_input.file_pattern's files, or the prepared corpus) and cached."""
   section = params["train_input"]
   if section.get("vocab_file"):
     return section["vocab_file"]
   size = int(section.get("vocab_size") or DEFAULT_VOCAB_SIZE)
-  path = train_file(section)
-  if not tf.io.gfile.exists(path):
-    raise FileNotFoundError("no data at %s: run scripts/prepare_data.py --datasets en_es" % path)
-  return vocab_lib.ensure_vocab(path, size)
+  files, kind = _files(section, True, "train_input")
+  if kind == formats.TEXT:
+    return vocab_lib.ensure_vocab(
+        files, size, strings=lambda: _pairs(files, kind).flat_map(
+            lambda en, es: tf.data.Dataset.from_tensor_slices(tf.stack([en, es]))))
+  return vocab_lib.ensure_vocab(files, size)
 
 
-def _files(section, training):
+def _files(section, training, section_name: str):
+  """(files, formats.TFRECORD or formats.TEXT): the section's pairs, sorted (every host
+  shards the same list)."""
   if section.get("file_pattern"):
-    return tf.io.gfile.glob(section["file_pattern"])
+    files = sorted(tf.io.gfile.glob(section["file_pattern"]))
+    kind = formats.probe_files(files, f"{section_name}.file_pattern ({section['file_pattern']})")
+    if kind.kind == formats.TEXT:
+      _check_tsv(files)
+    elif kind.kind != formats.TFRECORD:
+      raise DataError(f"{files[0]} is {kind.what}: the Transformer reads TFRecords (en, es) or "
+                      f"tab-separated text (source<TAB>target a line); convert it to one of them")
+    return files, kind.kind
   split = section.get("split") or ("train" if training else "test")
   path = os.path.join(section["data_dir"], SUBDIR, split + ".tfrecord")
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError("no data at %s: run scripts/prepare_data.py --datasets en_es" % path)
-  return [path]
+  return [path], formats.TFRECORD
+
+
+def _check_tsv(files):
+  """Refuses text whose first lines are not source<TAB>target (a CSV, one language a line)."""
+  for path in files:
+    with tf.io.gfile.GFile(path) as f:
+      for number, line in enumerate(f, 1):
+        if number > _TSV_CHECKED_LINES:
+          break
+        if line.strip() and "\t" not in line:
+          raise DataError(f"{path}:{number} has no tab: the Transformer reads tab-separated "
+                          f"pairs, source<TAB>target a line (or TFRecords with en and es); "
+                          f"write the pairs that way")
+
+
+def _pairs(files, kind) -> tf.data.Dataset:
+  """(en, es) string pairs of TFRecords or tab-separated lines, in file order."""
+  if kind == formats.TEXT:
+    lines = tf.data.TextLineDataset(files)
+    fields = lines.map(lambda line: tf.strings.split(line, "\t"))
+    fields = fields.filter(lambda f: tf.size(f) >= 2)
+    return fields.map(lambda f: (tf.strings.strip(f[0]), tf.strings.strip(f[1])))
+  spec = {"en": tf.io.FixedLenFeature([], tf.string), "es": tf.io.FixedLenFeature([], tf.string)}
+  records = tf.data.TFRecordDataset(files)
+  return records.map(lambda r: tuple(tf.io.parse_single_example(r, spec)[k] for k in ("en", "es")))
 
 
 def encode_source(tokenizer, texts, max_len: int):
@@ -112,19 +158,17 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   tgt_len = int(section.get("max_target_length") or 64)
   parallel = section.get("num_parallel_calls") or AUTOTUNE
   tokenizer = vocab_lib.Tokenizer(vocab_lib.read_vocab(vocab_file(params)))
-  spec = {"en": tf.io.FixedLenFeature([], tf.string), "es": tf.io.FixedLenFeature([], tf.string)}
   with_text = not training
 
   @graph_fn
-  def encode(serialized):  # one example: bucketing needs per-example lengths
-    ex = tf.io.parse_single_example(serialized, spec)
-    src = encode_source(tokenizer, ex["en"][tf.newaxis], src_len)
-    tgt_in, tgt_out = encode_target(tokenizer, ex["es"][tf.newaxis], tgt_len)
+  def encode(en, es):  # one example: bucketing needs per-example lengths
+    src = encode_source(tokenizer, en[tf.newaxis], src_len)
+    tgt_in, tgt_out = encode_target(tokenizer, es[tf.newaxis], tgt_len)
     out = {"source_ids": tf.cast(src.flat_values, tf.int32),
            "target_input_ids": tf.cast(tgt_in.flat_values, tf.int32),
            "target_output_ids": tf.cast(tgt_out.flat_values, tf.int32)}
     if with_text:
-      out.update(source_text=ex["en"], target_text=ex["es"])
+      out.update(source_text=en, target_text=es)
     return out
 
   @graph_fn
@@ -144,8 +188,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       features.update(source_text=batch["source_text"], target_text=batch["target_text"])
     return features, batch["target_output_ids"]
 
-  ds = tf.data.Dataset.from_tensor_slices(_files(section, training))
-  ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=1)
+  ds = _pairs(*_files(section, training, "train_input" if training else "eval_input"))
   if input_context is not None and input_context.num_input_pipelines > 1:
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
   if _flag(section, "shuffle", training):

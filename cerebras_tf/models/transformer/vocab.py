@@ -1,21 +1,23 @@
-"""Shared English+Spanish WordPiece vocabulary: built once from the training split, cached.
+"""Shared source+target WordPiece vocabulary: built once from the training data, cached.
 
 The vocabulary comes from tensorflow-text's `bert_vocab_from_dataset` over both sides of the
 training pairs (one vocabulary, so source and target can share an embedding table). It is
-cached as `<data_dir>/en_es/vocab/wordpiece_<sha256 of train file>[:16]_v<size>.txt` (or under
-~/.cache/cerebras_tf/vocab when the data directory is read-only); a new training file or another
-size gives another file, so a stale vocabulary is never reused.
+cached beside the training data as `vocab/wordpiece_<sha256 of the training files>[:16]_v<size>.txt`
+(`<data_dir>/en_es/vocab/` for the prepared corpus; under ~/.cache/cerebras_tf/vocab when that
+directory is read-only); new training data or another size gives another file, so a stale
+vocabulary is never reused.
 
 Tokenization keeps case and accents (`lower_case=False`): BLEU is case-sensitive and Spanish
 accents carry meaning. Ids 0-3 are the reserved tokens below; [PAD] is 0 so padding masks are
 `ids != 0`.
 """
 
+import functools
 import hashlib
 import os
 import re
 import threading
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Union
 
 import tensorflow as tf
 import tensorflow_text as tft
@@ -29,7 +31,30 @@ TOKENIZER_PARAMS = dict(lower_case=False)
 graph_fn = tf.autograph.experimental.do_not_convert
 
 
-def file_sha256(path: str) -> str:
+Files = Union[str, Sequence[str]]
+
+
+def files_sha256(paths: Files) -> str:
+  """sha256 of the files' contents, in order (one file: that file's sha256)."""
+  paths = [paths] if isinstance(paths, str) else list(paths)
+  if len(paths) == 1:
+    return _file_sha256(paths[0], *_stamp(paths[0]))
+  h = hashlib.sha256()
+  for path in paths:
+    h.update(bytes.fromhex(_file_sha256(path, *_stamp(path))))
+  return h.hexdigest()
+
+
+def _stamp(path: str):
+  stat = tf.io.gfile.stat(path)
+  return stat.length, stat.mtime_nsec
+
+
+@functools.lru_cache(maxsize=256)
+def _file_sha256(path: str, length: int, mtime_nsec: int) -> str:
+  """Hashed once per (file, size, time): the input_fn and model_fn of each train and eval
+  call ask, and a user's corpus may be gigabytes."""
+  del length, mtime_nsec  # the cache key: a rewritten file is hashed again
   h = hashlib.sha256()
   with tf.io.gfile.GFile(path, "rb") as f:
     for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -37,27 +62,29 @@ def file_sha256(path: str) -> str:
   return h.hexdigest()
 
 
-def cache_path(train_file: str, vocab_size: int, cache_dir: Optional[str] = None) -> str:
-  """Where the vocabulary for (train_file contents, vocab_size) lives."""
-  cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(train_file)), "vocab")
-  return os.path.join(cache_dir, "wordpiece_%s_v%d.txt" % (file_sha256(train_file)[:16],
+def cache_path(train_files: Files, vocab_size: int, cache_dir: Optional[str] = None) -> str:
+  """Where the vocabulary for (the training files' contents, vocab_size) lives."""
+  first = train_files if isinstance(train_files, str) else train_files[0]
+  cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(first)), "vocab")
+  return os.path.join(cache_dir, "wordpiece_%s_v%d.txt" % (files_sha256(train_files)[:16],
                                                            vocab_size))
 
 
-def _text_dataset(train_file: str, keys: Sequence[str]) -> tf.data.Dataset:
+def record_strings(train_files: Files, keys: Sequence[str] = ("en", "es")) -> tf.data.Dataset:
+  """The `keys` string features of TFRecords, one string per element."""
   spec = {k: tf.io.FixedLenFeature([], tf.string) for k in keys}
-  ds = tf.data.TFRecordDataset(train_file).batch(1024)
+  ds = tf.data.TFRecordDataset(train_files).batch(1024)
   ds = ds.map(lambda s: tf.io.parse_example(s, spec))
   return ds.flat_map(lambda ex: tf.data.Dataset.from_tensor_slices(
       tf.concat([ex[k] for k in keys], 0)))
 
 
-def build_vocab(train_file: str, vocab_size: int, keys: Sequence[str] = ("en", "es")) -> List[str]:
-  """Learns a WordPiece vocabulary of about `vocab_size` tokens from a TFRecord's text keys."""
+def build_vocab(strings: tf.data.Dataset, vocab_size: int) -> List[str]:
+  """Learns a WordPiece vocabulary of about `vocab_size` tokens from a dataset of strings."""
   # pylint: disable=import-outside-toplevel
   from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
   return bert_vocab.bert_vocab_from_dataset(
-      _text_dataset(train_file, keys), vocab_size=vocab_size, reserved_tokens=list(RESERVED),
+      strings, vocab_size=vocab_size, reserved_tokens=list(RESERVED),
       bert_tokenizer_params=TOKENIZER_PARAMS, learn_params={})
 
 
@@ -88,18 +115,24 @@ def user_cache_dir() -> str:
   return os.path.join(os.path.expanduser("~"), ".cache", "cerebras_tf", "vocab")
 
 
-def ensure_vocab(train_file: str, vocab_size: int, cache_dir: Optional[str] = None,
-                 keys: Sequence[str] = ("en", "es")) -> str:
-  """Path of the cached vocabulary for this training file and size, building it if absent.
+def ensure_vocab(train_files: Files, vocab_size: int, cache_dir: Optional[str] = None,
+                 strings: Optional[Callable[[], tf.data.Dataset]] = None) -> str:
+  """Path of the cached vocabulary for these training files and size, building it if absent.
 
-  Cached beside the data; when that directory is read-only, in `user_cache_dir()` (the same
-  file name: it is keyed by the training file's contents)."""
-  path = cache_path(train_file, vocab_size, cache_dir)
+  `strings` makes the dataset of texts to learn from (default: both sides of en/es
+  TFRecords). Cached beside the data; when that directory is read-only, in `user_cache_dir()`
+  (the same file name: it is keyed by the training files' contents)."""
+  path = cache_path(train_files, vocab_size, cache_dir)
   fallback = os.path.join(user_cache_dir(), os.path.basename(path))
   for found in (path, fallback):
     if tf.io.gfile.exists(found):
       return found
-  tokens = _eagerly(build_vocab, train_file, vocab_size, keys)
+  tf.compat.v1.logging.info("cerebras_tf: learning a %d-token WordPiece vocabulary from %s "
+                            "(once: it is cached as %s)", vocab_size,
+                            train_files if isinstance(train_files, str)
+                            else ", ".join(train_files), path)
+  make = strings or (lambda: record_strings(train_files))
+  tokens = _eagerly(lambda: build_vocab(make(), vocab_size))
   try:
     _write(path, tokens)
   except tf.errors.PermissionDeniedError:
