@@ -57,15 +57,14 @@ def _plan_r(graph, engine, options, r, need=None):
            f"({slab_w} x {engine.grid_height} cores) has {slab_bytes / _GB:.2f} GB")
     refusal = plans.Refusal(plans.SRAM, need, slab_bytes)
   else:
-    for k in range(r):
-      placed, why = pipelined.place_pipeline(graph, engine, options, split.per_engine_replica,
-                                             slab_w, engine.grid_height, x0=k * slab_w,
-                                             replica=k)
-      if not placed:
-        placements = []
-        refusal = plans.Refusal(plans.LAYOUT, need, slab_bytes)
-        break
-      placements += placed
+    # The slabs are alike: replica k is replica 0 moved k slabs right.
+    placed, why = pipelined.place_pipeline(graph, engine, options, split.per_engine_replica,
+                                           slab_w, engine.grid_height)
+    if placed:
+      placements = [dataclasses.replace(p, replica=k, region=dataclasses.replace(
+          p.region, x=p.region.x + k * slab_w)) for k in range(r) for p in placed]
+    else:
+      refusal = plans.Refusal(plans.LAYOUT, need, slab_bytes)
   fits = bool(placements)
   if not fits:
     mem = pipelined.layer_memory_bytes(graph, engine, options, split.per_engine_replica,

@@ -219,11 +219,11 @@ def useful_cores(graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> Li
 
 
 def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, batch: int,
-                   width: int, height: int, x0: int = 0, replica: int = 0):
-  """Places one pipelined replica on the `width x height` slab whose left column is x0.
+                   width: int, height: int):
+  """Places one pipelined replica on the `width x height` slab at the grid's left edge.
 
   Returns:
-    (placements, "") or ((), why it does not fit). Placements carry `replica`.
+    (placements, "") or ((), why it does not fit).
   """
   layers = graph.layers
   cores = width * height
@@ -251,11 +251,10 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, bat
   interval = max([t for t in times if math.isfinite(t)], default=0.0)
   out = []
   for l, m, r, t, c in zip(layers, mem, regions, times, cnn):
-    r = plans.Region(r.x + x0, r.y, r.w, r.h)
     f = perf.layer_flops(l, options)
     out.append(plans.LayerPlacement(
         name=l.name, cores=r.cores, region=r, memory_bytes=m, flops=f * batch,
-        time_s=batch * t, replica=replica,
+        time_s=batch * t,
         pe_utilization=perf.pe_utilization(f * perf.vts_scale(l, options)[0], r.cores,
                                            interval, engine),
         detail=("" if c is None else conv.describe(c) + (
