@@ -293,6 +293,49 @@ def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
   assert not os.path.exists(os.path.join(cfg.model_dir, "checkpoint_input"))
 
 
+def _records_input_fn(params):
+  """The MLP's (x, label) from the TFRecord file params['data'], shuffled and repeated."""
+  spec = {"x": tf.io.FixedLenFeature([32], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+  ds = tf.data.TFRecordDataset(params["data"]).shuffle(64, seed=1).repeat()
+  ds = ds.map(lambda r: tf.io.parse_single_example(r, spec))
+  return ds.map(lambda e: ({"x": e["x"]}, tf.cast(e["y"], tf.int32))).batch(
+      params["batch_size"], drop_remainder=True)
+
+
+def test_other_data_under_the_same_shapes_starts_the_input_afresh(tmp_path, caplog):
+  """Training on a.tfrecord, then on b.tfrecord on the same model_dir (the same shapes): the
+  saved position of a's pipeline (its shuffle buffer, its file offset) was restored into b's,
+  silently. The input's files are now part of what the position is saved for; the same file
+  again keeps it."""
+  rng = np.random.default_rng(0)
+  for name in ("a", "b"):
+    with tf.io.TFRecordWriter(str(tmp_path / f"{name}.tfrecord")) as w:
+      for _ in range(200):
+        w.write(tf.train.Example(features=tf.train.Features(feature={
+            "x": tf.train.Feature(float_list=tf.train.FloatList(value=rng.normal(size=32))),
+            "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[rng.integers(4)]))}))
+                .SerializeToString())
+  caplog.set_level(logging.WARNING, logger="tensorflow")
+
+  def train(name, steps):
+    caplog.clear()
+    est = CerebrasEstimator(model_fn, config=_config(tmp_path),
+                            params={**PARAMS, "data": str(tmp_path / f"{name}.tfrecord")})
+    est.train(_records_input_fn, steps=steps, use_cs=True)
+    return [r.getMessage() for r in caplog.records if "since its position" in r.getMessage()]
+
+  assert train("a", 20) == []
+  said = train("b", 20)
+  changed = re.match(
+      r"cerebras_tf: the input reads other data files since its position was saved \(1 "
+      r"file\(s\) (\w{12}) -> 1 file\(s\) (\w{12})\); the input starts from its beginning",
+      said[0]) if len(said) == 1 else None
+  assert changed and changed.group(1) != changed.group(2), said
+  assert train("b", 20) == []  # the same data: its position resumes
+  with open(tmp_path / "model" / "checkpoint_input.signature", encoding="utf-8") as fh:
+    assert fh.read().endswith(f"; data: 1 file(s) {changed.group(2)}")
+
+
 def test_time_based_checkpoints_save_the_input_position_at_the_same_steps(tmp_path):
   """With save_checkpoints_secs, TF's input-position hook ran its own timer: the model was
   saved at 0, 1371, 2932, the input at 0, 1426, 2999, and a run killed before its last save

@@ -8,12 +8,14 @@ its gradients and its optimizer, and nothing of the input pipeline.
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import re
 import threading
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.compiler import tokens
@@ -31,6 +33,7 @@ class CapturedGraph:
     inputs: placeholder name -> placeholder tensor (features and labels).
     batch_size: the fixed batch dimension of the placeholders.
     optimizers: class names of the tf1 optimizers whose apply_gradients the model_fn called.
+    data_files: 'path size mtime_ns' of the files the input_fn's dataset reads (data_files).
   """
 
   graph: tf.Graph
@@ -39,6 +42,7 @@ class CapturedGraph:
   inputs: Dict[str, tf.Tensor]
   batch_size: int
   optimizers: Tuple[str, ...] = ()
+  data_files: Tuple[str, ...] = ()
 
 
 def element_spec(input_result):
@@ -136,10 +140,55 @@ def check_batched(features_spec, labels_spec) -> None:
 
 
 def input_signature(captured: "CapturedGraph") -> str:
-  """The input the model was traced on, batch included ('features/x: float32[32, 8]; ...'):
-  what a saved input-pipeline position is only valid for."""
-  return "; ".join(f"{name}: {t.dtype.name}{t.shape.as_list()}"
-                   for name, t in sorted(captured.inputs.items()))
+  """The input the model was traced on, batch included ('features/x: float32[32, 8]; ...'),
+  and the files it reads ('data: 2 file(s) 3f1c...', their names, sizes and times): what a
+  saved input-pipeline position is only valid for. Another file under the same shapes would
+  otherwise be read from the old file's offset, after the old file's shuffle buffer."""
+  shapes = "; ".join(f"{name}: {t.dtype.name}{t.shape.as_list()}"
+                     for name, t in sorted(captured.inputs.items()))
+  if not captured.data_files:
+    return shapes
+  digest = hashlib.sha256("\n".join(captured.data_files).encode()).hexdigest()[:12]
+  return f"{shapes}; data: {len(captured.data_files)} file(s) {digest}"
+
+
+_MAX_NAMES = 100_000  # string elements looked at as possible file names
+
+
+def data_files(dataset, graph: tf.Graph) -> Tuple[str, ...]:
+  """'path size mtime_ns' of each existing file whose name the dataset's sources hold
+  (TFRecordDataset, TextLineDataset and the like, or a from_tensor_slices list of files that
+  an interleave opens), sorted. Read from the dataset objects: the file names are tensors in
+  `graph`, evaluated here. () for an input_fn that returned tensors."""
+  if not isinstance(dataset, tf.data.Dataset):
+    return ()
+  tensors, seen, todo = [], set(), [dataset]
+  while todo:
+    ds = todo.pop()
+    if id(ds) in seen:
+      continue
+    seen.add(id(ds))
+    for attr in ("_filenames", "_tensors", "_impl"):
+      for value in tf.nest.flatten(getattr(ds, attr, None)):
+        if isinstance(value, tf.data.Dataset):
+          todo.append(value)
+        elif isinstance(value, tf.Tensor) and value.dtype == tf.string and \
+            value.graph is graph and value.shape.num_elements() != 0:
+          tensors.append(value)
+    todo.extend(ds._inputs())  # pylint: disable=protected-access  # the dataset's inputs
+  if not tensors:
+    return ()
+  with tf.compat.v1.Session(graph=graph) as sess:
+    values = sess.run(tensors)
+  names = {v.decode("utf-8", "replace") for arr in values
+           for v in np.asarray(arr).reshape(-1)[:_MAX_NAMES] if 0 < len(v) < 4096}
+  out = []
+  for name in sorted(names):
+    if "\n" in name or not os.path.isfile(name):
+      continue
+    stat = os.stat(name)
+    out.append(f"{os.path.abspath(name)} {stat.st_size} {stat.st_mtime_ns}")
+  return tuple(out)
 
 
 def batch_size_of(spec, default: int) -> int:
@@ -160,8 +209,10 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
     call_model_fn: (features, labels) -> EstimatorSpec, calling the user's model_fn in TRAIN.
     default_batch_size: batch size to use when the dataset's batch dimension is None.
   """
-  with tf.Graph().as_default():
-    features_spec, labels_spec = element_spec(call_input_fn())
+  with tf.Graph().as_default() as input_graph:
+    result = call_input_fn()
+    features_spec, labels_spec = element_spec(result)
+    files = data_files(result, input_graph)
   check_batched(features_spec, labels_spec)
   batch = batch_size_of((features_spec, labels_spec), default_batch_size)
   graph = tf.Graph()
@@ -193,7 +244,7 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
     raise CompileError("model_fn returned no loss in TRAIN mode; the engine trains on the loss")
   _check_train_op_updates(graph, spec.train_op, steps)
   return CapturedGraph(graph=graph, loss=spec.loss, train_op=spec.train_op, inputs=inputs,
-                       batch_size=batch, optimizers=tuple(optimizers))
+                       batch_size=batch, optimizers=tuple(optimizers), data_files=files)
 
 
 # Keras optimizers of TF 2.11+ (and the legacy ones' minimize) compute gradients with a tape,

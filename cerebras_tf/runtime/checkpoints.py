@@ -221,9 +221,24 @@ def align_input_state(model_dir: str, log=tf.compat.v1.logging.warning) -> Optio
   return chosen
 
 
+_DATA = "; data: "
+
+
+def _input_change(saved: str, signature: str) -> Optional[Tuple[str, str]]:
+  """(what, old -> new) that differs between two input signatures (capture.input_signature),
+  or None. A signature recorded before data files were part of it matches on its shapes."""
+  old_shapes, _, old_data = saved.partition(_DATA)
+  shapes, _, data = signature.partition(_DATA)
+  if old_shapes != shapes:
+    return "the input changed", f"{old_shapes} -> {shapes}"
+  if old_data and old_data != data:
+    return "the input reads other data files", f"{old_data} -> {data or 'none'}"
+  return None
+
+
 def match_input_state(model_dir: str, signature: str, log=tf.compat.v1.logging.warning) -> bool:
   """Keeps the saved input position only for the input it was saved from: a run whose traced
-  input (`signature`: names, dtypes, shapes, batch included) differs from the one recorded
+  input (`signature`: names, dtypes, shapes, batch and data files included) differs from the one recorded
   beside the input state retires that state, so the input starts afresh and the model is not
   rolled back to pair with it. (Restored into a pipeline of another batch, TF's iterator
   failed the first step with "Incompatible shapes at component 0: expected [64,...] but got
@@ -238,11 +253,10 @@ def match_input_state(model_dir: str, signature: str, log=tf.compat.v1.logging.w
   except FileNotFoundError:
     saved = None
   kept = True
-  if saved is not None and saved != signature and tf.io.gfile.exists(
-      os.path.join(model_dir, INPUT_STATE)):
-    log(f"cerebras_tf: the input changed since its position was saved ({saved} -> "
-        f"{signature}); the input starts from its beginning, the model from its latest "
-        f"checkpoint")
+  change = _input_change(saved, signature) if saved is not None else None
+  if change and tf.io.gfile.exists(os.path.join(model_dir, INPUT_STATE)):
+    log(f"cerebras_tf: {change[0]} since its position was saved ({change[1]}); the input "
+        f"starts from its beginning, the model from its latest checkpoint")
     retire_input_state(model_dir, log=lambda _: None)
     kept = False
   if saved != signature:

@@ -408,3 +408,31 @@ def test_captures_in_two_threads_leave_the_real_optimizer_in_place():
   assert {who: "ResourceApplyGradientDescent" in types for who, types in real_ops} == {
       "A, capturing": False, "B, not yet capturing while A does": True}
   assert "ResourceApplyGradientDescent" in real_update_types()
+
+
+def test_the_files_an_input_reads_are_found_behind_interleaves_and_readers(tmp_path):
+  """What a saved input position is valid for includes the data files (capture.data_files):
+  a list an interleave opens (the BERT input), a reader given names, text lines; not the
+  numbers or sentences a pipeline holds in memory, nor names of files that do not exist."""
+  paths = [str(tmp_path / n) for n in ("a.tfrecord", "b.tfrecord", "c.txt")]
+  for p in paths:
+    with open(p, "w", encoding="utf-8") as fh:
+      fh.write(p)
+  a, b, c = paths
+
+  def names(ds, graph):
+    return [entry.rsplit(" ", 2)[0] for entry in capture.data_files(ds, graph)]
+
+  with tf.Graph().as_default() as g:
+    interleaved = tf.data.Dataset.from_tensor_slices([b, a]).interleave(
+        tf.data.TFRecordDataset, cycle_length=1).shuffle(4).batch(2)
+    assert names(interleaved, g) == [a, b]
+    assert names(tf.data.TFRecordDataset([a, b]).map(lambda r: r).batch(2), g) == [a, b]
+    assert names(tf.data.TFRecordDataset(a), g) == [a]
+    lines = tf.data.TextLineDataset(c).filter(lambda l: tf.strings.length(l) > 0)
+    assert names(tf.data.Dataset.zip((lines, tf.data.TFRecordDataset(b))), g) == [b, c]
+    memory = tf.data.Dataset.from_tensor_slices((["a sentence", str(tmp_path / "gone")], [1, 2]))
+    assert names(memory.batch(2), g) == []
+    entry = capture.data_files(tf.data.TFRecordDataset(a), g)[0]
+    assert entry.split(" ")[1] == str(len(a))  # its size in bytes, then its mtime
+  assert capture.data_files((tf.zeros([2]), tf.zeros([2])), g) == ()
