@@ -114,13 +114,15 @@ def _check_tsv(files):
 def _pairs(files, kind) -> tf.data.Dataset:
   """(en, es) string pairs of TFRecords or tab-separated lines, in file order."""
   if kind == formats.TEXT:
-    lines = tf.data.TextLineDataset(files)
-    fields = lines.map(lambda line: tf.strings.split(line, "\t"))
+    fields = tf.data.TextLineDataset(files).map(lambda line: tf.strings.split(line, "\t"),
+                                                 num_parallel_calls=AUTOTUNE, deterministic=True)
     fields = fields.filter(lambda f: tf.size(f) >= 2)
-    return fields.map(lambda f: (tf.strings.strip(f[0]), tf.strings.strip(f[1])))
+    return fields.map(lambda f: (tf.strings.strip(f[0]), tf.strings.strip(f[1])),
+                      num_parallel_calls=AUTOTUNE, deterministic=True)
   spec = {"en": tf.io.FixedLenFeature([], tf.string), "es": tf.io.FixedLenFeature([], tf.string)}
-  records = tf.data.TFRecordDataset(files)
-  return records.map(lambda r: tuple(tf.io.parse_single_example(r, spec)[k] for k in ("en", "es")))
+  return tf.data.TFRecordDataset(files).map(
+      lambda r: tuple(tf.io.parse_single_example(r, spec)[k] for k in ("en", "es")),
+      num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def encode_source(tokenizer, texts, max_len: int):
