@@ -26,5 +26,7 @@ setup(
         "data": ["pysword"],        # reads the Debian SWORD Bible modules (real text corpora)
     },
     entry_points={"console_scripts": ["cerebras-run = cerebras_tf.cli:run_main",
-                                        "cerebras-launch = cerebras_tf.runtime.launcher:console_main"]},
+                                        "cerebras-launch = cerebras_tf.runtime.launcher:console_main",
+                                        "cerebras-prepare-data = "
+                                        "cerebras_tf.models.data.prepare:console_main"]},
 )

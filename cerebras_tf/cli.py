@@ -29,6 +29,7 @@ from cerebras_tf import params as params_lib
 from cerebras_tf import registry
 from cerebras_tf import runner
 from cerebras_tf import schema
+from cerebras_tf.models.data import acquire
 from cerebras_tf.runtime import ckpt_files, logs, tf_config
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
@@ -348,7 +349,7 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
   if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
     what = " ".join((e.strerror or str(e)).split())
     where = f": {e.filename}" if e.filename else ""
-    return f"{what}{where}; fix the path in the params file (or run `python scripts/prepare_data.py`)"
+    return f"{what}{where}; fix the path in the params file (or run `{acquire.PREPARE}`)"
   if "tensorflow" not in sys.modules:
     return None
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -373,7 +374,7 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"but its newest keep_checkpoint_max checkpoints; rerun (the newest is read), or "
             f"name one that is kept (--checkpoint_path)")
   if isinstance(e, tf.errors.NotFoundError):
-    return (f"file not found: {first}; run `python scripts/prepare_data.py` to fetch the "
+    return (f"file not found: {first}; run `{acquire.PREPARE}` to fetch the "
             f"datasets, or fix the path in the params file")
   if isinstance(e, tf.errors.PermissionDeniedError):
     return (f"permission denied: {first}; make that path writable, or choose another "
@@ -386,7 +387,7 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
     return (f"the input records have no feature '{missing.group(1)}' ({missing.group(2)}), "
             f"which this model's input_fn reads; write them with the feature names it "
             f"parses{where}, or point the data paths in the params file at data from "
-            f"`python scripts/prepare_data.py`")
+            f"`{acquire.PREPARE}`")
   outside = re.search(r"indices\[[\d,]+\] = (-?\d+) is not in \[0, (\d+)\)", first)
   if isinstance(e, tf.errors.InvalidArgumentError) and outside:
     # An embedding or softmax table indexed by an id the data holds: most often data written
@@ -405,9 +406,9 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"reads TFRecords of "
             f"tf.train.Example{f' ({where})' if where else ''}; convert your data (a CSV or "
             f"TSV) to them, or point the data paths in the params file at data from "
-            f"`python scripts/prepare_data.py`")
+            f"`{acquire.PREPARE}`")
   if isinstance(e, tf.errors.DataLossError):
-    return (f"corrupt data: {first}; re-create it with `python scripts/prepare_data.py --force` "
+    return (f"corrupt data: {first}; re-create it with `{acquire.PREPARE} --force` "
             f"or remove the damaged file")
   return None
 

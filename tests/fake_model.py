@@ -1,6 +1,7 @@
 """A TensorFlow-free model family for params/CLI/runner tests (registered as `toy`)."""
 
-from cerebras_tf.models.fields import TEXT_INPUT_FIELDS, check_transformer_params
+from cerebras_tf.models.fields import (MASKED_LM_FIELDS, TEXT_INPUT_FIELDS,
+                                       check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -25,8 +26,8 @@ SPEC = register(ModelSpec(
             "dropout_rate": Field("float", 0.0, "dropout", low=0, high=1, high_open=True),
         },
         "train_input": {"num_examples": Field("int", 64, "examples", low=1),
-                        **TEXT_INPUT_FIELDS},
+                        **TEXT_INPUT_FIELDS, **MASKED_LM_FIELDS},
         "eval_input": {"num_examples": Field("int", 64, "examples", low=1),
-                       **TEXT_INPUT_FIELDS},
+                       **TEXT_INPUT_FIELDS, **MASKED_LM_FIELDS},
     },
     check=check_transformer_params))

@@ -107,3 +107,23 @@ def test_wheel_installs_and_trains_from_another_directory(tmp_path):
   assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
   assert "[chief:0] global_step=2" in proc.stdout, proc.stdout[-3000:]
   assert os.path.exists(work / "launched" / "model.ckpt-2.index")
+
+  # Data preparation is a command of the wheel, and the messages name it: they named
+  # `python scripts/prepare_data.py`, which a wheel does not have.
+  entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+  assert ("cerebras-prepare-data = cerebras_tf.models.data.prepare:console_main"
+          in zipfile.ZipFile(wheel).read(entry_points).decode())
+  (work / "gpt.yaml").write_text("model: {name: gpt, vocab_size: 64, hidden_size: 8, "
+                                 "num_hidden_layers: 1, num_heads: 1, filter_size: 8, "
+                                 "max_position_embeddings: 8}\n"
+                                 "train_input: {batch_size: 2, max_sequence_length: 8, "
+                                 "data_dir: nowhere}\n")
+  proc = subprocess.run([str(venv / "bin" / "python"), "-m", "cerebras_tf", "--params",
+                         "gpt.yaml", "--validate_only"], cwd=work, env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 2 and "run `cerebras-prepare-data --datasets vocab,bert_pretrain`" \
+      in proc.stderr, proc.stderr[-3000:]
+  proc = subprocess.run([str(venv / "bin" / "python"), "-m", "cerebras_tf.models.data.prepare",
+                         "--help"], cwd=work, env=env, capture_output=True, text=True,
+                        timeout=120)
+  assert proc.returncode == 0 and "--text_to_bert" in proc.stdout, proc.stderr[-3000:]

@@ -8,8 +8,12 @@ TEXT_INPUT_FIELDS = {
     "vocab_file": Field("path", None, "WordPiece / BPE vocabulary file"),
     "vocab_size": _pos_int(None, "vocabulary size (null: from vocab_file)"),
     "max_sequence_length": _pos_int(128, "tokens per example, padded"),
-    "max_predictions_per_seq": _pos_int(20, "masked-LM predictions per sequence"),
     "do_lower": Field("bool", True, "lower-case text before tokenizing"),
+}
+# Masked-LM input (BERT): a GPT or Transformer input has no masks to count (its default of 20
+# refused a GPT at sequence length 8, "max_predictions_per_seq 20 must be <= 8").
+MASKED_LM_FIELDS = {
+    "max_predictions_per_seq": _pos_int(20, "masked-LM predictions per sequence"),
     "masked_lm_prob": Field("float", 0.15, "fraction of tokens masked", low=0, high=1),
 }
 

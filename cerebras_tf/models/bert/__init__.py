@@ -10,7 +10,7 @@ Its optimizer (AdamW, schedules, clipping, accumulation) is the shared `models/o
 No TensorFlow import here: the registry imports model_fn/input_fn on first use.
 """
 
-from cerebras_tf.models.fields import (ALWAYS_BUILT, TEXT_INPUT_FIELDS,
+from cerebras_tf.models.fields import (ALWAYS_BUILT, MASKED_LM_FIELDS, TEXT_INPUT_FIELDS,
                                        TRANSFORMER_MODEL_FIELDS, check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
@@ -36,6 +36,7 @@ SCHEMA = {
     },
     "train_input": {
         **TEXT_INPUT_FIELDS,
+        **MASKED_LM_FIELDS,
         "split": Field("str", None, "TFRecord split name (null: train)"),
         "file_pattern": Field("path", None, "glob of TFRecords (text_a/text_b, google-bert "
                               "pre-masked, or sentence/label); overrides data_dir and split"),

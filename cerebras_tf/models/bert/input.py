@@ -40,7 +40,7 @@ import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
-from cerebras_tf.models.data import formats
+from cerebras_tf.models.data import acquire, formats
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -196,7 +196,7 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
     split = section.get("split") or default_split
     path = os.path.join(section["data_dir"], subdir, split + ".tfrecord")
     if not tf.io.gfile.exists(path):
-      raise DataError(f"no data at {path}: run `python scripts/prepare_data.py` first, or fix "
+      raise DataError(f"no data at {path}: run `{acquire.PREPARE}` first, or fix "
                       f"data_dir in the params file")
     files, key = [path], f"{section_name}.data_dir"
   kind = formats.probe_files(files, key)
@@ -205,7 +205,7 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
   if kind.kind == formats.TEXT and task != "classification":
     todo = (f"to pretrain on your own text (one sentence per line, a blank line between "
             f"documents, as google-research/bert's create_pretraining_data.py reads it), "
-            f"convert it: `python scripts/prepare_data.py --text_to_bert '"
+            f"convert it: `{acquire.PREPARE} --text_to_bert '"
             f"{section.get('file_pattern') or files[0]}' --out DIR`, then set "
             f"{section_name}.file_pattern to DIR/train.tfrecord")
   elif task == "classification":

@@ -54,6 +54,9 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 REPO_ROOT = _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "setup.py")) else None
 ENV_VAR = "CEREBRAS_TF_DATA_DIR"
+# What a message tells the user to run: the script in a checkout, the console command of an
+# installed wheel (which has no scripts/).
+PREPARE = "python scripts/prepare_data.py" if REPO_ROOT else "cerebras-prepare-data"
 MANIFEST = "MANIFEST.json"
 DATASETS = ("vocab", "bert_pretrain", "rotten_tomatoes", "en_es", "digits")
 SEED = 20240611

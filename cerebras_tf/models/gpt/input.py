@@ -19,7 +19,7 @@ import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
-from cerebras_tf.models.data import formats
+from cerebras_tf.models.data import acquire, formats
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -46,7 +46,7 @@ def _data_files(section, split: str, section_name: str):
     return found, kind
   path = os.path.join(section.get("data_dir") or "", "bert_pretrain", f"{split}.txt")
   if not tf.io.gfile.exists(path):
-    raise DataError(f"GPT text file not found: {path}; run `python scripts/prepare_data.py "
+    raise DataError(f"GPT text file not found: {path}; run `{acquire.PREPARE} "
                     f"--datasets vocab,bert_pretrain`, or set train_input.data_dir or "
                     f"file_pattern (your own text files, one passage per line)")
   return [path], formats.FileKind(formats.TEXT, "text")
@@ -106,7 +106,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     vocab = section.get("vocab_file") or os.path.join(section.get("data_dir") or "", "vocab",
                                                       "bert_uncased_vocab.txt")
     if not tf.io.gfile.exists(vocab):
-      raise DataError(f"GPT vocab file not found: {vocab}; run `python scripts/prepare_data.py "
+      raise DataError(f"GPT vocab file not found: {vocab}; run `{acquire.PREPARE} "
                       f"--datasets vocab,bert_pretrain` or set train_input.vocab_file")
     with tf.io.gfile.GFile(vocab) as f:
       vocab_rows = sum(1 for _ in f)

@@ -35,7 +35,7 @@ import tensorflow as tf
 import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
-from cerebras_tf.models.data import formats
+from cerebras_tf.models.data import acquire, formats
 from cerebras_tf.models.transformer import vocab as vocab_lib
 from cerebras_tf.core import batching
 
@@ -94,7 +94,7 @@ def _files(section, training, section_name: str):
   split = section.get("split") or ("train" if training else "test")
   path = os.path.join(section["data_dir"], SUBDIR, split + ".tfrecord")
   if not tf.io.gfile.exists(path):
-    raise FileNotFoundError("no data at %s: run scripts/prepare_data.py --datasets en_es" % path)
+    raise FileNotFoundError(f"no data at {path}: run `{acquire.PREPARE} --datasets en_es`")
   return [path], formats.TFRECORD
 
 
