@@ -28,6 +28,7 @@ def _section(params, mode):
   return params["train_input" if mode == ModeKeys.TRAIN else "eval_input"]
 
 
+UNK = "[UNK]"
 # Cerebras modelzoo's GPT-2 TFRecords: every feature holds max_sequence_length int64s.
 RECORD_FEATURES = ("input_ids", "input_mask", "labels")
 
@@ -50,6 +51,21 @@ def _data_files(section, split: str, section_name: str):
                     f"--datasets vocab,bert_pretrain`, or set train_input.data_dir or "
                     f"file_pattern (your own text files, one passage per line)")
   return [path], formats.FileKind(formats.TEXT, "text")
+
+
+def _check_wordpiece_vocab(path: str) -> int:
+  """Rows of a WordPiece vocab (one token a line, with [UNK]); refuses other vocabularies,
+  which the tokenizer would read without a word of complaint and map every word to one id."""
+  with tf.io.gfile.GFile(path) as f:
+    tokens = [line.rstrip("\n") for line in f]
+  if UNK not in tokens:
+    what = ("a JSON file (a GPT-2 BPE vocab.json?)" if tokens and tokens[0].lstrip()[:1] == "{"
+            else "not a WordPiece vocab")
+    raise DataError(f"vocab file {path} has no {UNK} token: it is {what}; GPT's text input "
+                    f"tokenizes with WordPiece (one token a line, {UNK} among them). For a BPE "
+                    f"vocabulary, tokenize with it and give modelzoo GPT-2 TFRecords "
+                    f"(input_ids, input_mask, labels) as file_pattern")
+  return len(tokens)
 
 
 def _record_spec(path: str, lengths, seq: int, section_name: str):
@@ -108,13 +124,14 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     if not tf.io.gfile.exists(vocab):
       raise DataError(f"GPT vocab file not found: {vocab}; run `{acquire.PREPARE} "
                       f"--datasets vocab,bert_pretrain` or set train_input.vocab_file")
-    with tf.io.gfile.GFile(vocab) as f:
-      vocab_rows = sum(1 for _ in f)
+    vocab_rows = _check_wordpiece_vocab(vocab)
     if vocab_rows > vocab_size:
       raise DataError(f"vocab file {vocab} has {vocab_rows} tokens but model.vocab_size is "
                       f"{vocab_size}: token ids would fall outside the embedding table; set "
                       f"model.vocab_size >= {vocab_rows}")
-    tokenizer = tft.BertTokenizer(vocab, lower_case=True, token_out_type=tf.int32)
+    lower = section.get("do_lower")
+    tokenizer = tft.BertTokenizer(vocab, lower_case=True if lower is None else bool(lower),
+                                  token_out_type=tf.int32, unknown_token=UNK)
     lines = tf.data.TextLineDataset(paths).filter(lambda l: tf.strings.length(l) > 0)
     if input_context is not None:
       lines = lines.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)

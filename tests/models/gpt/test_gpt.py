@@ -114,6 +114,13 @@ def test_your_own_text_files_through_file_pattern(tmp_path):
     start = words.index(row[0])
     expected = [words[(start + k) % 3] for k in range(6)]
     assert list(row) == expected[:5] and list(next_ids) == expected[1:]
+  # do_lower: false keeps case, which the uncased vocab does not have ("The" is [UNK]).
+  (tmp_path / "part1.txt").write_text("The cat sat\n" * 40)
+  cased = {**params, "train_input": {**params["train_input"], "do_lower": False}}
+  for section, first in ((params, ids["the"]), (cased, ids["[UNK]"])):
+    tokens = next(iter(input_lib.input_fn(section)))[0]["token_ids"].numpy()
+    assert first in tokens and ids["cat"] in tokens
+    assert (ids["the"] if first == ids["[UNK]"] else ids["[UNK]"]) not in tokens
   params["train_input"]["file_pattern"] = str(tmp_path / "nothing*.txt")
   with pytest.raises(DataError, match="file_pattern .* matches no file"):
     input_lib.input_fn(params)
