@@ -22,6 +22,8 @@ from typing import Callable, List, Optional, Sequence, Union
 import tensorflow as tf
 import tensorflow_text as tft
 
+from cerebras_tf.errors import DataError
+
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 RESERVED = (PAD, UNK, START, END)
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
@@ -155,7 +157,10 @@ def read_vocab(path: str) -> List[str]:
   with tf.io.gfile.GFile(path) as f:
     tokens = [line.rstrip("\n") for line in f]
   if tuple(tokens[:len(RESERVED)]) != RESERVED:
-    raise ValueError("%s: the first tokens must be %s" % (path, RESERVED))
+    raise DataError(f"vocab file {path} starts with {' '.join(tokens[:len(RESERVED)])}, not "
+                    f"{' '.join(RESERVED)}: the Transformer's ids 0-3 are padding, unknown, "
+                    f"decoder start and end; leave train_input.vocab_file unset (a vocabulary "
+                    f"is learned from your training data and cached) or put those four first")
   return tokens
 
 
