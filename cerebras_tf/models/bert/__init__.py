@@ -39,7 +39,8 @@ SCHEMA = {
         **MASKED_LM_FIELDS,
         "split": Field("str", None, "TFRecord split name (null: train)"),
         "file_pattern": Field("path", None, "glob of TFRecords (text_a/text_b, google-bert "
-                              "pre-masked, or sentence/label); overrides data_dir and split"),
+                              "pre-masked, or sentence/label) or of sentence<TAB>label "
+                              "text; overrides data_dir and split"),
         "num_shards": Field("int", None, "shard the records (when no input_context)", low=1),
         "shard_index": Field("int", None, "this worker's shard", low=0),
         "buckets": Field("int_list", [], "modelzoo's length buckets: not built by this input "

@@ -9,6 +9,8 @@ Data contract (written by scripts/prepare_data.py):
   next_sentence_labels [1]), read as written: the masks were drawn when they were written.
   The first record of the first file says which.
   <data_dir>/rotten_tomatoes/{train,dev,test}.tfrecord  sentence (bytes), label (int64)
+  or, for classification, tab-separated text: sentence<TAB>label a line (further columns
+  between them are ignored; a first line whose label is not a number is a header)
   <data_dir>/vocab/bert_uncased_vocab.txt               WordPiece vocab, one token a line
 
 Params section (`train_input` / `eval_input`, keys of cerebras_tf.params plus BERT's own):
@@ -33,6 +35,7 @@ Output: (features, labels)
 """
 
 import os
+import re
 from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
@@ -200,26 +203,65 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
                       f"data_dir in the params file")
     files, key = [path], f"{section_name}.data_dir"
   kind = formats.probe_files(files, key)
-  if kind.kind == formats.TFRECORD:
+  if kind.kind == formats.TFRECORD or (kind.kind == formats.TEXT and task == "classification"):
     return files, kind
-  if kind.kind == formats.TEXT and task != "classification":
+  if kind.kind == formats.TEXT:
     todo = (f"to pretrain on your own text (one sentence per line, a blank line between "
             f"documents, as google-research/bert's create_pretraining_data.py reads it), "
             f"convert it: `{acquire.PREPARE} --text_to_bert '"
             f"{section.get('file_pattern') or files[0]}' --out DIR`, then set "
             f"{section_name}.file_pattern to DIR/train.tfrecord")
   elif task == "classification":
-    todo = "write TFRecords of tf.train.Example with sentence (bytes) and label (int64)"
+    todo = ("write tab-separated text (sentence<TAB>label a line) or TFRecords of "
+            "tf.train.Example with sentence (bytes) and label (int64)")
   else:
     todo = ("write TFRecords of text_a, text_b (bytes) and next_sentence_label (int64), or "
             "google-research/bert's pre-masked records")
-  raise DataError(f"{files[0]} is {kind.what}, not TFRecords, and BERT reads TFRecords: {todo}")
+  raise DataError(f"{files[0]} is {kind.what}, not TFRecords, and BERT reads TFRecords: {todo}"
+                  if kind.kind == formats.TEXT else f"{files[0]} is {kind.what}: {todo}")
 
 
-def _records(files, section, training, seed, input_context):
-  """Sharded, then (by default in training) shuffled and repeated serialized examples."""
-  ds = tf.data.Dataset.from_tensor_slices(files)
-  ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=1)
+_TSV_CHECKED_LINES = 1000
+
+
+def tsv_headers(files, section_name: str) -> list:
+  """1 for each tab-separated file that starts with a header (its label column is not a
+  number: GLUE's `sentence<TAB>label`), else 0. Refuses a file whose first lines are not
+  sentence<TAB>integer label, naming the file and line."""
+  skips = []
+  for path in files:
+    with tf.io.gfile.GFile(path) as f:
+      skip = 0
+      for number, line in enumerate(f, 1):
+        if number > _TSV_CHECKED_LINES:
+          break
+        fields = line.rstrip("\r\n").split("\t")
+        if not line.strip():
+          continue
+        if len(fields) >= 2 and re.fullmatch(r"-?\d+", fields[-1].strip()):
+          continue
+        if number == 1 and len(fields) >= 2:
+          skip = 1  # a header
+          continue
+        raise DataError(f"{path}:{number} is not sentence<TAB>label (an integer class): BERT "
+                        f"classification reads tab-separated lines, the sentence first and "
+                        f"the label last, with an optional header; fix the file or "
+                        f"{section_name}.file_pattern")
+    skips.append(skip)
+  return skips
+
+
+def _records(files, section, training, seed, input_context, tsv: bool = False):
+  """Sharded, then (by default in training) shuffled and repeated serialized examples (or,
+  with `tsv`, the files' lines, headers skipped)."""
+  if tsv:
+    skips = tsv_headers(files, "train_input" if training else "eval_input")
+    ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(skips, tf.int64)))
+    ds = ds.interleave(lambda f, k: tf.data.TextLineDataset(f).skip(k), cycle_length=1)
+    ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+  else:
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=1)
   if input_context is not None and input_context.num_input_pipelines > 1:
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
   elif int(section.get("num_shards") or 1) > 1:
@@ -316,23 +358,30 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   static_batch = batch_size if training else None
 
   if task == "classification":
-    files, _ = _files(section, "rotten_tomatoes", "train" if training else "dev", section_name,
-                      task)
+    files, kind = _files(section, "rotten_tomatoes", "train" if training else "dev",
+                         section_name, task)
+    tsv = kind.kind == formats.TEXT
     spec = {"sentence": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
 
     @graph_fn
-    def encode(serialized):
-      ex = tf.io.parse_example(serialized, spec)
-      packed, segments = pack_single(tokenize(tokenizer, ex["sentence"]), msl,
-                                     ids[CLS], ids[SEP])
+    def encode(rows):
+      if tsv:  # sentence<TAB>...<TAB>label: before the first tab, after the last
+        sentence = tf.strings.regex_replace(rows, "\t.*$", "")
+        label = tf.strings.to_number(tf.strings.strip(tf.strings.regex_replace(rows, "^.*\t",
+                                                                               "")), tf.int32)
+      else:
+        ex = tf.io.parse_example(rows, spec)
+        sentence, label = ex["sentence"], tf.cast(ex["label"], tf.int32)
+      packed, segments = pack_single(tokenize(tokenizer, sentence), msl, ids[CLS], ids[SEP])
       token_ids, padding_mask = _pad(packed, msl, static_batch)
       segment_ids, _ = _pad(segments, msl, static_batch)
-      label = tf.cast(ex["label"], tf.int32)
+      if static_batch:
+        label.set_shape([static_batch])
       return ({"token_ids": token_ids, "segment_ids": segment_ids,
                "padding_mask": padding_mask, "label": label}, label)
 
-    ds = _records(files, section, training, seed, input_context)
+    ds = _records(files, section, training, seed, input_context, tsv=tsv)
     ds = ds.batch(batch_size, drop_remainder=training)
     ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
     return ds.prefetch(AUTOTUNE)

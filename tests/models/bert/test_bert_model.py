@@ -412,6 +412,34 @@ class InputPipelineTest(base.BertTestCase):
     self.assertGreater(metrics["accuracy"], 0.8)  # sentiment words make this easy
 
 
+  def test_classification_reads_tab_separated_text_as_its_records(self):
+    """Fine-tuning data mostly comes as TSV (GLUE's `sentence<TAB>label` with a header); it
+    was refused as "not TFRecords". The same rows as TSV give the same batches as records;
+    a file whose lines are not sentence<TAB>integer is refused by file and line."""
+    data_dir = self.make_data_dir()
+    spec = {"sentence": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+    records = os.path.join(data_dir, "rotten_tomatoes", "dev.tfrecord")
+    rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(records)]
+    tsv = os.path.join(self.get_temp_dir(), "dev.tsv")
+    with open(tsv, "w", encoding="utf-8") as f:
+      f.write("sentence\tlabel\n" + "".join(
+          f"{r['sentence'].numpy().decode()}\t{int(r['label'])}\n" for r in rows))
+    params = base.tiny_params(data_dir, task="classification")
+    as_records = self.take(input_lib.input_fn, params, EVAL, 2)
+    params["eval_input"]["file_pattern"] = tsv
+    as_tsv = self.take(input_lib.input_fn, params, EVAL, 2)
+    for (a, la), (b, lb) in zip(as_records, as_tsv):
+      self.assertAllEqual(la, lb)
+      for k in a:
+        self.assertAllEqual(a[k], b[k])
+    with open(tsv, "a", encoding="utf-8") as f:
+      f.write("a line, with a comma, 1\n")
+    with self.assertRaisesRegex(DataError, rf"dev.tsv:{len(rows) + 2} is not sentence<TAB>label "
+                                           r"\(an integer class\)"):
+      input_lib.input_fn(params, EVAL)
+
+
 def write_google_bert_records(path, inputs):
   """inputs.npz as google-research/bert's create_pretraining_data.py writes examples (its
   write_instance_to_example_files: int64 lists, masked_lm_weights float, next_sentence_labels
