@@ -388,6 +388,14 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"which this model's input_fn reads; write them with the feature names it "
             f"parses{where}, or point the data paths in the params file at data from "
             f"`{acquire.PREPARE}`")
+  if isinstance(e, tf.errors.InvalidArgumentError) and first.startswith("assertion failed: ["):
+    # A tf.debugging.assert_* in an input_fn or model_fn (ours or the user's): its message,
+    # then TF's "[Condition ...] [x (name) = ] [values] [y (name) = ] [values]".
+    parts = first[len("assertion failed: ["):].rstrip("]").replace("\\'", "'").split("] [")
+    said = f"assertion failed: {parts[0]}"
+    if len(parts) >= 6 and parts[1].startswith("Condition "):
+      said += f" ({parts[1][len('Condition '):]} x = {parts[3]}, y = {parts[5]})"
+    return said
   outside = re.search(r"indices\[[\d,]+\] = (-?\d+) is not in \[0, (\d+)\)", first)
   if isinstance(e, tf.errors.InvalidArgumentError) and outside:
     # An embedding or softmax table indexed by an id the data holds: most often data written
@@ -429,7 +437,13 @@ def _tf_error_text(e: BaseException) -> str:
   execution error:' and a Python stack; the op's message follows the `Node: '...'` line."""
   text = str(getattr(e, "message", e))
   m = re.search(r"\nNode: '[^'\n]*'\n(.*?)(?:\n\s*\[\[|$)", text, re.S)
-  body = m.group(1) if m else text.split("\n")[0]
+  lines = [line for line in text.split("\n") if line.strip()]
+  if m:
+    body = m.group(1)
+  elif len(lines) > 1 and lines[0].strip() == "Graph execution error:":
+    body = lines[1]  # an error inside the input pipeline: no Python stack, no Node line
+  else:
+    body = lines[0] if lines else ""
   return " ".join(body.split())
 
 

@@ -100,6 +100,7 @@ def make_fixtures(tmp):
   with open(DATA, "rb") as f:  # a real header, then garbage: a length/CRC mismatch
     head = f.read(64)
   (tmp / "corrupt.tfrecord").write_bytes(head + b"\x00garbage" * 512)
+  (tmp / "reviews_5.tsv").write_text("a good film\t4\na dull plot\t3\n")  # five classes
   (tmp / "reviews.csv").write_text("sentence,label\na good film,1\na dull plot,0\n")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel  # only for this fixture
   with tf.io.TFRecordWriter(str(tmp / "other_features.tfrecord")) as writer:

@@ -361,6 +361,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     files, kind = _files(section, "rotten_tomatoes", "train" if training else "dev",
                          section_name, task)
     tsv = kind.kind == formats.TEXT
+    num_classes = int((params.get("model") or {}).get("num_classes") or 2)
     spec = {"sentence": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
 
@@ -376,6 +377,14 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       packed, segments = pack_single(tokenize(tokenizer, sentence), msl, ids[CLS], ids[SEP])
       token_ids, padding_mask = _pad(packed, msl, static_batch)
       segment_ids, _ = _pad(segments, msl, static_batch)
+      # A label the classifier has no row for failed deep in the loss's gradient
+      # ("segment_ids[31] = 65 is out of range [0, 64)").
+      in_range = tf.debugging.assert_less(
+          label, num_classes, message=f"a label in {section_name}'s data is outside [0, "
+          f"{num_classes}): set model.num_classes to the number of classes (labels 0 to "
+          f"num_classes - 1)")
+      with tf.control_dependencies([in_range, tf.debugging.assert_non_negative(label)]):
+        label = tf.identity(label)
       if static_batch:
         label.set_shape([static_batch])
       return ({"token_ids": token_ids, "segment_ids": segment_ids,
