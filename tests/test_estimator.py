@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.errors import (CompileError, ConfigError, FitError, ModelFnError,
+from cerebras_tf.errors import (CompileError, ConfigError, DataError, FitError, ModelFnError,
                                 TrainingError, UnsupportedOpError)
 from cerebras_tf.runtime import strategies
 from cerebras_tf.models.mlp.model import input_fn, model_fn
@@ -300,6 +300,21 @@ def _records_input_fn(params):
   ds = ds.map(lambda r: tf.io.parse_single_example(r, spec))
   return ds.map(lambda e: ({"x": e["x"]}, tf.cast(e["y"], tf.int32))).batch(
       params["batch_size"], drop_remainder=True)
+
+
+@pytest.mark.parametrize("strategy", ["pipelined", "multi_replica"])
+def test_data_smaller_than_one_batch_is_an_error_not_a_run_of_zero_steps(tmp_path, strategy):
+  """Five examples at batch 16 (a user's own text, shorter than one batch of windows): the
+  run "finished" at step 0 with exit 0 and a hint to .repeat() a dataset that repeats."""
+  def five_examples(params):
+    x = np.zeros((5, 32), np.float32)
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, np.zeros(5, np.int32))).batch(
+        params["batch_size"], drop_remainder=True)
+  est = CerebrasEstimator(model_fn, config=_config(tmp_path, cs_config=CSConfig(
+      execution_strategy=strategy)), params=PARAMS)
+  with pytest.raises(DataError, match=r"the input_fn gave no batch at all: its data is empty "
+                                      r"or smaller than one batch of 16 examples"):
+    est.train(five_examples, max_steps=5, use_cs=True)
 
 
 def test_other_data_under_the_same_shapes_starts_the_input_afresh(tmp_path, caplog):

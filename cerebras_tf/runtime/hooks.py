@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 
 from cerebras_tf.core.plans import fmt_share
-from cerebras_tf.errors import NonFiniteLossError, Terminated, raise_terminated
+from cerebras_tf.errors import DataError, NonFiniteLossError, Terminated, raise_terminated
 from cerebras_tf.runtime import ckpt_files
 
 # After a stop signal, how long a step may take to finish before the run is stopped without
@@ -141,6 +141,11 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
       self._writer.flush()
     if input_ran_out():
       step = int(session.run(self._global_step))
+      if self._t0 is None:  # not one batch: the run would "succeed" at the step it began
+        raise DataError(
+            f"the input_fn gave no batch at all: its data is empty or smaller than one "
+            f"batch of {self._batch:,} examples (batches are dropped when partial, as the "
+            f"engine's static shapes need); add data, or lower the batch size")
       if self._last_step is None or step < self._last_step:
         of = f" of {self._last_step}" if self._last_step else ""
         tf.compat.v1.logging.warning(
