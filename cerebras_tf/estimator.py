@@ -32,7 +32,7 @@ from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.compiler import lower as lower_lib
 from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
-from cerebras_tf.errors import (CerebrasTFError, ConfigError, FitError, ModelFnError,
+from cerebras_tf.errors import (CerebrasTFError, ConfigError, DataError, FitError, ModelFnError,
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
                                 disk_full_path)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
@@ -364,9 +364,16 @@ class _CerebrasMethods:
         with self._model_fn_sees_batch(batch):
           # The checkpoint checked is the one restored (tf.estimator would look up the
           # latest again, and a training run may have saved another since).
-          return tf.estimator.Estimator.evaluate(
+          metrics = tf.estimator.Estimator.evaluate(
               self, input_fn, steps=steps, hooks=list(hooks or []) + [progress],
               checkpoint_path=checkpoint_path or self._restore_from, name=name)
+        if not progress.batches:  # tf.estimator reports a loss of 0 and accuracy 0 for it
+          raise DataError(f"the eval input_fn gave no batch at all: its data is empty or "
+                          f"smaller than one batch of "
+                          f"{batch_size_for_mode(self.params, ModeKeys.EVAL) or '?'} examples "
+                          f"where partial batches are dropped; add eval data, or lower its "
+                          f"batch size")
+        return metrics
       except (tf.errors.NotFoundError, ValueError) as e:
         if not self._vanished(checkpoint_path, attempt, e):
           raise

@@ -305,7 +305,8 @@ def _records_input_fn(params):
 @pytest.mark.parametrize("strategy", ["pipelined", "multi_replica"])
 def test_data_smaller_than_one_batch_is_an_error_not_a_run_of_zero_steps(tmp_path, strategy):
   """Five examples at batch 16 (a user's own text, shorter than one batch of windows): the
-  run "finished" at step 0 with exit 0 and a hint to .repeat() a dataset that repeats."""
+  run "finished" at step 0 with exit 0 and a hint to .repeat() a dataset that repeats; an
+  evaluation on them reported loss 0 and accuracy 0."""
   def five_examples(params):
     x = np.zeros((5, 32), np.float32)
     return tf.data.Dataset.from_tensor_slices(({"x": x}, np.zeros(5, np.int32))).batch(
@@ -315,6 +316,10 @@ def test_data_smaller_than_one_batch_is_an_error_not_a_run_of_zero_steps(tmp_pat
   with pytest.raises(DataError, match=r"the input_fn gave no batch at all: its data is empty "
                                       r"or smaller than one batch of 16 examples"):
     est.train(five_examples, max_steps=5, use_cs=True)
+  # Evaluated on it, tf.estimator reported loss 0 and accuracy 0.
+  est.train(_train_input, max_steps=2, use_cs=True)
+  with pytest.raises(DataError, match=r"the eval input_fn gave no batch at all"):
+    est.evaluate(five_examples, use_cs=True)
 
 
 def test_other_data_under_the_same_shapes_starts_the_input_afresh(tmp_path, caplog):

@@ -202,6 +202,11 @@ class BatchProgressHook(tf.compat.v1.train.SessionRunHook):
       seconds = self._clock() - self._started
       self._log(f"{self._what} done: {self._n} batch(es){self._examples()} in {seconds:.1f} s")
 
+  @property
+  def batches(self) -> int:
+    """Batches the last evaluation or prediction ran."""
+    return self._n
+
   def _examples(self) -> str:
     return f" ({self._rows:,} examples)" if self._rows else ""
 
