@@ -302,8 +302,7 @@ def _records_input_fn(params):
       params["batch_size"], drop_remainder=True)
 
 
-@pytest.mark.parametrize("strategy", ["pipelined", "multi_replica"])
-def test_data_smaller_than_one_batch_is_an_error_not_a_run_of_zero_steps(tmp_path, strategy):
+def test_data_smaller_than_one_batch_is_an_error_not_a_run_of_zero_steps(tmp_path):
   """Five examples at batch 16 (a user's own text, shorter than one batch of windows): the
   run "finished" at step 0 with exit 0 and a hint to .repeat() a dataset that repeats; an
   evaluation on them reported loss 0 and accuracy 0."""
@@ -311,8 +310,10 @@ def test_data_smaller_than_one_batch_is_an_error_not_a_run_of_zero_steps(tmp_pat
     x = np.zeros((5, 32), np.float32)
     return tf.data.Dataset.from_tensor_slices(({"x": x}, np.zeros(5, np.int32))).batch(
         params["batch_size"], drop_remainder=True)
+  # (The check is in the progress hook every strategy runs; multi_replica in this process
+  # would need its 2 CPUs before TensorFlow started.)
   est = CerebrasEstimator(model_fn, config=_config(tmp_path, cs_config=CSConfig(
-      execution_strategy=strategy)), params=PARAMS)
+      execution_strategy="pipelined")), params=PARAMS)
   with pytest.raises(DataError, match=r"the input_fn gave no batch at all: its data is empty "
                                       r"or smaller than one batch of 16 examples"):
     est.train(five_examples, max_steps=5, use_cs=True)
