@@ -158,3 +158,16 @@ def test_the_script_writes_records_that_bert_trains_on(tmp_path):
   features, labels = next(iter(bert_input.input_fn(params)))
   assert features["token_ids"].shape == [4, 32] and labels.shape == [4]
   assert int(tf.reduce_sum(features["masked_lm_weights"])) > 0
+
+
+def test_an_unwritable_output_is_one_line(tmp_path, capsys):
+  """--out under a regular file (or a full disk): one line and exit 2, not a traceback."""
+  from cerebras_tf.models.data import prepare  # pylint: disable=import-outside-toplevel
+  (tmp_path / "corpus.txt").write_text(CORPUS)
+  (tmp_path / "afile").write_text("not a directory")
+  code = prepare.main(["--text_to_bert", str(tmp_path / "corpus.txt"), "--out",
+                       str(tmp_path / "afile" / "out")])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(err) == 1 and err[0].startswith(
+      f"prepare_data: error: cannot write {tmp_path}/afile/out/train.tfrecord: "), err
+  assert not list(tmp_path.glob("afile*/**/*.tmp"))

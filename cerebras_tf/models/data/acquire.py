@@ -589,9 +589,9 @@ def write_tfrecord(path, rows, features, progress, label):
       return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode("utf-8")]))
     return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
 
-  os.makedirs(os.path.dirname(path), exist_ok=True)
   tmp = path + ".tmp"
   try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(tmp) as w, progress.bar(label, len(rows)) as tick:
       for row in rows:
         ex = tf.train.Example(features=tf.train.Features(
@@ -599,6 +599,9 @@ def write_tfrecord(path, rows, features, progress, label):
         w.write(ex.SerializeToString(deterministic=True))
         tick()
     os.replace(tmp, path)
+  except (OSError, tf.errors.OpError) as e:  # a full disk, a read-only directory
+    raise AcquireError(f"cannot write {path}: {' '.join(str(e).split())}; nothing was "
+                       f"left half-written; free space or choose another directory") from e
   finally:
     if os.path.exists(tmp):
       os.unlink(tmp)

@@ -62,6 +62,9 @@ def _text_to_bert(args, parser):
   except DataError as e:
     print(f"prepare_data: error: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt:
+    print("prepare_data: interrupted; nothing was left half-written", file=sys.stderr)
+    return 130
   for path, n in counts.items():
     print(f"prepare_data: {path}: {n:,} sentence pairs", file=sys.stderr)
   print(f"prepare_data: train on them with train_input.file_pattern: "
