@@ -98,7 +98,7 @@ def _record_dataset(files, spec, section, training, seed, input_context, batch):
     ex = {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(serialized, spec).items()}
     return {"token_ids": ex["input_ids"], "padding_mask": ex["input_mask"]}, ex["labels"]
 
-  ds = ds.batch(batch, drop_remainder=True)
+  ds = ds.batch(batch, drop_remainder=training)  # eval and predict see every record
   return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
@@ -142,4 +142,4 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   if training and section.get("repeat", True):
     ds = ds.repeat()
   ds = ds.map(lambda w: ({"token_ids": w[:-1], "padding_mask": tf.ones([seq], tf.int32)}, w[1:]))
-  return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+  return ds.batch(batch, drop_remainder=training).prefetch(tf.data.AUTOTUNE)

@@ -77,7 +77,7 @@ def rotary(x, rotary_dim: int):
   return tf.concat([rot, rest], axis=-1)
 
 
-def attention(x, bias, batch: int, seq: int, config: GPTConfig, training: bool):
+def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """Causal multi-head self-attention (scope `attention`).  [B*S, H] -> [B*S, H]."""
   n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.initializer_range
   with tf1.variable_scope("attention"):
@@ -106,7 +106,7 @@ def _ln(x, name, config):
   return tf.cast(layer_norm(x, config.layer_norm_epsilon, name), config.compute_dtype)
 
 
-def decoder_layer(x, bias, batch: int, seq: int, config: GPTConfig, training: bool):
+def decoder_layer(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """One pre-LN block.  [B*S, H] -> [B*S, H]."""
   if config.parallel_attention:
     h = _ln(x, "ln_1", config)
@@ -121,7 +121,7 @@ class Hidden(NamedTuple):
   """The decoder's output before the LM head."""
   h: tf.Tensor                  # [B*S, H] compute dtype, after ln_f
   word_embeddings: tf.Variable  # [V, H] float32
-  batch: int
+  batch: Any                    # int, or a scalar tensor when B is unknown
   seq: int
 
 
@@ -138,8 +138,11 @@ def gpt_model(token_ids, padding_mask, config: GPTConfig, training: bool):
 
 
 def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hidden:
-  """Token ids [B, S] -> the final hidden states (scope `gpt`); see gpt_model."""
+  """Token ids [B, S] -> the final hidden states (scope `gpt`); see gpt_model. S must be
+  static; B may be unknown (an eval's or predict's last, partial batch)."""
   batch, seq = token_ids.shape.as_list()
+  if batch is None:
+    batch = tf.shape(token_ids)[0]
   if seq > config.max_position_embeddings:
     raise ValueError(f"sequence length {seq} exceeds max_position_embeddings "
                      f"{config.max_position_embeddings}")

@@ -38,7 +38,7 @@ def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
   ds = tf.data.Dataset.from_tensor_slices(({"x": x}, y))
   if mode == tf.estimator.ModeKeys.TRAIN:
     ds = ds.shuffle(n, seed=seed).repeat()
-  return ds.batch(batch_size, drop_remainder=True).prefetch(2)
+  return ds.batch(batch_size, drop_remainder=mode == tf.estimator.ModeKeys.TRAIN).prefetch(2)
 
 
 def model_fn(features, labels, mode, params):
