@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 from tensorflow_estimator.python.estimator import keras_lib
 
-from cerebras_tf.errors import ConfigError, defined_at
+from cerebras_tf.errors import ConfigError, ModelFnError, defined_at
 
 ModeKeys = tf.estimator.ModeKeys
 _LOOKUP_LAYERS = (tf.keras.layers.TextVectorization, tf.keras.layers.StringLookup,
@@ -135,14 +135,26 @@ def model_fn_from_keras(keras_model, custom_objects=None, metric_names_map=None,
       metric_names_map=metric_names_map, export_outputs=export_outputs)
 
   subclassed = not keras_model._is_graph_network  # pylint: disable=protected-access
+  input_names = [] if subclassed else list(keras_model.input_names)
 
   def model_fn(features, labels, mode, params=None):
     # `params` is taken (and left to the input_fn) so that `from_keras_model(..., params=)`
     # works: tf.estimator refuses params for a model_fn without the argument.
     del params
-    if subclassed and isinstance(features, dict) and len(features) == 1:
-      # A subclassed model has no input names: its call() gets the one feature itself.
+    if isinstance(features, dict) and len(features) == 1 and len(input_names) <= 1:
+      # One feature for one input: whatever its key (a subclassed model has no input names,
+      # an unnamed keras.Input is "input_1"), the model gets the tensor itself.
       features = next(iter(features.values()))
+    elif isinstance(features, dict) and set(input_names) - set(features):
+      missing = sorted(set(input_names) - set(features))
+      unused = sorted(set(features) - set(input_names))
+      fix = (f"name that keras.Input after the feature (tf.keras.Input(..., "
+             f"name='{unused[0]}'))" if len(missing) == len(unused) == 1 else
+             "name each keras.Input after its feature (tf.keras.Input(..., name=...))")
+      raise ModelFnError(
+          f"the Keras model's inputs are {', '.join(input_names)}, the input_fn's features "
+          f"{', '.join(sorted(features))}: no feature for {', '.join(missing)}; {fix}, or "
+          f"key the features dict by the input names")
     return fn(features, labels, mode)
 
   model_fn.keras_model = keras_model

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.errors import ConfigError
+from cerebras_tf.errors import ConfigError, ModelFnError
 from source_marks import line_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -229,6 +229,38 @@ def test_params_reach_the_input_fn(tmp_path):
   est.train(input_fn, max_steps=2, use_cs=True)
   assert est.get_variable_value("global_step") == 2
   assert all(p["batch_size"] == 8 and p["note"] == "kept" for p in seen)
+
+
+def test_feature_names_that_are_not_the_input_names(tmp_path):
+  """A dataset keyed by its own names: an unnamed keras.Input is "input_1". One input and one
+  feature: the tensor goes in whatever its key (keras_lib raised a multi-line KeyError).
+  Several: one line naming the input without a feature and the rename that fixes it."""
+  x, y = _data()
+  one = L.Input((DIM,))  # "input_N": nobody names the dataset's key that
+  single = _compile(tf.keras.Model(one, L.Dense(CLASSES)(one), name="unnamed_in"))
+  est = CerebrasEstimator.from_keras_model(single, config=_config(tmp_path / "one"))
+
+  def keyed(params):
+    del params
+    return tf.data.Dataset.from_tensor_slices(({"pixels": x}, y)).repeat().batch(
+        BATCH, drop_remainder=True)
+  est.train(keyed, max_steps=2, use_cs=True)
+  assert est.get_variable_value("global_step") == 2
+
+  a, b = L.Input((DIM,)), L.Input((2,), name="extra")
+  double = _compile(tf.keras.Model([a, b], L.Dense(CLASSES)(L.Concatenate()([a, b])),
+                                   name="two_in"))
+  est = CerebrasEstimator.from_keras_model(double, config=_config(tmp_path / "two"))
+
+  def two(params):
+    del params
+    return tf.data.Dataset.from_tensor_slices(
+        ({"pixels": x, "extra": x[:, :2]}, y)).repeat().batch(BATCH, drop_remainder=True)
+  with pytest.raises(ModelFnError, match=rf"the Keras model's inputs are {a.name}, extra, the "
+                                         rf"input_fn's features extra, pixels: no feature for "
+                                         rf"{a.name}; name that keras.Input after the feature "
+                                         r"\(tf.keras.Input\(..., name='pixels'\)\)"):
+    est.train(two, max_steps=2, use_cs=True)
 
 
 def test_a_model_built_before_the_first_estimator_is_named(tmp_path):
