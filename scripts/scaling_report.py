@@ -3,6 +3,11 @@
 
   python scripts/scaling_report.py --params configs/params_gpt3_xl.yaml --systems 1,2,4,8,16 \
       [--engine cs2] [--batch 512] [--sparsity 0.9] [--out DIR]
+  python scripts/scaling_report.py --params path/to/config.json --batch 1024 [--seq 2048] ...
+
+A Hugging Face config.json (llama, mistral, qwen2, gemma, gpt2, gptj, gpt_neox, bert, roberta,
+t5) is read as its model (cerebras_tf/analysis/hf_config.py); it names no batch (--batch is
+needed) and the sequence length defaults to the model's context (--seq sets it).
 
 The graph is NOT traced from the model code: it is built by cerebras_tf/analysis/analytic.py
 from the params' `model` section (hidden_size, num_hidden_layers, num_heads, filter_size;
@@ -26,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import yaml  # noqa: E402
 
-from cerebras_tf.analysis import analytic  # noqa: E402
+from cerebras_tf.analysis import analytic, hf_config  # noqa: E402
 from cerebras_tf.core import plans  # noqa: E402
 from cerebras_tf.analysis import scaling  # noqa: E402
 from cerebras_tf.engine import spec  # noqa: E402
@@ -55,6 +60,8 @@ def main(argv=None) -> int:
   ap.add_argument("--systems", default="1,2,4,8,16", help="comma-separated system counts")
   ap.add_argument("--engine", default="cs2")
   ap.add_argument("--batch", type=int, default=None, help="global batch (default: the params')")
+  ap.add_argument("--seq", type=int, default=None,
+                  help="sequence length for a Hugging Face config (default: its context)")
   ap.add_argument("--sparsity", type=float, default=0.0)
   ap.add_argument("--out", default=".")
   a = ap.parse_args(argv)
@@ -70,6 +77,18 @@ def main(argv=None) -> int:
         params = yaml.safe_load(fh)
     except (OSError, yaml.YAMLError) as e:
       raise CerebrasTFError(f"{a.params}: {str(e).splitlines()[0]}") from None
+    if hf_config.is_hf_config(params):
+      if not a.batch:
+        raise CerebrasTFError(f"{a.params} is a Hugging Face config, which names no batch: "
+                              f"give the global batch with --batch N")
+      params = hf_config.params_from_hf_config(params, seq=a.seq, batch=a.batch)
+      print(f"scaling_report: {a.params} read as a Hugging Face config: "
+            f"{params['model']['name']}, sequence {params['model']['max_sequence_length']:,}"
+            f"{'' if a.seq else ' (its context; --seq sets it)'}, batch {a.batch:,}",
+            file=sys.stderr)
+    elif a.seq:
+      raise CerebrasTFError("--seq is for a Hugging Face config; a params YAML sets "
+                            "train_input.max_sequence_length")
     stem = os.path.splitext(os.path.basename(a.params))[0]
     graph = graph_for(params, a.batch, stem[len("params_"):] if stem.startswith("params_") else stem)
     engine = spec.load_engine(a.engine)

@@ -343,3 +343,71 @@ def test_reports_for_replicas_and_streaming(cs2, tmp_path):
   path = str(tmp_path / "wafer.png")  # one PNG (weight streaming): matplotlib is slow
   report.draw_wafer(path, g, plan, pf, cs2)
   assert open(path, "rb").read(4) == b"\x89PNG"
+
+
+# Hugging Face configs as published (the shape keys only), with the parameter counts their
+# Hugging Face models report (model.num_parameters()): an independent check that each key is
+# read as what it means (GQA's num_key_value_heads, an untied head, n_inner=None, d_kv).
+HF_CONFIGS = {
+    "llama-2-7b": ({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                    "max_position_embeddings": 4096, "num_attention_heads": 32,
+                    "num_hidden_layers": 32, "num_key_value_heads": 32, "hidden_act": "silu",
+                    "tie_word_embeddings": False, "vocab_size": 32000}, 6_738_415_616),
+    "mistral-7b": ({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                    "max_position_embeddings": 32768, "num_attention_heads": 32,
+                    "num_hidden_layers": 32, "num_key_value_heads": 8, "hidden_act": "silu",
+                    "tie_word_embeddings": False, "vocab_size": 32000}, 7_241_732_096),
+    "gpt2": ({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+              "n_positions": 1024, "n_inner": None, "vocab_size": 50257}, 124_439_808),
+    "bert-base-uncased": ({"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
+                           "num_attention_heads": 12, "intermediate_size": 3072,
+                           "max_position_embeddings": 512, "vocab_size": 30522},
+                          110_106_428),  # BertForPreTraining: the MLM and NSP heads included
+    "t5-base": ({"model_type": "t5", "d_model": 768, "d_ff": 3072, "d_kv": 64, "num_heads": 12,
+                 "num_layers": 12, "num_decoder_layers": 12, "feed_forward_proj": "relu",
+                 "vocab_size": 32128}, 222_903_552),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_a_hugging_face_config_is_read_as_its_model(name):
+  from cerebras_tf.analysis import hf_config  # pylint: disable=import-outside-toplevel
+  cfg, published = HF_CONFIGS[name]
+  graph = analytic.graph_from_params(hf_config.params_from_hf_config(cfg, batch=8))
+  assert graph.num_params == published
+
+
+def test_scaling_script_reads_a_hugging_face_config(tmp_path, capsys):
+  """What a user has for the model they mean to train is often its config.json; it was
+  "params: missing 'model' section". It names no batch, so --batch is asked for."""
+  from cerebras_tf.analysis import hf_config  # pylint: disable=import-outside-toplevel
+  sys.path.insert(0, os.path.join(ROOT, "scripts"))
+  try:
+    import scaling_report  # pylint: disable=import-outside-toplevel
+  finally:
+    sys.path.pop(0)
+  config = tmp_path / "config.json"
+  config.write_text(json.dumps(dict(HF_CONFIGS["llama-2-7b"][0], architectures=[
+      "LlamaForCausalLM"], torch_dtype="float16", rms_norm_eps=1e-5)))
+  assert scaling_report.main(["--params", str(config), "--out", str(tmp_path)]) == 2
+  assert "names no batch: give the global batch with --batch N" in capsys.readouterr().err
+  assert scaling_report.main(["--params", str(config), "--batch", "1024", "--seq", "2048",
+                              "--systems", "1,2", "--out", str(tmp_path)]) == 0
+  assert "read as a Hugging Face config: llama, sequence 2,048, batch 1,024" in \
+      capsys.readouterr().err
+  doc = json.load(open(tmp_path / "scaling.json"))
+  # The same model written as a params YAML's model section predicts the same.
+  yaml_graph = analytic.graph_from_params({"model": {
+      "name": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_heads": 32,
+      "filter_size": 11008, "vocab_size": 32000, "max_sequence_length": 2048,
+      "batch_size": 1024}})
+  rows = scaling.scaling_report(yaml_graph, spec.load_engine("cs2"),
+                                plans.PlanOptions(batch_size=1024), [1, 2])
+  assert doc["num_params"] == 6_738_415_616
+  assert [r["samples_per_sec"] for r in doc["rows"]] == pytest.approx(
+      [r["samples_per_sec"] for r in rows])
+  config.write_text(json.dumps({"model_type": "falcon", "hidden_size": 4544}))
+  assert scaling_report.main(["--params", str(config), "--batch", "8", "--out",
+                              str(tmp_path)]) == 2
+  assert "model_type 'falcon' is not one of bert, gemma, gpt2, gpt_neox, gptj, llama, mistral, " \
+      "qwen2, roberta, t5" in capsys.readouterr().err
