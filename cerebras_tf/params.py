@@ -307,6 +307,11 @@ class _Validator:
   def validate(self, raw: Any) -> dict:
     if not isinstance(raw, dict):
       self.fail((), f"top level must be a mapping of sections ({', '.join(SCHEMA)})")
+    if "model_type" in raw and not isinstance(raw.get("model"), dict):
+      self.fail((), f"this is a Hugging Face config (model_type {raw['model_type']!r}), not a "
+                f"params file: to see how the model fits and scales, run "
+                f"`python scripts/scaling_report.py --params {self.filename} --batch N`; to "
+                f"train it, write a params YAML (configs/params_gpt3_xl.yaml shows the keys)")
     for section in raw:
       if section not in SCHEMA:
         self.fail((section,), f"unknown section '{section}'{schema.suggest(section, SCHEMA)}; "

@@ -122,6 +122,8 @@ def make_fixtures(tmp):
   _write_int64_records(tmp / "gpt_tokens.tfrecords", [{"tokens": [7] * 64}])
   _write_int64_records(tmp / "gpt_big_ids.tfrecords",
                        [dict(gpt, input_ids=[7] * 63 + [40000])] * 32)
+  (tmp / "config.json").write_text('{"model_type": "llama", "hidden_size": 4096, '
+                                   '"num_hidden_layers": 32, "vocab_size": 32000}')
   (tmp / "gpt2_vocab.json").write_text('{"hello": 0, "world": 1, "<|endoftext|>": 2}')
   (tmp / "owt.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)))
   with open(VOCAB, encoding="utf-8") as f:
