@@ -128,8 +128,9 @@ def trip_count(op) -> Optional[int]:
   """The static trip count of a While op, or None.
 
   Its `maximum_iterations` input when that is a constant >= 0; else the loop's condition
-  `i < n` (or `<=`) when the start of `i` and the bound `n` are static. Keras's LSTM/GRU loop
-  over `tf.shape(inputs)[0]` time steps, which is static for fixed-length sequences.
+  `i < n` (or `<=`) when the start of `i` and the bound `n` (a loop input, or a constant of the
+  condition) are static, over the body's step `i + c`. Keras's LSTM/GRU loop over
+  `tf.shape(inputs)[0]` time steps, which is static for fixed-length sequences.
   """
   if op.type in _CALLS:
     return 1
@@ -141,13 +142,36 @@ def trip_count(op) -> Optional[int]:
   compares = [o for o in cond.get_operations() if o.type in ("Less", "LessEqual")] \
       if cond is not None else []
   names = [t.name for t in cond.inputs] if cond is not None else []
-  if len(compares) == 1 and all(t.name in names for t in compares[0].inputs):
-    i, n = (names.index(t.name) for t in compares[0].inputs)
-    start, bound = _static_int(op.inputs[i]), _static_int(op.inputs[n])
+  if len(compares) == 1 and compares[0].inputs[0].name in names:
+    i = names.index(compares[0].inputs[0].name)
+    bound_t = compares[0].inputs[1]
+    # The bound: a loop input, or a constant of the condition (`i < 10` with a Python int).
+    bound = (_static_int(op.inputs[names.index(bound_t.name)]) if bound_t.name in names
+             else _static_int(bound_t))
+    start, step = _static_int(op.inputs[i]), _loop_step(op, i)
     if start is not None and bound is not None:
-      trips = max(0, bound - start + (compares[0].type == "LessEqual"))
+      span = max(0, bound - start + (compares[0].type == "LessEqual"))
+      trips = -(-span // step)
       return trips if limit is None else min(trips, limit)
   return limit
+
+
+def _loop_step(op, i: int) -> int:
+  """What a loop's body adds to its loop variable i each trip (`i + c`, c > 0 static);
+  1 when the body says otherwise (Keras's RNN counters add 1)."""
+  body = _loop_body(op)
+  if body is None or i >= len(body.outputs) or i >= len(body.inputs):
+    return 1
+  out, var = body.outputs[i], body.inputs[i].name
+  while out.op.type == "Identity":
+    out = out.op.inputs[0]
+  if out.op.type in ("Add", "AddV2") and len(out.op.inputs) == 2:
+    a, b = out.op.inputs
+    other = b if a.name == var else a if b.name == var else None
+    c = _static_int(other) if other is not None else None
+    if c is not None and c > 0:
+      return c
+  return 1
 
 
 def _loop_cost(op, per_op) -> float:
@@ -607,6 +631,9 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         # A Keras RNN loops in "lstm/" over weights in "lstm/lstm_cell/": one layer.
         owners = {layer_of(_scope(t.op.name)) for t in op.inputs if _reads_variable(t.op)}
         layer = owners.pop() if len(owners) == 1 else layer
+        if layer == _ROOT:  # a tf.while_loop in no scope: named by its op and line
+          src = user_source(op)
+          layer = f"{op.name} at {src}" if src else op.name
       layer_cache[op] = layer
     return layer_cache[op]
 

@@ -228,6 +228,23 @@ def test_while_loop_without_a_static_bound_is_refused():
   assert "static trip count" in lower._check_op(loop)  # pylint: disable=protected-access
 
 
+@pytest.mark.parametrize("bound, step, trips", [(10, 1, 10), (10, 2, 5), (9, 2, 5)])
+def test_while_loop_with_a_python_bound_and_step(bound, step, trips):
+  # tf.while_loop(lambda i, h: i < 10, ...) with a Python int: the bound is a constant of the
+  # condition, not a loop input, and was refused as "without a static trip count". Each trip
+  # is h [4, 16] @ [16, 16] = 2 * 4 * 16 * 16 = 2048 matmul FLOPs; the step divides the span
+  # (i = 0, 2, 4, 6, 8 is 5 trips for both 10 and 9).
+  def build(x):
+    w = tf.ones([16, 16])
+    return tf.while_loop(lambda i, h: i < bound,
+                         lambda i, h: (i + step, tf.matmul(h, w)), (0, x))[1]
+  ops, _ = _ops(build, [4, 16])
+  loop = [o for o in ops if o.type in ("While", "StatelessWhile")][0]
+  assert lower.trip_count(loop) == trips
+  assert lower._loop_cost(loop, lower._contraction_flops) == trips * 2048  # pylint: disable=protected-access
+  assert lower._check_op(loop) is None  # pylint: disable=protected-access
+
+
 def test_a_tf_function_call_costs_its_body_forward_and_backward():
   # TF2 code decorates helpers with @tf.function; called from a model_fn (a graph) each call
   # is one StatefulPartitionedCall op, which validation refused as an op with no kernel.

@@ -119,3 +119,27 @@ def test_a_tied_head_outside_every_scope_is_named_by_its_op_and_line():
   assert head.bwd_flops == pytest.approx(2 * 6 * 2 * 16 * 40, rel=0.1)
   assert "(root)" not in [l.name for l in g.layers]
 
+
+
+def test_a_while_loop_outside_every_scope_is_named_by_its_op_and_line():
+  # A hand-written recurrence, tf.while_loop(lambda i, h: i < 10, ...) in no scope, was
+  # "(root)" with the loss's ops. By hand, per sample: 10 trips x 2 x 16 x 16 = 5,120 forward
+  # matmul FLOPs (plus the tanh: 10 x 16).
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [4, 16], "x")
+    y = tf.compat.v1.placeholder(tf.int32, [4], "y")
+    w = tf.compat.v1.get_variable("w", [16, 16])
+    line = inspect.currentframe().f_lineno + 1
+    _, h = tf.while_loop(lambda i, h: i < 10, lambda i, h: (i + 1, tf.tanh(h @ w)), (0, x))
+    logits = tf.compat.v1.layers.dense(h, 4, name="head")
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                                         logits=logits))
+    train_op = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
+  cap = capture.CapturedGraph(graph=graph, loss=loss, train_op=train_op,
+                              inputs={"x": x, "y": y}, batch_size=4,
+                              optimizers=("AdamOptimizer",))
+  g = lower.lower(cap, name="recurrence")
+  loops = [l for l in g.layers if l.name.startswith("while at ")]
+  assert [l.name.rsplit("/", 1)[-1] for l in loops] == [f"test_attribution.py:{line}"]
+  assert 10 * 2 * 16 * 16 <= loops[0].fwd_flops <= 10 * (2 * 16 * 16 + 16 * 8)
