@@ -60,10 +60,6 @@ def _flag(section, key, default):
 _TSV_CHECKED_LINES = 1000
 
 
-def train_file(section: Mapping[str, Any]) -> str:
-  return os.path.join(section["data_dir"], SUBDIR, "train.tfrecord")
-
-
 def vocab_file(params: Mapping[str, Any]) -> str:
   """The vocabulary file: `train_input.vocab_file`, else the one learned from the training
   data (train_input.file_pattern's files, or the prepared corpus) and cached."""
