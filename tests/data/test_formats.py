@@ -43,16 +43,41 @@ def test_each_format_is_told_from_its_first_bytes(tmp_path):
   def kind(name):
     return formats.probe(str(tmp_path / name))
 
-  assert kind("a.tfrecord") == (formats.TFRECORD, "TFRecords", {"input_ids": 7, "labels": 1})
+  assert kind("a.tfrecord") == (formats.TFRECORD, "TFRecords", {"input_ids": 7, "labels": 1}, "")
   assert kind("text.txt").kind == kind("utf8.txt").kind == formats.TEXT
-  assert kind("data.h5") == (formats.BINARY, "HDF5", None)
+  assert kind("data.h5") == (formats.BINARY, "HDF5", None, "")
   assert kind("blob.bin").kind == kind("latin1.txt").kind == kind("bad_len.tfrecord").kind \
       == formats.BINARY
   assert kind("empty.txt").kind == formats.EMPTY
   # TFRecords of something other than tf.train.Example: a record, no feature lengths.
   with tf.io.TFRecordWriter(str(tmp_path / "raw.tfrecord")) as w:
     w.write(b"\xff\xff not a protobuf")
-  assert kind("raw.tfrecord") == (formats.TFRECORD, "TFRecords", None)
+  assert kind("raw.tfrecord") == (formats.TFRECORD, "TFRecords", None, "")
+
+
+def test_gzip_compressed_records_are_records(tmp_path):
+  """TFX's ExampleGen writes gzip-compressed TFRecords (*.gz); they were refused as
+  "gzip-compressed". Read with compression_type GZIP; other gzip data is still named; plain
+  and compressed records in one pattern are refused (one reader reads one kind)."""
+  rows = [{"input_ids": range(5), "labels": [1]}] * 3
+  with tf.io.TFRecordWriter(str(tmp_path / "part-0.gz"), options="GZIP") as w:
+    for row in rows:
+      w.write(tf.train.Example(features=tf.train.Features(
+          feature={k: _int64(v) for k, v in row.items()})).SerializeToString())
+  kind = formats.probe(str(tmp_path / "part-0.gz"))
+  assert kind == (formats.TFRECORD, "gzip-compressed TFRecords", {"input_ids": 5, "labels": 1},
+                  "GZIP")
+  assert len(list(tf.data.TFRecordDataset(str(tmp_path / "part-0.gz"),
+                                          compression_type=kind.compression))) == 3
+  import gzip  # pylint: disable=import-outside-toplevel
+  with gzip.open(tmp_path / "notes.txt.gz", "wt") as fh:
+    fh.write("plain text, compressed\n" * 20)
+  assert formats.probe(str(tmp_path / "notes.txt.gz")) == (formats.BINARY,
+                                                          "gzip-compressed data", None, "")
+  _write_records(tmp_path / "part-1.tfrecord", rows)
+  with pytest.raises(DataError, match=r"part-0.gz is gzip-compressed TFRecords; .*part-1.tfrecord "
+                                      r"is TFRecords"):
+    formats.probe_files([str(tmp_path / "part-0.gz"), str(tmp_path / "part-1.tfrecord")], "k")
 
 
 def test_a_pattern_of_mixed_formats_empty_files_or_nothing_is_refused(tmp_path):
@@ -63,7 +88,7 @@ def test_a_pattern_of_mixed_formats_empty_files_or_nothing_is_refused(tmp_path):
       formats.TFRECORD
   (tmp_path / "README.txt").write_text("how these records were made\n")
   with pytest.raises(DataError, match=r"train_input.file_pattern matches files of different "
-                                      r"formats \(.*part-0.tfrecord is TFRecord; .*README.txt "
+                                      r"formats \(.*part-0.tfrecord is TFRecords; .*README.txt "
                                       r"is text\); narrow the pattern"):
     formats.probe_files(sorted(map(str, tmp_path.glob("part-*"))) + [str(tmp_path / "README.txt")],
                         "train_input.file_pattern")

@@ -251,9 +251,10 @@ def tsv_headers(files, section_name: str) -> list:
   return skips
 
 
-def _records(files, section, training, seed, input_context, tsv: bool = False):
+def _records(files, section, training, seed, input_context, tsv: bool = False,
+             compression: str = ""):
   """Sharded, then (by default in training) shuffled and repeated serialized examples (or,
-  with `tsv`, the files' lines, headers skipped)."""
+  with `tsv`, the files' lines, headers skipped); `compression`: "GZIP" for gzipped records."""
   if tsv:
     skips = tsv_headers(files, "train_input" if training else "eval_input")
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(skips, tf.int64)))
@@ -261,7 +262,8 @@ def _records(files, section, training, seed, input_context, tsv: bool = False):
     ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
   else:
     ds = tf.data.Dataset.from_tensor_slices(files)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=1)
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+                       cycle_length=1)
   if input_context is not None and input_context.num_input_pipelines > 1:
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
   elif int(section.get("num_shards") or 1) > 1:
@@ -302,7 +304,7 @@ def _premasked_spec(files, lengths, msl: int, max_pred: int, section_name: str):
 
 
 def _premasked_dataset(files, spec, section, training, seed, input_context, batch_size,
-                       parallel):
+                       parallel, compression: str = ""):
   """google-bert pre-masked records -> this pipeline's pretraining (features, labels)."""
   @graph_fn
   def decode(serialized):
@@ -314,7 +316,7 @@ def _premasked_dataset(files, spec, section, training, seed, input_context, batc
              "masked_lm_ids": ex["masked_lm_ids"], "masked_lm_weights": ex["masked_lm_weights"],
              "next_sentence_label": nsp}, nsp)
 
-  ds = _records(files, section, training, seed, input_context)
+  ds = _records(files, section, training, seed, input_context, compression=compression)
   ds = ds.batch(batch_size, drop_remainder=training)
   return ds.map(decode, num_parallel_calls=parallel, deterministic=True).prefetch(AUTOTUNE)
 
@@ -349,7 +351,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       if section.get("vocab_file") or tf.io.gfile.exists(vocab_file):
         check_vocab_size(read_vocab(vocab_file), vocab_file, params)
       return _premasked_dataset(files, premasked, section, training, seed, input_context,
-                                batch_size, parallel)
+                                batch_size, parallel, kind.compression)
 
   vocab = read_vocab(vocab_file)
   ids = special_ids(vocab, vocab_file)
@@ -390,7 +392,8 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       return ({"token_ids": token_ids, "segment_ids": segment_ids,
                "padding_mask": padding_mask, "label": label}, label)
 
-    ds = _records(files, section, training, seed, input_context, tsv=tsv)
+    ds = _records(files, section, training, seed, input_context, tsv=tsv,
+                  compression=kind.compression)
     ds = ds.batch(batch_size, drop_remainder=training)
     ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
     return ds.prefetch(AUTOTUNE)
@@ -430,7 +433,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
              "masked_lm_weights": tf.cast(weights, tf.float32), "next_sentence_label": nsp},
             nsp)
 
-  ds = _records(files, section, training, seed, input_context)
+  ds = _records(files, section, training, seed, input_context, compression=kind.compression)
   ds = ds.batch(batch_size, drop_remainder=training)
   ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
   ds = ds.map(mask)

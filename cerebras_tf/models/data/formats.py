@@ -7,6 +7,7 @@ first eight characters as a record length of exabytes). So a record is believed 
 its length's checksum holds and the record fits in the file.
 """
 
+import gzip
 import struct
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
@@ -16,18 +17,22 @@ from google.protobuf.message import DecodeError
 from cerebras_tf.errors import DataError
 
 TFRECORD, TEXT, BINARY, EMPTY = "TFRecord", "text", "binary", "empty"
+_GZIP = b"\x1f\x8b"
 _MAGIC = ((b"\x89HDF\r\n\x1a\n", "HDF5"), (b"\x93NUMPY", "a NumPy .npy array"),
-          (b"PK\x03\x04", "a zip archive (.npz?)"), (b"\x1f\x8b", "gzip-compressed"),
+          (b"PK\x03\x04", "a zip archive (.npz?)"), (_GZIP, "gzip-compressed data"),
           (b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))
+_MAX_RECORD = 1 << 31  # a larger first record is not a record
 _TEXT_SNIFF = 1 << 16
 
 
 class FileKind(NamedTuple):
   """kind: TFRECORD | TEXT | BINARY | EMPTY; what: a phrase for messages ("HDF5");
-  lengths: feature name -> number of values in the first record (TFRecords of Examples)."""
+  lengths: feature name -> number of values in the first record (TFRecords of Examples);
+  compression: TFRecordDataset's compression_type ("GZIP" for TFX's *.gz records, else "")."""
   kind: str
   what: str
   lengths: Optional[Dict[str, int]] = None
+  compression: str = ""
 
 
 def _crc32c(data: bytes) -> int:
@@ -65,6 +70,10 @@ def probe(path: str, read_example: bool = True) -> FileKind:
     raise DataError(f"cannot read data file {path}: {e}") from e
   if not head:
     return FileKind(EMPTY, "an empty file")
+  if head.startswith(_GZIP):
+    gz = _gzip_records(path, read_example)
+    if gz is not None:
+      return gz
   for magic, what in _MAGIC:
     if head.startswith(magic):
       return FileKind(BINARY, what)
@@ -76,6 +85,22 @@ def probe(path: str, read_example: bool = True) -> FileKind:
     if e.start < len(head) - 3:  # a character cut at the sniff's end is still text
       return FileKind(BINARY, "not UTF-8 text")
   return FileKind(TEXT, "text")
+
+
+def _gzip_records(path: str, read_example: bool) -> Optional[FileKind]:
+  """Gzip-compressed TFRecords (TFX's ExampleGen writes them), or None for other gzip data."""
+  try:
+    with tf.io.gfile.GFile(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as f:
+      head = f.read(12)
+      if len(head) < 12:
+        return None
+      length, crc = struct.unpack("<QI", head)
+      if crc != _masked_crc(head[:8]) or length > _MAX_RECORD:
+        return None
+      lengths = _example_lengths(f.read(length)) if read_example else None
+  except (OSError, EOFError, tf.errors.OpError):
+    return None  # not gzip after all, or cut short: named as gzip data
+  return FileKind(TFRECORD, "gzip-compressed TFRecords", lengths, "GZIP")
 
 
 def _example_lengths(record: bytes) -> Optional[Dict[str, int]]:
@@ -96,10 +121,13 @@ def probe_files(files: Sequence[str], key: str) -> FileKind:
   a README beside the records that `data/*` also matched."""
   if not files:
     raise DataError(f"{key} matches no file; fix it in the params file")
+  def kind_of(k: FileKind) -> str:  # plain and gzip-compressed records do not mix either
+    return k.what if k.kind == TFRECORD else k.kind
+
   first = probe(files[0])
-  kinds: Dict[str, List[str]] = {first.kind: [files[0]]}
+  kinds: Dict[str, List[str]] = {kind_of(first): [files[0]]}
   for path in files[1:]:
-    kinds.setdefault(probe(path, read_example=False).kind, []).append(path)
+    kinds.setdefault(kind_of(probe(path, read_example=False)), []).append(path)
   if EMPTY in kinds:
     raise DataError(f"data file {kinds[EMPTY][0]} is empty; remove it or narrow {key}")
   if len(kinds) > 1:

@@ -84,9 +84,10 @@ def _record_spec(path: str, lengths, seq: int, section_name: str):
   return {k: tf.io.FixedLenFeature([seq], tf.int64) for k in RECORD_FEATURES}
 
 
-def _record_dataset(files, spec, section, training, seed, input_context, batch):
+def _record_dataset(files, spec, section, training, seed, input_context, batch,
+                    compression: str = ""):
   """Modelzoo GPT-2 records -> (token_ids, padding_mask), labels batches."""
-  ds = tf.data.TFRecordDataset(files)
+  ds = tf.data.TFRecordDataset(files, compression_type=compression)
   if input_context is not None:
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
   if training:
@@ -118,7 +119,8 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     paths, kind = _data_files(section, split, section_name)
     if kind.kind == formats.TFRECORD:
       spec = _record_spec(paths[0], kind.lengths, seq, section_name)
-      return _record_dataset(paths, spec, section, training, seed, input_context, batch)
+      return _record_dataset(paths, spec, section, training, seed, input_context, batch,
+                             kind.compression)
     vocab = section.get("vocab_file") or os.path.join(section.get("data_dir") or "", "vocab",
                                                       "bert_uncased_vocab.txt")
     if not tf.io.gfile.exists(vocab):

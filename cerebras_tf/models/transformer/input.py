@@ -68,7 +68,7 @@ def vocab_file(params: Mapping[str, Any]) -> str:
     return section["vocab_file"]
   size = int(section.get("vocab_size") or DEFAULT_VOCAB_SIZE)
   files, kind = _files(section, True, "train_input")
-  if kind == formats.TEXT:
+  if kind.kind == formats.TEXT or kind.compression:
     return vocab_lib.ensure_vocab(
         files, size, strings=lambda: _pairs(files, kind).flat_map(
             lambda en, es: tf.data.Dataset.from_tensor_slices(tf.stack([en, es]))))
@@ -76,7 +76,7 @@ def vocab_file(params: Mapping[str, Any]) -> str:
 
 
 def _files(section, training, section_name: str):
-  """(files, formats.TFRECORD or formats.TEXT): the section's pairs, sorted (every host
+  """(files, formats.FileKind of TFRecords or text): the section's pairs, sorted (every host
   shards the same list)."""
   if section.get("file_pattern"):
     files = sorted(tf.io.gfile.glob(section["file_pattern"]))
@@ -86,12 +86,12 @@ def _files(section, training, section_name: str):
     elif kind.kind != formats.TFRECORD:
       raise DataError(f"{files[0]} is {kind.what}: the Transformer reads TFRecords (en, es) or "
                       f"tab-separated text (source<TAB>target a line); convert it to one of them")
-    return files, kind.kind
+    return files, kind
   split = section.get("split") or ("train" if training else "test")
   path = os.path.join(section["data_dir"], SUBDIR, split + ".tfrecord")
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"no data at {path}: run `{acquire.PREPARE} --datasets en_es`")
-  return [path], formats.TFRECORD
+  return [path], formats.FileKind(formats.TFRECORD, "TFRecords")
 
 
 def _check_tsv(files):
@@ -107,16 +107,16 @@ def _check_tsv(files):
                           f"write the pairs that way")
 
 
-def _pairs(files, kind) -> tf.data.Dataset:
+def _pairs(files, kind: formats.FileKind) -> tf.data.Dataset:
   """(en, es) string pairs of TFRecords or tab-separated lines, in file order."""
-  if kind == formats.TEXT:
+  if kind.kind == formats.TEXT:
     fields = tf.data.TextLineDataset(files).map(lambda line: tf.strings.split(line, "\t"),
                                                  num_parallel_calls=AUTOTUNE, deterministic=True)
     fields = fields.filter(lambda f: tf.size(f) >= 2)
     return fields.map(lambda f: (tf.strings.strip(f[0]), tf.strings.strip(f[1])),
                       num_parallel_calls=AUTOTUNE, deterministic=True)
   spec = {"en": tf.io.FixedLenFeature([], tf.string), "es": tf.io.FixedLenFeature([], tf.string)}
-  return tf.data.TFRecordDataset(files).map(
+  return tf.data.TFRecordDataset(files, compression_type=kind.compression).map(
       lambda r: tuple(tf.io.parse_single_example(r, spec)[k] for k in ("en", "es")),
       num_parallel_calls=AUTOTUNE, deterministic=True)
 

@@ -143,16 +143,17 @@ def test_your_own_text_files_through_file_pattern(tmp_path):
     input_lib.input_fn(params)
 
 
-def _modelzoo_records(path, rows):
+def _modelzoo_records(path, rows, options=None):
   """Cerebras modelzoo GPT-2 TFRecords: input_ids, input_mask, labels ([S] int64 each)."""
-  with tf.io.TFRecordWriter(str(path)) as w:
+  with tf.io.TFRecordWriter(str(path), options=options) as w:
     for ids, mask, labels in rows:
       feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, v))))
                  for k, v in (("input_ids", ids), ("input_mask", mask), ("labels", labels))}
       w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
 
 
-def test_tokenized_records_in_modelzoo_format_are_read_as_written(tmp_path):
+@pytest.mark.parametrize("options", [None, "GZIP"])
+def test_tokenized_records_in_modelzoo_format_are_read_as_written(tmp_path, options):
   """Records from modelzoo's GPT-2 data preparation were read as text lines: TFRecord bytes
   went through the WordPiece tokenizer and trained as [UNK]s and noise, silently. They are
   read as written (no vocab: the ids are the user's tokenizer's), padding masked; records of
@@ -161,7 +162,7 @@ def test_tokenized_records_in_modelzoo_format_are_read_as_written(tmp_path):
   from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
   full = ([5, 6, 7, 8], [1, 1, 1, 1], [6, 7, 8, 9])
   padded = ([11, 12, 0, 0], [1, 1, 0, 0], [12, 13, 0, 0])
-  _modelzoo_records(tmp_path / "owt_0.tfrecords", [full, padded, full])
+  _modelzoo_records(tmp_path / "owt_0.tfrecords", [full, padded, full], options)
   params = {"train_input": {"file_pattern": str(tmp_path / "owt_*.tfrecords"),
                             "max_sequence_length": 4, "batch_size": 2, "repeat": False},
             "eval_input": {"file_pattern": str(tmp_path / "owt_*.tfrecords"),
