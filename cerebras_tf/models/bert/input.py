@@ -221,32 +221,23 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
                   if kind.kind == formats.TEXT else f"{files[0]} is {kind.what}: {todo}")
 
 
-_TSV_CHECKED_LINES = 1000
-
-
-def tsv_headers(files, section_name: str) -> list:
+def _tsv_headers(files, section_name: str) -> list:
   """1 for each tab-separated file that starts with a header (its label column is not a
   number: GLUE's `sentence<TAB>label`), else 0. Refuses a file whose first lines are not
   sentence<TAB>integer label, naming the file and line."""
   skips = []
   for path in files:
-    with tf.io.gfile.GFile(path) as f:
-      skip = 0
-      for number, line in enumerate(f, 1):
-        if number > _TSV_CHECKED_LINES:
-          break
-        fields = line.rstrip("\r\n").split("\t")
-        if not line.strip():
-          continue
-        if len(fields) >= 2 and re.fullmatch(r"-?\d+", fields[-1].strip()):
-          continue
-        if number == 1 and len(fields) >= 2:
-          skip = 1  # a header
-          continue
-        raise DataError(f"{path}:{number} is not sentence<TAB>label (an integer class): BERT "
-                        f"classification reads tab-separated lines, the sentence first and "
-                        f"the label last, with an optional header; fix the file or "
-                        f"{section_name}.file_pattern")
+    skip = 0
+    for number, fields in formats.tsv_head(path):
+      if len(fields) >= 2 and re.fullmatch(r"-?\d+", fields[-1].strip()):
+        continue
+      if number == 1 and len(fields) >= 2:
+        skip = 1  # a header
+        continue
+      raise DataError(f"{path}:{number} is not sentence<TAB>label (an integer class): BERT "
+                      f"classification reads tab-separated lines, the sentence first and "
+                      f"the label last, with an optional header; fix the file or "
+                      f"{section_name}.file_pattern")
     skips.append(skip)
   return skips
 
@@ -256,7 +247,7 @@ def _records(files, section, training, seed, input_context, tsv: bool = False,
   """Sharded, then (by default in training) shuffled and repeated serialized examples (or,
   with `tsv`, the files' lines, headers skipped); `compression`: "GZIP" for gzipped records."""
   if tsv:
-    skips = tsv_headers(files, "train_input" if training else "eval_input")
+    skips = _tsv_headers(files, "train_input" if training else "eval_input")
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(skips, tf.int64)))
     ds = ds.interleave(lambda f, k: tf.data.TextLineDataset(f).skip(k), cycle_length=1)
     ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)

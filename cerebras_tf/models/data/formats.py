@@ -9,7 +9,7 @@ its length's checksum holds and the record fits in the file.
 
 import gzip
 import struct
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from google.protobuf.message import DecodeError
@@ -23,6 +23,7 @@ _MAGIC = ((b"\x89HDF\r\n\x1a\n", "HDF5"), (b"\x93NUMPY", "a NumPy .npy array"),
           (b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))
 _MAX_RECORD = 1 << 31  # a larger first record is not a record
 _TEXT_SNIFF = 1 << 16
+CHECKED_LINES = 1000  # lines of a text file an input checks up front (the rest as it reads)
 
 
 class FileKind(NamedTuple):
@@ -135,3 +136,14 @@ def probe_files(files: Sequence[str], key: str) -> FileKind:
     raise DataError(f"{key} matches files of different formats ({mix}); narrow the pattern "
                     f"to one format")
   return first
+
+
+def tsv_head(path: str) -> Iterator[Tuple[int, List[str]]]:
+  """(line number, tab-separated fields) of the non-blank lines among a text file's first
+  CHECKED_LINES: what an input checks before it trusts the file's layout."""
+  with tf.io.gfile.GFile(path) as f:
+    for number, line in enumerate(f, 1):
+      if number > CHECKED_LINES:
+        return
+      if line.strip():
+        yield number, line.rstrip("\r\n").split("\t")

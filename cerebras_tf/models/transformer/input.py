@@ -57,9 +57,6 @@ def _flag(section, key, default):
   return default if value is None else bool(value)
 
 
-_TSV_CHECKED_LINES = 1000
-
-
 def vocab_file(params: Mapping[str, Any]) -> str:
   """The vocabulary file: `train_input.vocab_file`, else the one learned from the training
   data (train_input.file_pattern's files, or the prepared corpus) and cached."""
@@ -97,14 +94,11 @@ def _files(section, training, section_name: str):
 def _check_tsv(files):
   """Refuses text whose first lines are not source<TAB>target (a CSV, one language a line)."""
   for path in files:
-    with tf.io.gfile.GFile(path) as f:
-      for number, line in enumerate(f, 1):
-        if number > _TSV_CHECKED_LINES:
-          break
-        if line.strip() and "\t" not in line:
-          raise DataError(f"{path}:{number} has no tab: the Transformer reads tab-separated "
-                          f"pairs, source<TAB>target a line (or TFRecords with en and es); "
-                          f"write the pairs that way")
+    for number, fields in formats.tsv_head(path):
+      if len(fields) < 2:
+        raise DataError(f"{path}:{number} has no tab: the Transformer reads tab-separated "
+                        f"pairs, source<TAB>target a line (or TFRecords with en and es); "
+                        f"write the pairs that way")
 
 
 def _pairs(files, kind: formats.FileKind) -> tf.data.Dataset:
