@@ -436,3 +436,11 @@ def test_the_files_an_input_reads_are_found_behind_interleaves_and_readers(tmp_p
     entry = capture.data_files(tf.data.TFRecordDataset(a), g)[0]
     assert entry.split(" ")[1] == str(len(a))  # its size in bytes, then its mtime
   assert capture.data_files((tf.zeros([2]), tf.zeros([2])), g) == ()
+
+
+def test_file_names_fed_at_run_time_leave_the_data_part_out():
+  # tf1 code feeds its file names through a placeholder; they cannot be read at compile time,
+  # which must not stop the compile.
+  with tf.Graph().as_default() as g:
+    names = tf.compat.v1.placeholder(tf.string, [None])
+    assert capture.data_files(tf.data.TFRecordDataset(names), g) == ()
