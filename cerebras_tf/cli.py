@@ -85,9 +85,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                       "variables that match by name and shape (runconfig.warm_start)", **kw)
   flags.DEFINE_boolean("no_cs", False, "run as a plain Estimator on CPU/GPU: no engine, no "
                        "compile (runconfig.use_cs=false)", **kw)
-  flags.DEFINE_multi_string("params_override", [], "SECTION.KEY=VALUE (repeatable), e.g. "
-                            "train_input.batch_size=64; a list entry: "
-                            "optimizer.learning_rate[1].steps=5000", **kw)
+  flags.DEFINE_multi_string("params_override", [], "SECTION.KEY=VALUE (repeatable, or "
+                            "comma-separated), e.g. train_input.batch_size=64; a list "
+                            "entry: optimizer.learning_rate[1].steps=5000", **kw)
   return fv
 
 
@@ -139,7 +139,8 @@ def parse_command_line(argv: List[str]) -> Invocation:
                                          plans.MULTI_REPLICA, "--multireplica"))
   if fv.no_cs:
     overrides.append(params_lib.Override("runconfig.use_cs", False, "--no_cs"))
-  overrides.extend(params_lib.parse_override(text) for text in fv.params_override)
+  overrides.extend(params_lib.parse_override(one) for text in fv.params_override
+                   for one in params_lib.split_overrides(text))
   for name in ("steps",):
     value = fv[name].value
     if value is not None and not 1 <= value <= schema.MAX_STEPS:

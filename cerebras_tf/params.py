@@ -59,6 +59,20 @@ def _key_parts(key: str) -> tuple:
   return tuple(out)
 
 
+# A comma that starts another SECTION.KEY= (Model Garden's `--params_override a.b=1,c.d=2`).
+_NEXT_OVERRIDE = re.compile(rf",\s*(?={_NAME}(\.{_NAME})+=)")
+
+
+def split_overrides(text: str) -> List[str]:
+  """`a.b=1,c.d=x` -> ['a.b=1', 'c.d=x']: one flag may carry several overrides, as in Model
+  Garden. Only a comma followed by SECTION.KEY= splits, so `train_input.file_pattern=
+  d/{a,b}*` and a YAML list `[1, 2]` stay whole."""
+  cuts = [(m.start(), m.end()) for m in _NEXT_OVERRIDE.finditer(text)]
+  starts = [0] + [end for _, end in cuts]
+  ends = [start for start, _ in cuts] + [len(text)]
+  return [text[a:b] for a, b in zip(starts, ends)]
+
+
 def parse_override(text: str) -> Override:
   """Parses `section.key=value`; the value is read as YAML (`3`, `true`, `null`, `'x'`)."""
   source = f"override '{text}'"

@@ -187,6 +187,22 @@ def test_flags_override_yaml(params_file):
                                    use_cs=False)
 
 
+def test_one_params_override_flag_may_carry_several(params_file):
+  """Model Garden's `--params_override a.b=1,c.d=2` was one override whose value swallowed
+  the rest ("train_input.data_dir=/x,eval_input.data_dir=/y" set one path with a comma in
+  it). A comma splits only where SECTION.KEY= follows it: a glob's {a,b} and a YAML list
+  keep theirs."""
+  params, _ = cli.load(["run.py", "--params", params_file, "--params_override",
+                        "model.hidden_size=32, train_input.batch_size=4,"
+                        "train_input.vocab_file=d/{a,b}.txt,optimizer.learning_rate="
+                        "[{scheduler: Linear, steps: 5, initial_learning_rate: 0.0, "
+                        "end_learning_rate: 0.1}, {scheduler: Constant, learning_rate: 0.1}]"])
+  assert params["model"]["hidden_size"] == 32 and params["train_input"]["batch_size"] == 4
+  assert params["train_input"]["vocab_file"].endswith("d/{a,b}.txt")
+  assert [seg["scheduler"] for seg in params["optimizer"]["learning_rate"]] == \
+      ["Linear", "Constant"]
+
+
 def test_multireplica_flag_overrides_the_yaml_strategy(params_file):
   with open(params_file, "a") as fh:
     fh.write("csconfig:\n  execution_strategy: pipelined\n")
