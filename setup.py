@@ -18,6 +18,7 @@ setup(
         "absl-py",
         "pyyaml",
         "matplotlib",               # wafer placement and scaling pictures
+        "h5py",                     # modelzoo's HDF5 datasets (TensorFlow requires it too)
         "sacrebleu",                # BLEU of the Transformer's detokenized translations
     ],
     extras_require={

@@ -125,7 +125,13 @@ def make_fixtures(tmp):
   (tmp / "config.json").write_text('{"model_type": "llama", "hidden_size": 4096, '
                                    '"num_hidden_layers": 32, "vocab_size": 32000}')
   (tmp / "gpt2_vocab.json").write_text('{"hello": 0, "world": 1, "<|endoftext|>": 2}')
-  (tmp / "owt.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)))
+  (tmp / "owt.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)))  # cut short
+  import h5py  # pylint: disable=import-outside-toplevel  # only for these fixtures
+  (tmp / "owt_128").mkdir()  # modelzoo's HDF5 data_dir, preprocessed for 128 tokens
+  with h5py.File(tmp / "owt_128" / "data-00000.h5", "w") as f:
+    f.create_dataset("data", data=[[[7] * 128, [1] * 128, [7] * 128]] * 4, dtype="i4")
+  with h5py.File(tmp / "tokens.h5", "w") as f:  # another program's HDF5 layout
+    f.create_dataset("input_ids", data=[[7] * 64] * 4, dtype="i4")
   with open(VOCAB, encoding="utf-8") as f:
     vocab = f.read().splitlines()
   (tmp / "vocab_200.txt").write_text("\n".join(vocab[:200]) + "\n")

@@ -45,7 +45,7 @@ def test_each_format_is_told_from_its_first_bytes(tmp_path):
 
   assert kind("a.tfrecord") == (formats.TFRECORD, "TFRecords", {"input_ids": 7, "labels": 1}, "")
   assert kind("text.txt").kind == kind("utf8.txt").kind == formats.TEXT
-  assert kind("data.h5") == (formats.BINARY, "HDF5", None, "")
+  assert kind("data.h5") == (formats.HDF5, "HDF5", None, "")
   assert kind("blob.bin").kind == kind("latin1.txt").kind == kind("bad_len.tfrecord").kind \
       == formats.BINARY
   assert kind("empty.txt").kind == formats.EMPTY

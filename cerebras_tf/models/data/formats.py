@@ -16,9 +16,10 @@ from google.protobuf.message import DecodeError
 
 from cerebras_tf.errors import DataError
 
-TFRECORD, TEXT, BINARY, EMPTY = "TFRecord", "text", "binary", "empty"
+TFRECORD, TEXT, HDF5, BINARY, EMPTY = "TFRecord", "text", "HDF5", "binary", "empty"
 _GZIP = b"\x1f\x8b"
-_MAGIC = ((b"\x89HDF\r\n\x1a\n", "HDF5"), (b"\x93NUMPY", "a NumPy .npy array"),
+_HDF5 = b"\x89HDF\r\n\x1a\n"
+_MAGIC = ((b"\x93NUMPY", "a NumPy .npy array"),
           (b"PK\x03\x04", "a zip archive (.npz?)"), (_GZIP, "gzip-compressed data"),
           (b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))
 _MAX_RECORD = 1 << 31  # a larger first record is not a record
@@ -27,7 +28,7 @@ CHECKED_LINES = 1000  # lines of a text file an input checks up front (the rest 
 
 
 class FileKind(NamedTuple):
-  """kind: TFRECORD | TEXT | BINARY | EMPTY; what: a phrase for messages ("HDF5");
+  """kind: TFRECORD | TEXT | HDF5 | BINARY | EMPTY; what: a phrase for messages ("HDF5");
   lengths: feature name -> number of values in the first record (TFRecords of Examples);
   compression: TFRecordDataset's compression_type ("GZIP" for TFX's *.gz records, else "")."""
   kind: str
@@ -75,6 +76,8 @@ def probe(path: str, read_example: bool = True) -> FileKind:
     gz = _gzip_records(path, read_example)
     if gz is not None:
       return gz
+  if head.startswith(_HDF5):
+    return FileKind(HDF5, "HDF5")
   for magic, what in _MAGIC:
     if head.startswith(magic):
       return FileKind(BINARY, what)

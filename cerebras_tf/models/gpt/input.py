@@ -8,7 +8,9 @@ cut into windows; inputs are window[:-1], labels window[1:].
 Records: `file_pattern` files in Cerebras modelzoo's GPT-2 TFRecord format (input_ids,
 input_mask, labels: [S] int64 each; input_mask 1 on real tokens), read as written: the ids
 are the user's tokenizer's, so no vocab is read; model.vocab_size must cover them.
-The first record of the first file says which. `synthetic: true` gives random tokens of the
+HDF5: `file_pattern` files in modelzoo's HDF5 layout (`data`: [examples, 3, S] of
+input_ids, attention_mask, labels; `models/data/hdf5.py`), read the same way.
+The first bytes of the first file say which. `synthetic: true` gives random tokens of the
 same shapes (for compile-only runs of models far too big to train here).
 """
 
@@ -19,7 +21,7 @@ import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
-from cerebras_tf.models.data import acquire, formats
+from cerebras_tf.models.data import acquire, formats, hdf5
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -31,21 +33,32 @@ def _section(params, mode):
 UNK = "[UNK]"
 # Cerebras modelzoo's GPT-2 TFRecords: every feature holds max_sequence_length int64s.
 RECORD_FEATURES = ("input_ids", "input_mask", "labels")
+# Modelzoo's GPT HDF5 names the mask attention_mask (1 on the tokens the loss counts).
+HDF5_FEATURES = ("input_ids", "attention_mask", "labels")
 
 
 def _data_files(section, split: str, section_name: str):
   """The files to train on and what they hold (formats.FileKind): `file_pattern` (the
-  user's own text or records), else the prepared corpus `<data_dir>/bert_pretrain/<split>.txt`."""
+  user's own text, records or HDF5), else modelzoo's `<data_dir>/*.h5`, else the prepared
+  corpus `<data_dir>/bert_pretrain/<split>.txt`."""
   pattern = section.get("file_pattern")
   if pattern:
     found = sorted(tf.io.gfile.glob(pattern))
     kind = formats.probe_files(found, f"{section_name}.file_pattern ({pattern})")
-    if kind.kind not in (formats.TEXT, formats.TFRECORD):
+    if kind.kind not in (formats.TEXT, formats.TFRECORD, formats.HDF5):
       raise DataError(f"{found[0]} is {kind.what}: GPT reads text files (one passage per "
-                      f"line) or modelzoo GPT-2 TFRecords ({', '.join(RECORD_FEATURES)}); "
-                      f"convert it to one of them")
+                      f"line), modelzoo GPT-2 TFRecords ({', '.join(RECORD_FEATURES)}) or "
+                      f"modelzoo HDF5; convert it to one of them")
     return found, kind
-  path = os.path.join(section.get("data_dir") or "", "bert_pretrain", f"{split}.txt")
+  data_dir = section.get("data_dir") or ""
+  shards = sorted(tf.io.gfile.glob(os.path.join(data_dir, "*.h5"))) if data_dir else []
+  if shards:  # a modelzoo data_dir: its preprocessing's HDF5 shards
+    kind = formats.probe_files(shards, f"{section_name}.data_dir ({data_dir})")
+    if kind.kind != formats.HDF5:
+      raise DataError(f"{shards[0]} is {kind.what}, not HDF5 as its name says; rename it or "
+                      f"set {section_name}.file_pattern")
+    return shards, kind
+  path = os.path.join(data_dir, "bert_pretrain", f"{split}.txt")
   if not tf.io.gfile.exists(path):
     raise DataError(f"GPT text file not found: {path}; run `{acquire.PREPARE} "
                     f"--datasets vocab,bert_pretrain`, or set train_input.data_dir or "
@@ -84,23 +97,55 @@ def _record_spec(path: str, lengths, seq: int, section_name: str):
   return {k: tf.io.FixedLenFeature([seq], tf.int64) for k in RECORD_FEATURES}
 
 
-def _record_dataset(files, spec, section, training, seed, input_context, batch,
-                    compression: str = ""):
-  """Modelzoo GPT-2 records -> (token_ids, padding_mask), labels batches."""
+def _record_dataset(files, spec, input_context, compression: str = ""):
+  """Modelzoo GPT-2 records -> serialized Examples and their decoder."""
   ds = tf.data.TFRecordDataset(files, compression_type=compression)
   if input_context is not None:
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-  if training:
-    ds = ds.shuffle(int(section.get("shuffle_buffer") or 1000), seed=seed)
-    if section.get("repeat", True):
-      ds = ds.repeat()
 
   def decode(serialized):
     ex = {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(serialized, spec).items()}
     return {"token_ids": ex["input_ids"], "padding_mask": ex["input_mask"]}, ex["labels"]
+  return ds, decode
 
-  ds = ds.batch(batch, drop_remainder=training)  # eval and predict see every record
+
+def _tokenized(ds, decode, section, training, seed, batch):
+  """Already tokenized examples (records or HDF5 rows) -> (token_ids, padding_mask), labels
+  batches; `decode` maps a batch of them."""
+  if training:
+    ds = ds.shuffle(int(section.get("shuffle_buffer") or 1000), seed=seed)
+    if section.get("repeat", True):
+      ds = ds.repeat()
+  ds = ds.batch(batch, drop_remainder=training)  # eval and predict see every example
   return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def _hdf5_dataset(files, section, section_name, seq, input_context):
+  """Modelzoo HDF5 (`data`: [examples, features, S]) -> rows as the records give them."""
+  shape = hdf5.layout(files)
+  missing = [k for k in HDF5_FEATURES if k not in shape.features]
+  if missing:
+    raise DataError(f"{files[0]} holds HDF5 features {', '.join(shape.features)}, not the "
+                    f"modelzoo GPT features {', '.join(HDF5_FEATURES)}; write those, or give "
+                    f"text files")
+  if shape.seq != seq:
+    raise DataError(f"{files[0]} holds GPT examples of {shape.seq} tokens but {section_name}."
+                    f"max_sequence_length is {seq}: set it to {shape.seq}, or point "
+                    f"file_pattern at data written for {seq}")
+  unused = [k for k in shape.features if k not in HDF5_FEATURES]
+  if unused:  # modelzoo's VSL packing: several sequences a row, kept apart by these
+    tf.compat.v1.logging.warning(
+        "%s: HDF5 features %s are not read; packed sequences in one row attend to each "
+        "other", files[0], ", ".join(unused))
+  ds = hdf5.dataset(files, shape)
+  if input_context is not None:
+    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+
+  def decode(rows):
+    ex = hdf5.columns(rows, shape)
+    return ({"token_ids": ex["input_ids"], "padding_mask": ex["attention_mask"]},
+            ex["labels"])
+  return ds, decode
 
 
 def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
@@ -119,8 +164,11 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     paths, kind = _data_files(section, split, section_name)
     if kind.kind == formats.TFRECORD:
       spec = _record_spec(paths[0], kind.lengths, seq, section_name)
-      return _record_dataset(paths, spec, section, training, seed, input_context, batch,
-                             kind.compression)
+      ds, decode = _record_dataset(paths, spec, input_context, kind.compression)
+      return _tokenized(ds, decode, section, training, seed, batch)
+    if kind.kind == formats.HDF5:
+      ds, decode = _hdf5_dataset(paths, section, section_name, seq, input_context)
+      return _tokenized(ds, decode, section, training, seed, batch)
     vocab = section.get("vocab_file") or os.path.join(section.get("data_dir") or "", "vocab",
                                                       "bert_uncased_vocab.txt")
     if not tf.io.gfile.exists(vocab):

@@ -179,3 +179,87 @@ def test_tokenized_records_in_modelzoo_format_are_read_as_written(tmp_path, opti
   with pytest.raises(DataError, match=r"owt_0.tfrecords holds GPT records of 4 tokens but "
                                       r"train_input.max_sequence_length is 8: set it to 4"):
     input_lib.input_fn(params)
+
+
+def _modelzoo_hdf5(path, rows, features=None):
+  """Cerebras modelzoo's GPT HDF5: one `data` dataset [examples, 3, S] (input_ids,
+  attention_mask, labels unless data_params.json names them otherwise)."""
+  import h5py  # pylint: disable=import-outside-toplevel
+  import json  # pylint: disable=import-outside-toplevel
+  path.parent.mkdir(exist_ok=True)
+  with h5py.File(path, "w") as f:
+    f.attrs["n_examples"] = len(rows)
+    f.create_dataset("data", data=np.asarray(rows, np.int32), compression="gzip")
+  if features:
+    (path.parent / "data_params.json").write_text(json.dumps({"features": features}))
+
+
+def test_modelzoo_hdf5_is_read_as_written_and_resumes_where_it_stopped(tmp_path):
+  """Modelzoo's own data format (HDF5 from its preprocessing) was refused ("convert it").
+  Its data_dir of *.h5 shards is read as written, in file order, with the feature order of
+  data_params.json; the pipeline saves its position like TFRecords do (a from_generator
+  source could not, and a resumed run would repeat batches)."""
+  from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  def example(i):  # ids, mask, labels; every third example padded after two tokens
+    ids = [10 * i + k for k in range(1, 5)]
+    mask = [1, 1, 0, 0] if i % 3 == 2 else [1, 1, 1, 1]
+    return ids, mask, [t * m for t, m in zip(ids[1:] + [10 * i + 5], mask)]
+  _modelzoo_hdf5(tmp_path / "train" / "data-00000.h5", [example(i) for i in range(3)])
+  _modelzoo_hdf5(tmp_path / "train" / "data-00001.h5", [example(i) for i in range(3, 5)])
+  # A data_params.json that puts labels first: read by name, not by position.
+  _modelzoo_hdf5(tmp_path / "eval" / "data-00000.h5",
+                 [(l, i, m) for i, m, l in map(example, range(5))],
+                 ["labels", "input_ids", "attention_mask"])
+  params = {"train_input": {"data_dir": str(tmp_path / "train"), "max_sequence_length": 4,
+                            "batch_size": 2, "shuffle_buffer": 1},
+            "eval_input": {"data_dir": str(tmp_path / "eval"), "max_sequence_length": 4,
+                           "batch_size": 2},
+            "model": {"vocab_size": 100}, "runconfig": {"tf_random_seed": 1}}
+  want = [example(i) for i in range(5)]
+  batches = list(input_lib.input_fn(params, tf.estimator.ModeKeys.EVAL))
+  assert [len(b[1]) for b in batches] == [2, 2, 1]  # all five, the last batch partial
+  got = [(f["token_ids"].numpy().tolist(), f["padding_mask"].numpy().tolist(), l.numpy().tolist())
+         for f, l in batches]
+  assert [tuple(col[r] for col in g) for g in got for r in range(len(g[0]))] == \
+      [tuple(map(list, w)) for w in want]
+  # Training repeats and resumes: a checkpointed iterator goes on at the same example.
+  train = input_lib.input_fn(params)
+  it = iter(train)
+  first = [next(it)[0]["token_ids"].numpy().tolist() for _ in range(2)]
+  assert first == [[want[0][0], want[1][0]], [want[2][0], want[3][0]]]
+  ckpt = tf.train.Checkpoint(it=it)
+  saved = ckpt.save(str(tmp_path / "pos"))
+  after = [next(it)[0]["token_ids"].numpy().tolist() for _ in range(2)]
+  assert after == [[want[4][0], want[0][0]], [want[1][0], want[2][0]]]  # across the epoch
+  it2 = iter(input_lib.input_fn(params))
+  tf.train.Checkpoint(it=it2).restore(saved)
+  assert [next(it2)[0]["token_ids"].numpy().tolist() for _ in range(2)] == after
+  params["train_input"]["max_sequence_length"] = 8
+  with pytest.raises(DataError, match=r"data-00000.h5 holds GPT examples of 4 tokens but "
+                                      r"train_input.max_sequence_length is 8: set it to 4"):
+    input_lib.input_fn(params)
+
+
+def test_modelzoo_hdf5_layouts_that_are_not_gpt_data_are_named(tmp_path, caplog):
+  """Shards of two preprocessing runs, a mask-less layout, and modelzoo's VSL layout."""
+  from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  _modelzoo_hdf5(tmp_path / "mixed" / "a.h5", [[[1] * 4] * 3])
+  _modelzoo_hdf5(tmp_path / "mixed" / "b.h5", [[[1] * 8] * 3])
+  _modelzoo_hdf5(tmp_path / "two" / "a.h5", [[[1] * 4] * 2], ["input_ids", "labels"])
+  _modelzoo_hdf5(tmp_path / "vsl" / "a.h5", [[[1] * 4] * 5] * 2,
+                 ["input_ids", "attention_mask", "labels", "attention_span", "position_ids"])
+  def params(d):
+    return {"train_input": {"file_pattern": str(tmp_path / d / "*.h5"), "batch_size": 2,
+                            "max_sequence_length": 4}, "model": {"vocab_size": 10}}
+  with pytest.raises(DataError, match=r"HDF5 files differ: .*a.h5 holds .* x 4 \(int32\), "
+                                      r".*b.h5 .* x 8 \(int32\); narrow the pattern"):
+    input_lib.input_fn(params("mixed"))
+  with pytest.raises(DataError, match=r"holds HDF5 features input_ids, labels, not the "
+                                      r"modelzoo GPT features input_ids, attention_mask, labels"):
+    input_lib.input_fn(params("two"))
+  with caplog.at_level("WARNING"):
+    features, _ = next(iter(input_lib.input_fn(params("vsl"))))
+  assert features["token_ids"].shape == (2, 4)
+  assert "attention_span, position_ids are not read" in caplog.text
