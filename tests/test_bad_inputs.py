@@ -102,6 +102,9 @@ def make_fixtures(tmp):
   (tmp / "corrupt.tfrecord").write_bytes(head + b"\x00garbage" * 512)
   (tmp / "reviews_5.tsv").write_text("a good film\t4\na dull plot\t3\n")  # five classes
   (tmp / "reviews.csv").write_text("sentence,label\na good film,1\na dull plot,0\n")
+  (tmp / "cola.tsv").write_text("gj04\t1\t\tThe cat sat.\ngj04\t0\t*\tCat the sat.\n")
+  (tmp / "nli.tsv").write_text("sentence1\tsentence2\tgold_label\na cat\ta dog\tneutral\n"
+                               "a cat\ta cat\tentailment\nbig\tsmall\tcontradiction\n")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel  # only for this fixture
   with tf.io.TFRecordWriter(str(tmp / "other_features.tfrecord")) as writer:
     for i in range(64):  # a user's own reviews, named "text" (the input reads "sentence")

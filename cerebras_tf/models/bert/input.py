@@ -9,8 +9,8 @@ Data contract (written by scripts/prepare_data.py):
   next_sentence_labels [1]), read as written: the masks were drawn when they were written.
   The first record of the first file says which.
   <data_dir>/rotten_tomatoes/{train,dev,test}.tfrecord  sentence (bytes), label (int64)
-  or, for classification, tab-separated text: sentence<TAB>label a line (further columns
-  between them are ignored; a first line whose label is not a number is a header)
+  or, for classification, tab-separated text as GLUE ships it: sentence<TAB>label or
+  sentence1<TAB>sentence2<TAB>label a line, or a header naming the columns (glue.py)
   <data_dir>/vocab/bert_uncased_vocab.txt               WordPiece vocab, one token a line
 
 Params section (`train_input` / `eval_input`, keys of cerebras_tf.params plus BERT's own):
@@ -35,7 +35,6 @@ Output: (features, labels)
 """
 
 import os
-import re
 from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
@@ -43,6 +42,7 @@ import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
+from cerebras_tf.models.bert import glue
 from cerebras_tf.models.data import acquire, formats
 
 ModeKeys = tf.estimator.ModeKeys
@@ -221,33 +221,30 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
                   if kind.kind == formats.TEXT else f"{files[0]} is {kind.what}: {todo}")
 
 
-def _tsv_headers(files, section_name: str) -> list:
-  """1 for each tab-separated file that starts with a header (its label column is not a
-  number: GLUE's `sentence<TAB>label`), else 0. Refuses a file whose first lines are not
-  sentence<TAB>integer label, naming the file and line."""
-  skips = []
-  for path in files:
-    skip = 0
-    for number, fields in formats.tsv_head(path):
-      if len(fields) >= 2 and re.fullmatch(r"-?\d+", fields[-1].strip()):
-        continue
-      if number == 1 and len(fields) >= 2:
-        skip = 1  # a header
-        continue
-      raise DataError(f"{path}:{number} is not sentence<TAB>label (an integer class): BERT "
-                      f"classification reads tab-separated lines, the sentence first and "
-                      f"the label last, with an optional header; fix the file or "
-                      f"{section_name}.file_pattern")
-    skips.append(skip)
-  return skips
+def _label_names(params, files, training: bool, num_classes: int):
+  """The class names of word labels, in id order, from train_input's files (so train and
+  eval number them alike; eval's own files when train_input reads records); None for
+  integer labels. Refuses more classes than model.num_classes."""
+  train = params.get("train_input") or {}
+  own = files
+  if not training and train.get("file_pattern"):
+    found = sorted(tf.io.gfile.glob(train["file_pattern"]))
+    if found and formats.probe(found[0], read_example=False).kind == formats.TEXT:
+      own = found
+  names = glue.label_names(own)
+  if names is not None and len(names) > num_classes:
+    raise DataError(f"{own[0]} labels its examples with {len(names)} words ("
+                    f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''}) but "
+                    f"model.num_classes is {num_classes}: set it to {len(names)}")
+  return names
 
 
-def _records(files, section, training, seed, input_context, tsv: bool = False,
+def _records(files, section, training, seed, input_context, skips=None,
              compression: str = ""):
   """Sharded, then (by default in training) shuffled and repeated serialized examples (or,
-  with `tsv`, the files' lines, headers skipped); `compression`: "GZIP" for gzipped records."""
-  if tsv:
-    skips = _tsv_headers(files, "train_input" if training else "eval_input")
+  given `skips`, the lines of text files, skipping that many at the start of each: headers);
+  `compression`: "GZIP" for gzipped records."""
+  if skips is not None:
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(skips, tf.int64)))
     ds = ds.interleave(lambda f, k: tf.data.TextLineDataset(f).skip(k), cycle_length=1)
     ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
@@ -353,21 +350,26 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   if task == "classification":
     files, kind = _files(section, "rotten_tomatoes", "train" if training else "dev",
                          section_name, task)
-    tsv = kind.kind == formats.TEXT
     num_classes = int((params.get("model") or {}).get("num_classes") or 2)
+    skips = names = None
+    if kind.kind == formats.TEXT:  # GLUE-style TSV: its columns, its label words
+      shape, skips = glue.layout(files, section_name)
+      names = _label_names(params, files, training, num_classes)
     spec = {"sentence": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
 
     @graph_fn
     def encode(rows):
-      if tsv:  # sentence<TAB>...<TAB>label: before the first tab, after the last
-        sentence = tf.strings.regex_replace(rows, "\t.*$", "")
-        label = tf.strings.to_number(tf.strings.strip(tf.strings.regex_replace(rows, "^.*\t",
-                                                                               "")), tf.int32)
+      if skips is not None:
+        texts, label = glue.parse(rows, shape, names)
       else:
         ex = tf.io.parse_example(rows, spec)
-        sentence, label = ex["sentence"], tf.cast(ex["label"], tf.int32)
-      packed, segments = pack_single(tokenize(tokenizer, sentence), msl, ids[CLS], ids[SEP])
+        texts, label = [ex["sentence"]], tf.cast(ex["label"], tf.int32)
+      if len(texts) == 2:  # a pair: [CLS] a [SEP] b [SEP], segments 0 and 1
+        packed, segments = pack_pair(tokenize(tokenizer, texts[0]),
+                                     tokenize(tokenizer, texts[1]), msl, ids[CLS], ids[SEP])
+      else:
+        packed, segments = pack_single(tokenize(tokenizer, texts[0]), msl, ids[CLS], ids[SEP])
       token_ids, padding_mask = _pad(packed, msl, static_batch)
       segment_ids, _ = _pad(segments, msl, static_batch)
       # A label the classifier has no row for failed deep in the loss's gradient
@@ -376,14 +378,18 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
           label, num_classes, message=f"a label in {section_name}'s data is outside [0, "
           f"{num_classes}): set model.num_classes to the number of classes (labels 0 to "
           f"num_classes - 1)")
-      with tf.control_dependencies([in_range, tf.debugging.assert_non_negative(label)]):
+      known = tf.debugging.assert_non_negative(label, message=(
+          f"a label in {section_name}'s data is not one of the training data's labels "
+          f"({', '.join(names)})" if names else f"a label in {section_name}'s data is "
+          f"negative: classes are 0 to num_classes - 1"))
+      with tf.control_dependencies([in_range, known]):
         label = tf.identity(label)
       if static_batch:
         label.set_shape([static_batch])
       return ({"token_ids": token_ids, "segment_ids": segment_ids,
                "padding_mask": padding_mask, "label": label}, label)
 
-    ds = _records(files, section, training, seed, input_context, tsv=tsv,
+    ds = _records(files, section, training, seed, input_context, skips=skips,
                   compression=kind.compression)
     ds = ds.batch(batch_size, drop_remainder=training)
     ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)

@@ -435,9 +435,87 @@ class InputPipelineTest(base.BertTestCase):
         self.assertAllEqual(a[k], b[k])
     with open(tsv, "a", encoding="utf-8") as f:
       f.write("a line, with a comma, 1\n")
-    with self.assertRaisesRegex(DataError, rf"dev.tsv:{len(rows) + 2} is not sentence<TAB>label "
-                                           r"\(an integer class\)"):
+    with self.assertRaisesRegex(DataError, rf"dev.tsv:{len(rows) + 2} has 1 tab-separated "
+                                           r"field\(s\) where the file's header has 2"):
       input_lib.input_fn(params, EVAL)
+
+  def write_tsv(self, name, text):
+    path = os.path.join(self.get_temp_dir(), name)
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(text)
+    return path
+
+  def test_glue_pair_tasks_read_their_columns_and_label_words(self):
+    """GLUE's pair tasks trained on the wrong column, silently: QQP's `id` was read as the
+    sentence (the text before the first tab) and its question pair ignored. The header's
+    names choose the columns (QQP, MRPC's label first, RTE's word labels numbered in sorted
+    order, google-bert's), a pair packs as [CLS] a [SEP] b [SEP] with segments 0 and 1, and
+    all three layouts give the same batches for the same rows."""
+    data_dir = self.make_data_dir()
+    pairs = [("good movie", "the plot", "entailment"), ("a dull film", "it ran", "not_entailment"),
+             ("great fun", "a bird flew", "entailment"), ("bad plot", "the cat sat", "entailment")]
+    rte = self.write_tsv("rte.tsv", "index\tsentence1\tsentence2\tlabel\n" + "".join(
+        f"{i}\t{a}\t{b}\t{l}\n" for i, (a, b, l) in enumerate(pairs)))
+    qqp = self.write_tsv("qqp.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n" +
+                         "".join(f"{70 + i}\t{i}\t{i}\t{a}\t{b}\t{int(l != 'entailment')}\n"
+                                 for i, (a, b, l) in enumerate(pairs)))
+    mrpc = self.write_tsv("mrpc.tsv", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" +
+                          "".join(f"{int(l != 'entailment')}\t{i}\t{i}\t{a}\t{b}\n"
+                                  for i, (a, b, l) in enumerate(pairs)))
+    bare = self.write_tsv("bare.tsv", "".join(  # no header: a pair, then an integer label
+        f"{a}\t{b}\t{int(l != 'entailment')}\n" for a, b, l in pairs))
+    params = base.tiny_params(data_dir, task="classification")
+    params["eval_input"].update(batch_size=4, max_sequence_length=12)
+    ids = {t: i for i, t in enumerate(base.VOCAB)}
+    got = {}
+    for name, path in (("rte", rte), ("qqp", qqp), ("mrpc", mrpc), ("bare", bare)):
+      params["eval_input"]["file_pattern"] = path
+      got[name] = self.take(input_lib.input_fn, params, EVAL, 1)[0]
+    features, labels = got["rte"]
+    self.assertAllEqual(labels, [0, 1, 0, 0])  # entailment < not_entailment
+    first = [ids[t] for t in ("[CLS]", "good", "movie", "[SEP]", "the", "plot", "[SEP]")]
+    self.assertAllEqual(features["token_ids"][0][:7], first)
+    self.assertAllEqual(features["segment_ids"][0][:8], [0, 0, 0, 0, 1, 1, 1, 0])
+    for name in ("qqp", "mrpc", "bare"):
+      self.assertAllEqual(got[name][1], labels)
+      for k in features:
+        self.assertAllEqual(got[name][0][k], features[k])
+
+  def test_label_words_are_numbered_by_the_training_files(self):
+    """Eval numbers word labels as training did (its own file may hold fewer classes); a
+    word training never saw, more words than model.num_classes, and CoLA's header-less four
+    columns are each one line."""
+    data_dir = self.make_data_dir()
+    header = "sentence1\tsentence2\tgold_label\n"
+    train = self.write_tsv("mnli_train.tsv", header + "a cat\tthe dog\tneutral\n"
+                           "a cat\ta cat\tentailment\nbig\tsmall\tcontradiction\n")
+    dev = self.write_tsv("mnli_dev.tsv", header + "a cat\ta cat\tentailment\n")
+    params = base.tiny_params(data_dir, task="classification", num_classes=3)
+    params["train_input"]["file_pattern"] = train
+    params["eval_input"].update(file_pattern=dev, batch_size=1)
+    self.assertAllEqual(self.take(input_lib.input_fn, params, EVAL, 1)[0][1], [1])
+    self.write_tsv("mnli_dev.tsv", header + "a cat\ta cat\tentailed\n")
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r"a label in eval_input.*s data is not one of the training "
+                                r"data.*s labels \(contradiction, entailment, neutral\)"):
+      self.take(input_lib.input_fn, params, EVAL, 1)
+    params["model"]["num_classes"] = 2
+    with self.assertRaisesRegex(DataError, r"mnli_train.tsv labels its examples with 3 words "
+                                           r"\(contradiction, entailment, neutral\) but "
+                                           r"model.num_classes is 2: set it to 3"):
+      input_lib.input_fn(params, TRAIN)
+    params["train_input"]["file_pattern"] = self.write_tsv(
+        "cola.tsv", "gj04\t1\t\tThe cat sat.\ngj04\t0\t*\tCat the sat.\n")
+    with self.assertRaisesRegex(DataError, r"cola.tsv:1 is not sentence<TAB>label or "
+                                           r"sentence1<TAB>sentence2<TAB>label: .* \(4 columns "
+                                           r"here\); give the file a header naming its columns"):
+      input_lib.input_fn(params, TRAIN)
+    # Word labels without a header: line 1 is data, not a header to skip.
+    params["eval_input"]["file_pattern"] = self.write_tsv(
+        "words.tsv", "a good movie\tpositive\na bad film\tnegative\n")
+    params["train_input"]["file_pattern"] = params["eval_input"]["file_pattern"]
+    params["eval_input"]["batch_size"] = 2
+    self.assertAllEqual(self.take(input_lib.input_fn, params, EVAL, 1)[0][1], [1, 0])
 
 
 def write_google_bert_records(path, inputs):
