@@ -10,6 +10,10 @@ lookup table's TextFileInitializer registers it), so the export directory is sel
     loaded = tf.saved_model.load(path)
     loaded.signatures["serving_default"](sentences=tf.constant(["a fine film"]))
     # -> {"probabilities": [1, C] float32, "predictions": [1] int32}
+
+A classifier trained on sentence pairs (GLUE's RTE, MRPC, QQP as TSV) serves pairs: a second
+input `sentences_b`, packed [CLS] a [SEP] b [SEP] as training packed them. One trained on word
+labels also returns `classes`, the label words ([1] string).
 """
 
 import os
@@ -21,6 +25,7 @@ from cerebras_tf.errors import ConfigError
 from cerebras_tf.models.bert import input as input_lib
 
 SENTENCES = "sentences"
+SENTENCES_B = "sentences_b"  # the pair's second text, for a classifier trained on pairs
 
 
 def serving_input_receiver_fn(params: Mapping[str, Any]):
@@ -38,10 +43,19 @@ def serving_input_receiver_fn(params: Mapping[str, Any]):
   tokenizer = input_lib.make_tokenizer(vocab_file, ids[input_lib.UNK],
                                        bool(section.get("do_lower", True)))
   sentences = tf.compat.v1.placeholder(tf.string, [None], name=SENTENCES)
-  packed, segments = input_lib.pack_single(input_lib.tokenize(tokenizer, sentences), msl,
-                                           ids[input_lib.CLS], ids[input_lib.SEP])
+  receivers = {SENTENCES: sentences}
+  columns, _ = input_lib.classification_text(params)
+  if columns == 2:  # trained on pairs (RTE, MRPC, QQP): serve pairs
+    receivers[SENTENCES_B] = tf.compat.v1.placeholder(tf.string, [None], name=SENTENCES_B)
+    packed, segments = input_lib.pack_pair(
+        input_lib.tokenize(tokenizer, sentences),
+        input_lib.tokenize(tokenizer, receivers[SENTENCES_B]), msl, ids[input_lib.CLS],
+        ids[input_lib.SEP])
+  else:
+    packed, segments = input_lib.pack_single(input_lib.tokenize(tokenizer, sentences), msl,
+                                             ids[input_lib.CLS], ids[input_lib.SEP])
   token_ids, padding_mask = input_lib._pad(packed, msl, None)  # pylint: disable=protected-access
   segment_ids, _ = input_lib._pad(segments, msl, None)  # pylint: disable=protected-access
   features = {"token_ids": token_ids, "segment_ids": segment_ids,
               "padding_mask": padding_mask}
-  return tf.estimator.export.ServingInputReceiver(features, {SENTENCES: sentences})
+  return tf.estimator.export.ServingInputReceiver(features, receivers)

@@ -35,7 +35,7 @@ Output: (features, labels)
 """
 
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 import tensorflow_text as tft
@@ -221,16 +221,31 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
                   if kind.kind == formats.TEXT else f"{files[0]} is {kind.what}: {todo}")
 
 
+def _train_tsv(params) -> Optional[List[str]]:
+  """train_input's files when they are tab-separated text, else None."""
+  pattern = (params.get("train_input") or {}).get("file_pattern")
+  found = sorted(tf.io.gfile.glob(pattern)) if pattern else []
+  if found and formats.probe(found[0], read_example=False).kind == formats.TEXT:
+    return found
+  return None
+
+
+def classification_text(params) -> Tuple[int, Optional[Tuple[str, ...]]]:
+  """What the classifier was trained to read: (text columns, 1 or a pair's 2; the label words
+  in class-id order, or None for integer labels), from train_input's TSV files; (1, None)
+  when it trains on records. Serving and predictions use it."""
+  files = _train_tsv(params)
+  if files is None:
+    return 1, None
+  shape, _ = glue.layout(files, "train_input")
+  return len(shape.text), glue.label_names(files)
+
+
 def _label_names(params, files, training: bool, num_classes: int):
   """The class names of word labels, in id order, from train_input's files (so train and
   eval number them alike; eval's own files when train_input reads records); None for
   integer labels. Refuses more classes than model.num_classes."""
-  train = params.get("train_input") or {}
-  own = files
-  if not training and train.get("file_pattern"):
-    found = sorted(tf.io.gfile.glob(train["file_pattern"]))
-    if found and formats.probe(found[0], read_example=False).kind == formats.TEXT:
-      own = found
+  own = files if training else (_train_tsv(params) or files)
   names = glue.label_names(own)
   if names is not None and len(names) > num_classes:
     raise DataError(f"{own[0]} labels its examples with {len(names)} words ("

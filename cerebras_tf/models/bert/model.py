@@ -20,6 +20,7 @@ from typing import Any, Dict, Mapping, Optional
 import tensorflow as tf
 
 from cerebras_tf.models.bert import heads
+from cerebras_tf.models.bert import input as input_lib
 from cerebras_tf.models.bert import modeling
 from cerebras_tf.models import optimization
 from cerebras_tf.runtime import checkpoints
@@ -157,6 +158,10 @@ def model_fn(features, labels, mode, params):
     if model_params.get("predict_all_outputs"):
       keys = [k for k, v in everything.items() if v.shape.rank and v.shape.rank > 0]
     preds = {k: everything[k] for k in keys}
+    if task == CLASSIFICATION:
+      _, names = input_lib.classification_text(params)
+      if names:  # trained on word labels (RTE's entailment): serve them too
+        preds["classes"] = tf.gather(tf.constant(list(names)), t["predictions"])
     # export_saved_model's signature: the same tensors (probabilities for a classifier).
     export = {tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
               tf.estimator.export.PredictOutput(preds)}

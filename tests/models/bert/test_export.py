@@ -59,6 +59,39 @@ class ExportTest(base.BertTestCase):
     self.assertAllEqual(preds, probs.argmax(-1))
     self.assertAllClose(probs, expected, atol=1e-5)  # same tokenization, same weights
 
+  def test_a_pair_classifier_serves_pairs_and_its_label_words(self):
+    """A classifier fine-tuned on GLUE-style pairs (RTE's sentence1, sentence2, word labels)
+    exported a single-sentence signature: served one text, it scored inputs it was never
+    trained on. It serves `sentences` and `sentences_b`, packed as training packed them,
+    and returns the label words (`classes`) beside their ids."""
+    data_dir = self.make_data_dir()
+    rows = [("a good movie", "the plot", "entailment"), ("a dull film", "it ran", "not_entailment"),
+            ("great fun", "a bird flew", "entailment"), ("bad plot", "a cat sat", "not_entailment")]
+    tsv = os.path.join(self.get_temp_dir(), "rte.tsv")
+    with open(tsv, "w", encoding="utf-8") as f:
+      f.write("index\tsentence1\tsentence2\tlabel\n" + "".join(
+          f"{i}\t{a}\t{b}\t{l}\n" for i, (a, b, l) in enumerate(rows * 4)))
+    params = base.tiny_params(data_dir, task="classification")
+    params["train_input"]["file_pattern"] = tsv
+    params["eval_input"].update(file_pattern=tsv, batch_size=4)
+    model_dir = os.path.join(self.get_temp_dir(), "pair_model")
+    est = tf.estimator.Estimator(model.model_fn, model_dir=model_dir, params=params,
+                                 config=tf.estimator.RunConfig(tf_random_seed=1))
+    est.train(lambda params: input_lib.input_fn(params, TRAIN), max_steps=3)
+    preds = list(est.predict(lambda params: input_lib.input_fn(params, PREDICT)))[:4]
+    self.assertEqual([p["classes"].decode() for p in preds],
+                     [["entailment", "not_entailment"][p["predictions"]] for p in preds])
+    export_base = os.path.join(self.get_temp_dir(), "pair_export")
+    saved = est.export_saved_model(
+        export_base, lambda: export_lib.serving_input_receiver_fn(params)).decode()
+    out = tf.saved_model.load(saved).signatures["serving_default"](
+        sentences=tf.constant([a for a, _, _ in rows]),
+        sentences_b=tf.constant([b for _, b, _ in rows]))
+    self.assertAllClose(out["probabilities"].numpy(), [p["probabilities"] for p in preds],
+                        atol=1e-5)
+    self.assertEqual([c.decode() for c in out["classes"].numpy()],
+                     [p["classes"].decode() for p in preds])
+
   def test_pretraining_task_is_refused(self):
     with self.assertRaisesRegex(ValueError, "classification"):
       export_lib.serving_input_receiver_fn(base.tiny_params(self.make_data_dir()))
