@@ -127,10 +127,12 @@ def _static_int(t) -> Optional[int]:
 def trip_count(op) -> Optional[int]:
   """The static trip count of a While op, or None.
 
-  Its `maximum_iterations` input when that is a constant >= 0; else the loop's condition
-  `i < n` (or `<=`) when the start of `i` and the bound `n` (a loop input, or a constant of the
-  condition) are static, over the body's step `i + c`. Keras's LSTM/GRU loop over
-  `tf.shape(inputs)[0]` time steps, which is static for fixed-length sequences.
+  Its `maximum_iterations` input when that is a constant >= 0; else the loop's condition, a
+  comparison of a loop variable `i` with a bound `n` (a loop input, or a constant of the
+  condition), either way round: `i < n` / `i <= n` counting up by the body's `i + c`, or
+  `i > n` / `i >= n` counting down by `i - c`, with the start of `i` and `n` static. Keras's
+  LSTM/GRU loop over `tf.shape(inputs)[0]` time steps, which is static for fixed-length
+  sequences.
   """
   if op.type in _CALLS:
     return 1
@@ -139,38 +141,54 @@ def trip_count(op) -> Optional[int]:
   limit = _static_int(op.inputs[1])
   limit = None if limit is None or limit < 0 else limit
   cond = _function_graph(op, "cond")
-  compares = [o for o in cond.get_operations() if o.type in ("Less", "LessEqual")] \
-      if cond is not None else []
   names = [t.name for t in cond.inputs] if cond is not None else []
-  if len(compares) == 1 and compares[0].inputs[0].name in names:
-    i = names.index(compares[0].inputs[0].name)
-    bound_t = compares[0].inputs[1]
-    # The bound: a loop input, or a constant of the condition (`i < 10` with a Python int).
-    bound = (_static_int(op.inputs[names.index(bound_t.name)]) if bound_t.name in names
-             else _static_int(bound_t))
-    start, step = _static_int(op.inputs[i]), _loop_step(op, i)
-    if start is not None and bound is not None:
-      span = max(0, bound - start + (compares[0].type == "LessEqual"))
-      trips = -(-span // step)
-      return trips if limit is None else min(trips, limit)
+  compares = [o for o in cond.get_operations() if o.type in _COMPARES] \
+      if cond is not None else []
+  if len(compares) == 1:
+    cmp = compares[0]
+    left, right = cmp.inputs[0], cmp.inputs[1]
+    # `n > i` is `i < n`: put the loop variable on the left.
+    kind = cmp.type if left.name in names else _MIRRORED[cmp.type]
+    var, bound_t = (left, right) if left.name in names else (right, left)
+    if var.name in names:
+      i = names.index(var.name)
+      bound = (_static_int(op.inputs[names.index(bound_t.name)]) if bound_t.name in names
+               else _static_int(bound_t))
+      start = _static_int(op.inputs[i])
+      up = kind in ("Less", "LessEqual")
+      step = _loop_step(op, i, up)
+      if start is not None and bound is not None:
+        span = (bound - start) if up else (start - bound)
+        span = max(0, span + (kind in ("LessEqual", "GreaterEqual")))
+        trips = -(-span // step)
+        return trips if limit is None else min(trips, limit)
   return limit
 
 
-def _loop_step(op, i: int) -> int:
-  """What a loop's body adds to its loop variable i each trip (`i + c`, c > 0 static);
-  1 when the body says otherwise (Keras's RNN counters add 1)."""
+_COMPARES = ("Less", "LessEqual", "Greater", "GreaterEqual")
+_MIRRORED = {"Less": "Greater", "LessEqual": "GreaterEqual", "Greater": "Less",
+             "GreaterEqual": "LessEqual"}
+
+
+def _loop_step(op, i: int, up: bool = True) -> int:
+  """How far a loop's body moves its loop variable i each trip, towards the bound: c for
+  `i + c` counting up, or for `i - c` (or `i + -c`) counting down, c > 0 static; 1 when the
+  body says otherwise (Keras's RNN counters add 1)."""
   body = _loop_body(op)
   if body is None or i >= len(body.outputs) or i >= len(body.inputs):
     return 1
   out, var = body.outputs[i], body.inputs[i].name
   while out.op.type == "Identity":
     out = out.op.inputs[0]
-  if out.op.type in ("Add", "AddV2") and len(out.op.inputs) == 2:
+  if out.op.type in ("Add", "AddV2", "Sub") and len(out.op.inputs) == 2:
     a, b = out.op.inputs
-    other = b if a.name == var else a if b.name == var else None
+    sign = -1 if out.op.type == "Sub" else 1
+    other = b if a.name == var else a if (b.name == var and sign == 1) else None
     c = _static_int(other) if other is not None else None
-    if c is not None and c > 0:
-      return c
+    if c is not None:
+      c *= sign
+      if (c > 0) == up and c != 0:
+        return abs(c)
   return 1
 
 

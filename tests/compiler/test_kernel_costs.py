@@ -245,6 +245,27 @@ def test_while_loop_with_a_python_bound_and_step(bound, step, trips):
   assert lower._check_op(loop) is None  # pylint: disable=protected-access
 
 
+@pytest.mark.parametrize("cond, start, body_step, trips", [
+    (lambda i: i > 0, 10, lambda i: i - 1, 10),       # a countdown: 10, 9, ..., 1
+    (lambda i: i >= 0, 9, lambda i: i - 2, 5),        # 9, 7, 5, 3, 1
+    (lambda i: i > 1, 10, lambda i: i + (-3), 3),     # 10, 7, 4
+    (lambda i: 10 > i, 0, lambda i: i + 1, 10),       # the bound on the left
+    (lambda i: 0 < i, 4, lambda i: i - 1, 4),         # both
+])
+def test_while_loop_counting_down_or_written_the_other_way_round(cond, start, body_step, trips):
+  # `while i > 0: i -= 1` (and `10 > i`) were refused as "without a static trip count": only
+  # `i < n` counting up was read. Each trip is h [4, 16] @ [16, 16] = 2048 matmul FLOPs.
+  def build(x):
+    w = tf.ones([16, 16])
+    return tf.while_loop(lambda i, h: cond(i),
+                         lambda i, h: (body_step(i), tf.matmul(h, w)), (start, x))[1]
+  ops, _ = _ops(build, [4, 16])
+  loop = [o for o in ops if o.type in ("While", "StatelessWhile")][0]
+  assert lower.trip_count(loop) == trips
+  assert lower._loop_cost(loop, lower._contraction_flops) == trips * 2048  # pylint: disable=protected-access
+  assert lower._check_op(loop) is None  # pylint: disable=protected-access
+
+
 def test_a_tf_function_call_costs_its_body_forward_and_backward():
   # TF2 code decorates helpers with @tf.function; called from a model_fn (a graph) each call
   # is one StatefulPartitionedCall op, which validation refused as an op with no kernel.
