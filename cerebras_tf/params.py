@@ -41,6 +41,15 @@ class Override(NamedTuple):
   source: str
 
 
+# modelzoo's PyTorch-release key -> the key here that owns the quantity (same section).
+PYTORCH_NAMES = {("runconfig", "log_steps"): "log_step_count_steps",
+                 ("runconfig", "checkpoint_steps"): "save_checkpoints_steps",
+                 ("runconfig", "seed"): "tf_random_seed",
+                 ("optimizer", "eps"): "epsilon",
+                 ("optimizer", "weight_decay"): "weight_decay_rate",
+                 ("train_input", "num_workers"): "num_parallel_calls",
+                 ("eval_input", "num_workers"): "num_parallel_calls"}
+
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*"
 _KEY_RE = re.compile(rf"^{_NAME}(\.{_NAME})+$")
 # A warm-up longer than the run is refused; trying a config for a few steps is not that.
@@ -431,6 +440,11 @@ class _Validator:
       if field.choices:
         return self.choice(path, value, field)
       return self.resolve_path(path, value) if kind == "path" else value
+    if kind == "float_pair":
+      numbers = [schema.as_float(v) for v in value] if isinstance(value, list) else []
+      if len(numbers) != 2 or any(n is None or not schema.in_range(n, field) for n in numbers):
+        self.bad(path, field, value)
+      return numbers
     if kind == "int_list":
       if not isinstance(value, list) or any(schema.as_int(v) is None for v in value):
         self.bad(path, field, value)
@@ -484,6 +498,7 @@ class _Validator:
         self.fail(spath, f"{_dotted(spath)} must be a mapping with a scheduler, got {_show(seg)}")
       if "scheduler" not in seg:
         self.fail(spath, f"{_dotted(spath)} needs a scheduler: one of {', '.join(SCHEDULERS)}")
+      seg = self.pytorch_segment(spath, seg)
       sched_field = Field("str", REQUIRED, "", choices=tuple(SCHEDULERS))
       sched = self.value(spath + ("scheduler",), seg["scheduler"], sched_field)
       fields = SCHEDULERS[sched]
@@ -501,9 +516,71 @@ class _Validator:
       segments.append(out)
     return segments
 
+  def pytorch_segment(self, spath: tuple, seg: dict) -> dict:
+    """A schedule segment in modelzoo's PyTorch-release names (`total_iters`, `CosineDecay`,
+    `LinearLR`) in the names here (`steps`, `Cosine`, `Linear`)."""
+    seg = dict(seg)
+    if "total_iters" in seg:
+      if "steps" in seg and seg["steps"] != seg["total_iters"]:
+        self.fail(spath + ("total_iters",), f"{_dotted(spath)}: total_iters (modelzoo's name "
+                  f"for steps) {_show(seg['total_iters'])} conflicts with steps "
+                  f"{_show(seg['steps'])}; keep one of them")
+      seg["steps"] = seg.pop("total_iters")
+      self.origins.setdefault(spath + ("steps",), self.where(spath + ("total_iters",)))
+    name = seg["scheduler"]
+    if isinstance(name, str):
+      plain = re.sub(r"(?i)lr$", "", name.strip())
+      plain = {"cosinedecay": "Cosine"}.get(plain.lower(), plain)
+      if plain.lower() in {k.lower() for k in SCHEDULERS}:
+        seg["scheduler"] = plain
+    return seg
+
+  def renamed(self, out: dict, raw: dict, old: tuple, new: tuple, value) -> None:
+    """Moves a modelzoo-named value onto the key that owns it here; both given and different
+    is one error."""
+    section, key = new
+    if key in (raw.get(section) or {}) and out[section][key] != value:
+      self.fail(old, f"{_dotted(old)} {_show(value)} (modelzoo's name for {section}.{key}) "
+                f"conflicts with {section}.{key} {_show(out[section][key])}; keep one of them")
+    out[section][key] = value
+    self.origins[new] = self.where(old)
+
+  def pytorch_keys(self, out: dict, raw: dict) -> None:
+    """modelzoo's PyTorch-release configs (R1.9 on) name some quantities differently; each is
+    moved onto its one owner here, and a switch set to what does not happen here is refused."""
+    for (section, old), new in PYTORCH_NAMES.items():
+      value = out.get(section, {}).pop(old, None)
+      if value is not None:
+        if old == "num_workers":
+          value = max(value, 1)  # PyTorch's 0: loaded in the main process, one at a time
+        self.renamed(out, raw, (section, old), (section, new), value)
+    betas = out["optimizer"].pop("betas")
+    if betas is not None:
+      for key, value in zip(("beta1", "beta2"), betas):
+        self.renamed(out, raw, ("optimizer", "betas"), ("optimizer", key), value)
+    for section, key, what in (
+        ("train_input", "persistent_workers", "the input pipeline lives for the whole run"),
+        ("eval_input", "persistent_workers", "the input pipeline lives for the whole run"),
+        ("runconfig", "save_initial_checkpoint", "a checkpoint of the initial weights is "
+         "written when training starts (tf.estimator's CheckpointSaverHook)")):
+      if out.get(section, {}).pop(key, None) is False:
+        self.fail((section, key), f"{section}.{key}: false is not what happens here: {what}; "
+                  f"remove the key")
+    if out["model"].get("fp16_type") == "float16":
+      self.fail(("model", "fp16_type"), "model.fp16_type: float16 is not computed here: "
+                "mixed precision is bfloat16 (float32's exponent range, no loss scaling); set "
+                "bfloat16 or cbfloat16")
+    opt = out["optimizer"]
+    for key in ("initial_loss_scale", "max_loss_scale"):
+      if opt[key] is not None and opt["loss_scaling_factor"] != "dynamic":
+        self.fail(("optimizer", key), f"optimizer.{key} sets dynamic loss scaling, but "
+                  f"optimizer.loss_scaling_factor is {_show(opt['loss_scaling_factor'])}: set "
+                  f"it to dynamic or remove the key")
+
   def modelzoo_keys(self, out: dict, raw: dict) -> None:
     """Keys modelzoo configs carry elsewhere or under older names, mapped onto their one owner
     here, so a modelzoo file runs as it is."""
+    self.pytorch_keys(out, raw)
     cs, rc = out["csconfig"], out["runconfig"]
     if rc.pop("multireplica"):
       cs["multireplica"] = True

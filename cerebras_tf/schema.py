@@ -25,7 +25,7 @@ def suggest(word, candidates) -> str:
 
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "int_list", "learning_rate", "loss_scale",
+_KINDS = ("int", "float", "bool", "str", "path", "int_list", "float_pair", "learning_rate", "loss_scale",
           "engine")
 REQUIRED = object()  # a Field default that means: the key must be given
 
@@ -74,6 +74,8 @@ class Field:
       text = "a path (string)"
     elif self.kind == "int_list":
       text = "a list of ints"
+    elif self.kind == "float_pair":
+      text = "a list of two numbers" + self._range()
     elif self.kind == "learning_rate":
       text = ("a number > 0 or a list of schedule segments "
               "(scheduler: " + ", ".join(SCHEDULERS) + ")")
@@ -152,6 +154,14 @@ INPUT_FIELDS = {
     "use_multiple_workers": Field("bool", None, "modelzoo key: each worker of a cluster reads "
                                   "its own shard (what happens here); false is refused when "
                                   "TF_CONFIG has several workers"),
+    # modelzoo's PyTorch-release configs (R1.9 on) carry DataLoader keys; params.py maps them.
+    "num_workers": Field("int", None, "modelzoo (PyTorch DataLoader) key: input map calls run "
+                         "in parallel (num_parallel_calls; 0 is one)", low=0),
+    "prefetch_factor": pos_int(None, "batches the input prepares ahead (null: tf.data "
+                               "AUTOTUNE)"),
+    "persistent_workers": Field("bool", None, "modelzoo (PyTorch DataLoader) key: the input "
+                                "pipeline lives for the whole run (what happens here); false "
+                                "is refused"),
 }
 EVAL_INPUT_DEFAULTS = {"shuffle": False, "repeat": False}
 
@@ -159,6 +169,9 @@ MODEL_FIELDS = {
     "name": Field("str", REQUIRED, "model family (cerebras_tf.registry; e.g. bert, mlp)"),
     "mixed_precision": Field("bool", False, "compute in 16-bit floats, keep fp32 weights"),
     "boundary_casting": Field("bool", False, "cast at layer boundaries only (modelzoo compat)"),
+    "fp16_type": Field("str", None, "the 16-bit type of mixed precision (modelzoo): bfloat16 "
+                       "here; cbfloat16, Cerebras's own, runs as bfloat16; float16 is refused",
+                       choices=("bfloat16", "cbfloat16", "float16")),
     "tf_summary": Field("bool", False, "write activation summaries"),
 }
 
@@ -180,6 +193,19 @@ OPTIMIZER_FIELDS = {
                                  "updates (global_step // grad_accum_steps)"),
     "warmup_steps": Field("int", None, "linear warm-up from 0 over this many updates, then "
                           "linear decay to 0 (a constant learning_rate only)", low=0),
+    "correct_bias": Field("bool", False, "AdamW bias correction (PyTorch's AdamW has it; "
+                          "google-bert's, the default here, has not)"),
+    # modelzoo's PyTorch-release names; params.py maps each onto the key above it names.
+    "betas": Field("float_pair", None, "modelzoo (PyTorch) name for [beta1, beta2]", low=0,
+                   high=1, high_open=True),
+    "eps": Field("float", None, "modelzoo (PyTorch) name for epsilon", low=0, low_open=True),
+    "weight_decay": Field("float", None, "modelzoo (PyTorch) name for weight_decay_rate",
+                          low=0),
+    "initial_loss_scale": Field("float", None, "dynamic loss scaling's first scale (modelzoo); "
+                                "bfloat16 needs no loss scaling, so 'dynamic' is none here",
+                                low=0, low_open=True),
+    "max_loss_scale": Field("float", None, "dynamic loss scaling's ceiling (modelzoo); see "
+                            "initial_loss_scale", low=0, low_open=True),
 }
 
 RUNCONFIG_FIELDS = {
@@ -199,6 +225,13 @@ RUNCONFIG_FIELDS = {
                         "name and shape start a new run; the others are initialized"),
     "op_determinism": Field("bool", False, "deterministic TF ops: a resumed run ends with the "
                             "weights of an uninterrupted one (slower)"),
+    # modelzoo's PyTorch-release names; params.py maps each onto the key it names.
+    "log_steps": pos_int(None, "modelzoo (PyTorch) name for log_step_count_steps"),
+    "checkpoint_steps": pos_int(None, "modelzoo (PyTorch) name for save_checkpoints_steps"),
+    "seed": Field("int", None, "modelzoo (PyTorch) name for tf_random_seed", low=0),
+    "save_initial_checkpoint": Field("bool", None, "modelzoo key: a checkpoint of the initial "
+                                     "weights is written when training starts (what happens "
+                                     "here); false is refused"),
     # modelzoo configs carry these two here; params.py maps them onto their owners.
     "multireplica": Field("bool", False, "modelzoo's place for csconfig.multireplica"),
     "enable_distributed": Field("bool", False, "modelzoo's multi-GPU switch: true is refused "

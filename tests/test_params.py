@@ -254,8 +254,9 @@ def test_a_modelzoo_roberta_file_runs_as_it_is(tmp_path):
 
 
 def test_a_modelzoo_gpt_file_names_its_activation_its_way(tmp_path):
-  """modelzoo's GPT-2 files say `nonlinearity`, `use_projection_bias_in_attention` and
-  `loss_scaling`: the first is encoder_nonlinearity, the others are built (or refused)."""
+  """modelzoo's GPT files say `nonlinearity` (encoder_nonlinearity here), bias switches and
+  `attention_type`: the first is renamed, the switches are built either way (LLaMA turns
+  them off), and unscaled attention, which is not built, is refused."""
   text = textwrap.dedent("""\
       train_input:
           batch_size: 32
@@ -264,15 +265,77 @@ def test_a_modelzoo_gpt_file_names_its_activation_its_way(tmp_path):
           use_projection_bias_in_attention: True
           nonlinearity: "gelu"
           loss_scaling: "num_tokens"
+          attention_type: "scaled_dot_product"
       """)
   p = params_lib.load_params(_write(tmp_path, text))
   assert p["model"]["encoder_nonlinearity"] == "gelu" and "nonlinearity" not in p["model"]
-  path = _write(tmp_path, text.replace('"gelu"', '"relu"'))
-  assert _error(path) == (f"{path}:6: model.encoder_nonlinearity: the gpt model does not apply "
-                          "it; remove it (or set it to gelu)")
-  path = _write(tmp_path, text.replace("attention: True", "attention: False"))
-  assert "model.use_projection_bias_in_attention: the gpt model does not apply it" in \
-      _error(path)
+  p = params_lib.load_params(_write(tmp_path, text.replace('"gelu"', '"swiglu"').replace(
+      "attention: True", "attention: False")))
+  assert p["model"]["encoder_nonlinearity"] == "swiglu"
+  assert p["model"]["use_projection_bias_in_attention"] is False
+  path = _write(tmp_path, text.replace('"scaled_dot_product"', '"dot_product"'))
+  assert _error(path) == (f"{path}:8: model.attention_type: the gpt model does not apply "
+                          "it; remove it (or set it to scaled_dot_product)")
+
+
+def test_a_modelzoo_pytorch_release_file_runs_under_its_own_names(tmp_path):
+  """modelzoo's PyTorch-release configs (R1.9 on: GPT-2, LLaMA) were refused with 18 unknown
+  keys. Each of their names is moved onto the key that owns the quantity here, a
+  contradiction between the two names is one line, and a switch set to what does not happen
+  here is refused."""
+  text = textwrap.dedent("""\
+      train_input:
+          batch_size: 32
+          num_workers: 8
+          prefetch_factor: 10
+          persistent_workers: True
+      model:
+          name: gpt
+          fp16_type: "cbfloat16"
+      optimizer:
+          optimizer_type: "AdamW"
+          betas: [0.9, 0.95]
+          eps: 1.0e-8
+          weight_decay: 0.01
+          correct_bias: True
+          learning_rate:
+            - {scheduler: "Linear", initial_learning_rate: 0.0, end_learning_rate: 0.0006,
+               total_iters: 1600}
+            - {scheduler: "CosineDecay", initial_learning_rate: 0.0006,
+               end_learning_rate: 0.0, total_iters: 150000}
+          initial_loss_scale: 2147483648.0
+          loss_scaling_factor: "dynamic"
+      runconfig:
+          max_steps: 151600
+          log_steps: 100
+          checkpoint_steps: 10000
+          save_initial_checkpoint: True
+          seed: 1
+      """)
+  p = params_lib.load_params(_write(tmp_path, text))
+  opt, rc = p["optimizer"], p["runconfig"]
+  assert (opt["beta1"], opt["beta2"], opt["epsilon"], opt["weight_decay_rate"]) == \
+      (0.9, 0.95, 1e-8, 0.01)
+  assert [(s["scheduler"], s["steps"]) for s in opt["learning_rate"]] == \
+      [("Linear", 1600), ("Cosine", 150000)]
+  assert (rc["log_step_count_steps"], rc["save_checkpoints_steps"], rc["tf_random_seed"]) == \
+      (100, 10000, 1)
+  assert p["train_input"]["num_parallel_calls"] == 8
+  assert p["train_input"]["prefetch_factor"] == 10 and opt["correct_bias"] is True
+  for key in ("log_steps", "checkpoint_steps", "seed", "save_initial_checkpoint"):
+    assert key not in rc  # one owner each
+  assert not {"betas", "eps", "weight_decay"} & set(opt)
+  path = _write(tmp_path, text.replace("log_steps: 100", "log_steps: 100\n    "
+                                       "log_step_count_steps: 50"))
+  assert _error(path) == (f"{path}:24: runconfig.log_steps 100 (modelzoo's name for runconfig."
+                          "log_step_count_steps) conflicts with runconfig.log_step_count_steps "
+                          "50; keep one of them")
+  path = _write(tmp_path, text.replace("save_initial_checkpoint: True",
+                                       "save_initial_checkpoint: False"))
+  assert _error(path).startswith(f"{path}:26: runconfig.save_initial_checkpoint: false is not "
+                                 "what happens here")
+  path = _write(tmp_path, text.replace('"cbfloat16"', '"float16"'))
+  assert _error(path).startswith(f"{path}:8: model.fp16_type: float16 is not computed here")
 
 
 # (file text or None for GOOD, overrides, expected message; {f} is the file's path)

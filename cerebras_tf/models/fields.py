@@ -3,6 +3,20 @@ their cross-checks. No TensorFlow."""
 
 from cerebras_tf.schema import Field, pos_int as _pos_int
 
+AUTOTUNE = -1  # tf.data.AUTOTUNE, named here without importing TensorFlow
+
+
+def prefetch_batches(section, default: int = AUTOTUNE) -> int:
+  """Batches an input prepares ahead: the section's prefetch_factor, else `default`."""
+  return int(section.get("prefetch_factor") or default)
+
+
+def parallel_calls(section) -> int:
+  """Parallel calls of an input's maps: num_parallel_calls (modelzoo's num_workers), else
+  tf.data's AUTOTUNE."""
+  return int(section.get("num_parallel_calls") or AUTOTUNE)
+
+
 # Shared by text models (BERT, Transformer, GPT): they add these in their registry schema.
 TEXT_INPUT_FIELDS = {
     "vocab_file": Field("path", None, "WordPiece / BPE vocabulary file"),

@@ -13,6 +13,8 @@ clipping, gradient accumulation, loss scaling; every `optimizer` key of a params
   max_gradient_norm   clip by global norm (0/None = no clipping)
   weight_decay_rate   decoupled weight decay; never applied to LayerNorm or bias variables
   beta1, beta2, epsilon
+  correct_bias        AdamW with Adam's bias correction (PyTorch's AdamW); default off, as
+                      google-bert trained
   grad_accum_steps    N micro-batches per update (default 1)
   loss_scaling_factor static loss scale (default 1.0); "dynamic" means none here
   log_summaries       TensorBoard scalars optimizer/learning_rate and optimizer/gradient_norm
@@ -38,7 +40,8 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
 class AdamWeightDecayOptimizer(tf1.train.Optimizer):
-  """Adam with decoupled weight decay, without bias correction (as BERT was trained).
+  """Adam with decoupled weight decay, without bias correction (as BERT was trained) unless
+  given the update step (`correct_bias`).
 
   update = m / (sqrt(v) + eps) + weight_decay_rate * w   (decay skipped for excluded names)
   w     <- w - lr * update
@@ -49,12 +52,16 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
   def __init__(self, learning_rate, weight_decay_rate: float = 0.0, beta1: float = 0.9,
                beta2: float = 0.999, epsilon: float = 1e-6,
                exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               name: str = "AdamWeightDecay"):
+               name: str = "AdamWeightDecay", update_step=None):
+    """update_step: the 0-based optimizer update count (a scalar tensor). Given, the Adam
+    step is bias-corrected (PyTorch's AdamW, modelzoo's `correct_bias: true`): lr *
+    sqrt(1 - beta2^t) / (1 - beta1^t) with t = update_step + 1, as TF's Adam applies it."""
     super().__init__(use_locking=False, name=name)
     self._lr = learning_rate
     self._weight_decay_rate = weight_decay_rate
     self._beta1, self._beta2, self._epsilon = beta1, beta2, epsilon
     self._exclude = tuple(exclude_from_weight_decay or ())
+    self._update_step = update_step
 
   def decays(self, var_name: str) -> bool:
     """Whether the variable named `var_name` gets weight decay."""
@@ -70,12 +77,22 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
   def _prepare(self):
     self._lr_t = tf.convert_to_tensor(self._call_if_callable(self._lr), name="learning_rate")
 
+  def _beta_powers(self, dtype):
+    """(beta1^t, beta2^t) for ApplyAdam: both 0 (no bias correction) without update_step."""
+    if self._update_step is None:
+      zero = tf.constant(0.0, dtype)
+      return zero, zero
+    t = tf.cast(self._update_step + 1, dtype)
+    return tf.pow(tf.constant(self._beta1, dtype), t), tf.pow(tf.constant(self._beta2, dtype), t)
+
   def _apply(self, grad, var):
     m, v = self.get_slot(var, "adam_m"), self.get_slot(var, "adam_v")
-    lr = tf.cast(self._lr_t, var.dtype.base_dtype)
+    dtype = var.dtype.base_dtype
+    lr = tf.cast(self._lr_t, dtype)
     next_m = self._beta1 * m + (1.0 - self._beta1) * grad
     next_v = self._beta2 * v + (1.0 - self._beta2) * tf.square(grad)
-    update = next_m / (tf.sqrt(next_v) + self._epsilon)
+    b1, b2 = self._beta_powers(dtype)
+    update = tf.sqrt(1.0 - b2) / (1.0 - b1) * next_m / (tf.sqrt(next_v) + self._epsilon)
     if self.decays(var.op.name):
       update += self._weight_decay_rate * var
     return tf.group(var.assign_sub(lr * update), m.assign(next_m), v.assign(next_v))
@@ -96,9 +113,9 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
     if self.decays(var.op.name):
       decay = [var.assign_sub(lr * self._weight_decay_rate * var)]
     with tf.control_dependencies(decay):
-      zero = tf.constant(0.0, dtype)
+      b1, b2 = self._beta_powers(dtype)
       return tf.raw_ops.ResourceApplyAdam(
-          var=var.handle, m=m.handle, v=v.handle, beta1_power=zero, beta2_power=zero, lr=lr,
+          var=var.handle, m=m.handle, v=v.handle, beta1_power=b1, beta2_power=b2, lr=lr,
           beta1=tf.constant(self._beta1, dtype), beta2=tf.constant(self._beta2, dtype),
           epsilon=tf.constant(self._epsilon, dtype), grad=grad, use_locking=False)
 
@@ -191,14 +208,16 @@ def _segments_schedule(segments, update_step, total_updates, no_reset):
   return lr
 
 
-def make_optimizer(opt: Mapping[str, Any], learning_rate):
-  """The tf1 optimizer named by `optimizer_type`."""
+def make_optimizer(opt: Mapping[str, Any], learning_rate, update_step=None):
+  """The tf1 optimizer named by `optimizer_type`; `update_step` (the 0-based update count)
+  bias-corrects AdamW when `correct_bias` is set."""
   kind = (opt.get("optimizer_type") or "adamw").lower()
   if kind == "adamw":
     return AdamWeightDecayOptimizer(
         learning_rate, weight_decay_rate=float(opt.get("weight_decay_rate", 0.01)),
         beta1=float(opt.get("beta1", 0.9)), beta2=float(opt.get("beta2", 0.999)),
-        epsilon=float(opt.get("epsilon", 1e-6)))
+        epsilon=float(opt.get("epsilon", 1e-6)),
+        update_step=update_step if opt.get("correct_bias") else None)
   if kind == "adam":
     return tf1.train.AdamOptimizer(learning_rate, beta1=float(opt.get("beta1", 0.9)),
                                    beta2=float(opt.get("beta2", 0.999)),
@@ -263,7 +282,7 @@ def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
   tvars = list(var_list) if var_list is not None else tf1.trainable_variables()
 
   lr = learning_rate_schedule(opt, global_step // accum, total_steps // accum)
-  optimizer = make_optimizer(opt, lr)
+  optimizer = make_optimizer(opt, lr, global_step // accum)
   # Under a distribution strategy each replica sees 1/R of the global batch: dividing its loss
   # by R makes the replicas' SUM of gradients the global-batch mean, as in one device. (tf1's
   # compute_gradients does this itself; tf.gradients does not.)

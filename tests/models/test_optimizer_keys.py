@@ -69,9 +69,9 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
     ("params_cnn_digits.yaml", "model.mixed_precision=true", "false"),
     ("params_bert_tiny_msl128.yaml", "model.tf_summary=true", "false"),
     ("params_gpt_tiny.yaml", "model.boundary_casting=true", "false"),
-    ("params_gpt_tiny.yaml", "model.use_ffn_bias=false", "true"),
+    ("params_gpt_tiny.yaml", "model.use_position_embedding=false", "true"),
     ("params_gpt_tiny.yaml", "model.use_segment_embedding=true", "false"),
-    ("params_gpt_tiny.yaml", "model.encoder_nonlinearity=relu", "gelu"),
+    ("params_gpt_tiny.yaml", "model.attention_type=dot_product", "scaled_dot_product"),
     ("params_transformer_tiny.yaml", "model.use_position_embedding=false", "true"),
     ("params_bert_tiny_msl128.yaml", "model.share_embedding_weights=false", "true"),
     ("params_bert_tiny_msl128.yaml", "model.position_embedding_type=fixed", "learned"),
@@ -99,3 +99,32 @@ def test_log_summaries_writes_the_optimizer_scalars(tmp_path):
     for event in tf.compat.v1.train.summary_iterator(path):
       tags.update(v.tag for v in event.summary.value)
   assert {"optimizer/learning_rate", "optimizer/gradient_norm"} <= tags, tags
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_correct_bias_is_adams_bias_correction(fused):
+  """modelzoo's PyTorch AdamW configs say `correct_bias: true`; google-bert's AdamW, the
+  default, has none. Two updates of w = 0 with gradient 2 (lr 0.01, betas 0.9 / 0.999, no
+  decay): corrected, each moves w by lr * sqrt(1 - b2^t) / (1 - b1^t) * m_t / (sqrt(v_t) +
+  eps) = 0.01 (m_t / sqrt(v_t) = (1 - b1^t) / sqrt(1 - b2^t) for a constant gradient);
+  uncorrected the first moves it by 0.01 * 0.1 * 2 / sqrt(0.001 * 4) = 0.0316."""
+  from cerebras_tf.models import optimization  # pylint: disable=import-outside-toplevel
+  def after_two(correct):
+    with tf.Graph().as_default():
+      w = tf.compat.v1.get_variable("w", [], initializer=tf.zeros_initializer(),
+                                    use_resource=fused)
+      step = tf.compat.v1.train.get_or_create_global_step()
+      opt = optimization.make_optimizer({"optimizer_type": "adamw", "weight_decay_rate": 0.0,
+                                         "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-12,
+                                         "correct_bias": correct}, 0.01, step)
+      train = opt.apply_gradients([(tf.constant(2.0), w)], global_step=step)
+      with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        values = []
+        for _ in range(2):
+          sess.run(train)
+          values.append(float(sess.run(w)))
+        return values
+  np.testing.assert_allclose(after_two(True), [-0.01, -0.02], rtol=1e-5)
+  first = -0.01 * 0.1 * 2 / np.sqrt(0.001 * 4)
+  assert after_two(False)[0] == pytest.approx(first, rel=1e-5)

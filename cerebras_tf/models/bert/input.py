@@ -42,6 +42,7 @@ import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
+from cerebras_tf.models import fields
 from cerebras_tf.models.bert import glue
 from cerebras_tf.models.data import acquire, formats
 
@@ -321,7 +322,8 @@ def _premasked_dataset(files, spec, section, training, seed, input_context, batc
 
   ds = _records(files, section, training, seed, input_context, compression=compression)
   ds = ds.batch(batch_size, drop_remainder=training)
-  return ds.map(decode, num_parallel_calls=parallel, deterministic=True).prefetch(AUTOTUNE)
+  ds = ds.map(decode, num_parallel_calls=parallel, deterministic=True)
+  return ds.prefetch(fields.prefetch_batches(section))
 
 
 def _flag(section, key, default):
@@ -337,7 +339,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   runconfig = params.get("runconfig") or {}
   seed = section.get("shuffle_seed")
   seed = runconfig.get("tf_random_seed") if seed is None else seed
-  parallel = section.get("num_parallel_calls") or AUTOTUNE
+  parallel = fields.parallel_calls(section)
   batch_size = batching.input_batch_size(params, section)
   msl = int(section.get("max_sequence_length") or 128)
   vocab_file = section.get("vocab_file") or os.path.join(section.get("data_dir") or "",
@@ -408,7 +410,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
                   compression=kind.compression)
     ds = ds.batch(batch_size, drop_remainder=training)
     ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
-    return ds.prefetch(AUTOTUNE)
+    return ds.prefetch(fields.prefetch_batches(section))
 
   mlm_prob = float(section.get("masked_lm_prob") or 0.15)
   vocab_size = int(section.get("vocab_size") or (params.get("model") or {}).get("vocab_size")
@@ -449,4 +451,4 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   ds = ds.batch(batch_size, drop_remainder=training)
   ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
   ds = ds.map(mask)
-  return ds.prefetch(AUTOTUNE)
+  return ds.prefetch(fields.prefetch_batches(section))

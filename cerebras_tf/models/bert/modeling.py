@@ -51,9 +51,9 @@ class BertConfig:
                        % (self.hidden_size, self.num_heads))
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError("dtype must be float32 or bfloat16, got %r" % (self.dtype,))
-    if self.hidden_act not in _ACTIVATIONS:
+    if self.hidden_act not in ACTIVATIONS:
       raise ValueError("hidden_act must be one of %s, got %r"
-                       % (sorted(_ACTIVATIONS), self.hidden_act))
+                       % (sorted(ACTIVATIONS), self.hidden_act))
 
   @property
   def compute_dtype(self) -> tf.DType:
@@ -61,7 +61,7 @@ class BertConfig:
 
   @property
   def activation(self):
-    return _ACTIVATIONS[self.hidden_act]
+    return ACTIVATIONS[self.hidden_act]
 
   @classmethod
   def from_params(cls, model_params: Mapping[str, Any]) -> "BertConfig":
@@ -113,7 +113,7 @@ def gelu_erf(x):
   return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
 
 
-_ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
+ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
 
 def initializer(initializer_range: float):
   return tf1.truncated_normal_initializer(stddev=initializer_range)
@@ -144,8 +144,10 @@ def layer_norm(x, epsilon: float, name: str = "LayerNorm"):
                                      variance_epsilon=epsilon)
 
 
-def dense(x, units: int, name: str, initializer_range: float, activation=None):
-  """`x @ kernel + bias` with float32 variables cast to x's dtype.
+def dense(x, units: int, name: str, initializer_range: float, activation=None,
+          use_bias: bool = True):
+  """`x @ kernel + bias` (no bias with use_bias=False) with float32 variables cast to x's
+  dtype.
 
   Args:
     x: [M, K] (2-D; callers flatten batch and sequence first).
@@ -155,8 +157,10 @@ def dense(x, units: int, name: str, initializer_range: float, activation=None):
   with tf1.variable_scope(name):
     kernel = tf1.get_variable("kernel", [x.shape[-1], units],
                               initializer=initializer(initializer_range))
-    bias = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
-    y = tf.nn.bias_add(tf.matmul(x, tf.cast(kernel, x.dtype)), tf.cast(bias, x.dtype))
+    y = tf.matmul(x, tf.cast(kernel, x.dtype))
+    if use_bias:
+      bias = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
+      y = tf.nn.bias_add(y, tf.cast(bias, x.dtype))
     return activation(y) if activation is not None else y
 
 

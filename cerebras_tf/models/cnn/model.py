@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from cerebras_tf import keras_model
 from cerebras_tf.core import batching
+from cerebras_tf.models import fields
 from cerebras_tf.models.data import acquire
 
 L = tf.keras.layers
@@ -90,4 +91,4 @@ def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
     if section.get("shuffle", True):
       ds = ds.shuffle(len(y), seed=section.get("shuffle_seed"))
     ds = ds.repeat()
-  return ds.batch(batch_size, drop_remainder=train).prefetch(2)
+  return ds.batch(batch_size, drop_remainder=train).prefetch(fields.prefetch_batches(section, 2))

@@ -1,15 +1,33 @@
 """Decoder-only GPT (GPT-2/GPT-3 shapes with learned positions; GPT-J with rotary positions and
-parallel attention+FFN). It is what weight streaming is for: configs run from gpt_tiny (trains
+parallel attention+FFN; LLaMA's RMSNorm, SwiGLU, grouped-query attention and bias-free layers). It is what weight streaming is for: configs run from gpt_tiny (trains
 here on the real corpus) to GPT-3 175B (compile only).
 
   modeling.py  backbone     model.py  model_fn     input.py  input_fn
 No TensorFlow import here.
 """
 
-from cerebras_tf.models.fields import (ALWAYS_BUILT, NO_SEGMENTS, TEXT_INPUT_FIELDS,
+from cerebras_tf.models.fields import (NO_SEGMENTS, TEXT_INPUT_FIELDS,
                                        TRANSFORMER_MODEL_FIELDS, check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
+
+_FFN = ("gelu", "relu", "tanh", "swiglu")
+
+
+def _check(out: dict, fail) -> None:
+  check_transformer_params(out, fail)
+  model = out["model"]
+  kv = model.get("num_kv_groups")
+  if kv and model["num_heads"] % kv:
+    fail(("model", "num_kv_groups"), f"model.num_heads {model['num_heads']} must be divisible "
+         f"by model.num_kv_groups {kv} (each K/V head serves a group of query heads)")
+  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
+    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
+         "head (share_embedding_weights: false): the tied head is the embedding table")
+  if model["loss_weight"] != 1.0 and model["loss_scaling"] != "batch_size":
+    fail(("model", "loss_weight"), f"model.loss_weight {model['loss_weight']} scales the loss "
+         f"only with loss_scaling: batch_size (modelzoo's rule); set that or remove the key")
+
 
 SCHEMA = {
     "model": {
@@ -28,8 +46,36 @@ SCHEMA = {
         "dropout_rate": Field("float", 0.0, "dropout", low=0, high=1, high_open=True),
         "attention_dropout_rate": Field("float", 0.0, "attention dropout", low=0, high=1,
                                         high_open=True),
+        # LLaMA's variations, under modelzoo's names.
+        "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation; swiglu: a gated "
+                                      "FFN (LLaMA)", choices=_FFN),
+        "nonlinearity": Field("str", None, "modelzoo GPT's name for encoder_nonlinearity",
+                              choices=_FFN),
+        "norm_type": Field("str", "layernorm", "layernorm, or rmsnorm (LLaMA)",
+                           choices=("layernorm", "rmsnorm")),
+        "num_kv_groups": Field("int", None, "K/V heads of grouped-query attention (null: "
+                               "num_heads)", low=1),
+        "rope_theta": Field("float", 10000.0, "base of the rotary frequencies", low=0,
+                            low_open=True),
+        "use_ffn_bias_in_attention": Field("bool", True, "a bias in the attention's output "
+                                           "projection (use_projection_bias_in_attention is "
+                                           "query, key and value's)"),
+        "use_bias_in_output": Field("bool", None, "a bias in an untied LM head (null: true "
+                                    "untied; a tied head has none)"),
+        "embedding_dropout_rate": Field("float", None, "dropout after the embeddings (null: "
+                                        "dropout_rate)", low=0, high=1, high_open=True),
+        "loss_weight": Field("float", 1.0, "with loss_scaling batch_size, the loss is "
+                             "multiplied by it (modelzoo; 1/max_sequence_length is usual)",
+                             low=0, low_open=True),
+        "attention_type": Field("str", "scaled_dot_product", "modelzoo key: scores are scaled "
+                                "by 1/sqrt(head size)",
+                                choices=("scaled_dot_product", "dot_product")),
     },
     "train_input": {**TEXT_INPUT_FIELDS,
+                    "max_sequence_length": Field("int", None, "tokens per example (null: the "
+                                                 "data's own, as modelzoo reads HDF5 and "
+                                                 "TFRecords; text and synthetic: "
+                                                 "max_position_embeddings)", low=1),
                     "synthetic": Field("bool", False, "random tokens instead of the corpus"),
                     "file_pattern": Field("path", None, "your own text files (a glob, one "
                                           "passage a line) or modelzoo GPT-2 TFRecords; "
@@ -39,6 +85,7 @@ SCHEMA["eval_input"] = SCHEMA["train_input"]
 
 SPEC = register(ModelSpec(name="gpt", model_fn="cerebras_tf.models.gpt.model:model_fn",
                           input_fn="cerebras_tf.models.gpt.input:input_fn", schema=SCHEMA,
-                          check=check_transformer_params,
-                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False,
-                                     ("model", "encoder_nonlinearity"): "gelu"}))
+                          check=_check,
+                          unapplied={("model", "use_position_embedding"): True,
+                                     ("model", "use_segment_embedding"): False,
+                                     ("model", "attention_type"): "scaled_dot_product"}))

@@ -21,6 +21,7 @@ import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
+from cerebras_tf.models import fields
 from cerebras_tf.models.data import acquire, formats, hdf5
 
 ModeKeys = tf.estimator.ModeKeys
@@ -60,9 +61,14 @@ def _data_files(section, split: str, section_name: str):
     return shards, kind
   path = os.path.join(data_dir, "bert_pretrain", f"{split}.txt")
   if not tf.io.gfile.exists(path):
-    raise DataError(f"GPT text file not found: {path}; run `{acquire.PREPARE} "
-                    f"--datasets vocab,bert_pretrain`, or set train_input.data_dir or "
-                    f"file_pattern (your own text files, one passage per line)")
+    where = (f"{section_name}.data_dir {data_dir} does not exist" if data_dir and
+             not tf.io.gfile.isdir(data_dir) else f"no GPT data in {section_name}.data_dir "
+             f"{data_dir or '(unset)'}: no modelzoo HDF5 shards (*.h5), no bert_pretrain/"
+             f"{split}.txt")
+    raise DataError(f"{where}; point data_dir at your *.h5 shards or set file_pattern (text "
+                    f"or TFRecords), run `{acquire.PREPARE} --datasets vocab,bert_pretrain` "
+                    f"for the reference corpus, or set {section_name}.synthetic: true to "
+                    f"compile and time the model without data")
   return [path], formats.FileKind(formats.TEXT, "text")
 
 
@@ -90,6 +96,7 @@ def _record_spec(path: str, lengths, seq: int, section_name: str):
                     f"features {', '.join(RECORD_FEATURES)} ([{section_name}."
                     f"max_sequence_length] int64 each); write those, or give text files")
   wrote = lengths["input_ids"]
+  seq = wrote if seq is None else seq  # null: as written
   if any(lengths[k] != seq for k in RECORD_FEATURES):
     raise DataError(f"{path} holds GPT records of {wrote} tokens but {section_name}."
                     f"max_sequence_length is {seq}: set it to {wrote}, or point "
@@ -117,7 +124,8 @@ def _tokenized(ds, decode, section, training, seed, batch):
     if section.get("repeat", True):
       ds = ds.repeat()
   ds = ds.batch(batch, drop_remainder=training)  # eval and predict see every example
-  return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+  return ds.map(decode, num_parallel_calls=fields.parallel_calls(section)).prefetch(
+      fields.prefetch_batches(section))
 
 
 def _hdf5_dataset(files, section, section_name, seq, input_context):
@@ -128,7 +136,7 @@ def _hdf5_dataset(files, section, section_name, seq, input_context):
     raise DataError(f"{files[0]} holds HDF5 features {', '.join(shape.features)}, not the "
                     f"modelzoo GPT features {', '.join(HDF5_FEATURES)}; write those, or give "
                     f"text files")
-  if shape.seq != seq:
+  if seq is not None and shape.seq != seq:
     raise DataError(f"{files[0]} holds GPT examples of {shape.seq} tokens but {section_name}."
                     f"max_sequence_length is {seq}: set it to {shape.seq}, or point "
                     f"file_pattern at data written for {seq}")
@@ -151,11 +159,14 @@ def _hdf5_dataset(files, section, section_name, seq, input_context):
 def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   section = _section(params, mode)
   batch = batching.input_batch_size(params, section)
-  seq = int(section["max_sequence_length"])
+  # null: the data's own length (records and HDF5 as written), else the position table's
+  seq = section.get("max_sequence_length")
+  table = int(params["model"].get("max_position_embeddings") or 1024)
   vocab_size = int(params["model"]["vocab_size"])
   training = mode == ModeKeys.TRAIN
   seed = (params.get("runconfig") or {}).get("tf_random_seed")
   if section.get("synthetic"):
+    seq = seq or table
     ds = tf.data.Dataset.random(seed=seed or 0).map(
         lambda s: tf.random.stateless_uniform([seq + 1], [s, 0], 0, vocab_size, tf.int32))
   else:
@@ -164,11 +175,13 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     paths, kind = _data_files(section, split, section_name)
     if kind.kind == formats.TFRECORD:
       spec = _record_spec(paths[0], kind.lengths, seq, section_name)
+      seq = spec["input_ids"].shape[0]
       ds, decode = _record_dataset(paths, spec, input_context, kind.compression)
       return _tokenized(ds, decode, section, training, seed, batch)
     if kind.kind == formats.HDF5:
       ds, decode = _hdf5_dataset(paths, section, section_name, seq, input_context)
       return _tokenized(ds, decode, section, training, seed, batch)
+    seq = seq or table
     vocab = section.get("vocab_file") or os.path.join(section.get("data_dir") or "", "vocab",
                                                       "bert_uncased_vocab.txt")
     if not tf.io.gfile.exists(vocab):
@@ -192,4 +205,4 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   if training and section.get("repeat", True):
     ds = ds.repeat()
   ds = ds.map(lambda w: ({"token_ids": w[:-1], "padding_mask": tf.ones([seq], tf.int32)}, w[1:]))
-  return ds.batch(batch, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+  return ds.batch(batch, drop_remainder=training).prefetch(fields.prefetch_batches(section))

@@ -13,13 +13,14 @@ from cerebras_tf.models.gpt import modeling
 tf1 = tf.compat.v1
 
 
-def lm_loss(xent, weights, per: str = "num_tokens"):
+def lm_loss(xent, weights, per: str = "num_tokens", loss_weight: float = 1.0):
   """The real positions' cross-entropy summed, over the real tokens (`num_tokens`: the
-  weighted mean) or over the batch size (`batch_size`).  xent/weights [B,S] -> scalar."""
+  weighted mean) or over the batch size times 1/loss_weight (`batch_size`, modelzoo's rule).
+  xent/weights [B,S] -> scalar."""
   weights = tf.cast(weights, tf.float32)
   total = tf.reduce_sum(xent * weights)
   if per == "batch_size":
-    return total / tf.cast(tf.shape(xent)[0], tf.float32)
+    return total * loss_weight / tf.cast(tf.shape(xent)[0], tf.float32)
   return total / (tf.reduce_sum(weights) + 1e-6)
 
 
@@ -29,8 +30,9 @@ def model_fn(features, labels, mode, params):
   hidden = modeling.gpt_hidden(features["token_ids"], features["padding_mask"], config, training)
   weights = features["padding_mask"]
   per = params["model"].get("loss_scaling") or "num_tokens"
+  weight = float(params["model"].get("loss_weight") or 1.0)
   if training:  # no logits tensor: the head's loss and gradient come from the hidden states
-    loss = lm_loss(modeling.lm_xent(hidden, labels, config), weights, per)
+    loss = lm_loss(modeling.lm_xent(hidden, labels, config), weights, per, weight)
     total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
     train_op, logs = optimization.build_train_op(loss, params["optimizer"], total_steps)
     tf1.summary.scalar("learning_rate", logs["learning_rate"])
@@ -41,7 +43,7 @@ def model_fn(features, labels, mode, params):
     predictions["log_probs"] = tf.nn.log_softmax(logits[:, -1])
     return tf.estimator.EstimatorSpec(mode, predictions=predictions)
   xent = losses.sparse_softmax_xent(logits, labels)
-  loss = lm_loss(xent, weights, per)
+  loss = lm_loss(xent, weights, per, weight)
   if mode == tf.estimator.ModeKeys.EVAL:
     metrics = {
         "accuracy": tf1.metrics.accuracy(labels, predictions["next_token"], weights=weights),

@@ -1,21 +1,27 @@
-"""Decoder-only GPT backbone: GPT-2/GPT-3 (learned positions, sequential attention then FFN)
-and GPT-J (rotary positions, attention and FFN in parallel off one LayerNorm).
+"""Decoder-only GPT backbone: GPT-2/GPT-3 (learned positions, sequential attention then FFN),
+GPT-J (rotary positions, attention and FFN in parallel off one LayerNorm), and LLaMA's
+variations, as modelzoo's keys name them: RMSNorm (`norm_type`), a SwiGLU FFN
+(`nonlinearity`), grouped-query attention (`num_kv_groups` K/V heads), no biases
+(`use_ffn_bias`, `use_projection_bias_in_attention`, `use_ffn_bias_in_attention`,
+`use_bias_in_output`) and the rotary base (`rope_theta`).
 
 Small pure functions in the google-research/bert style; building blocks come from
 `cerebras_tf.models.bert.modeling` so the two families share one dense / LayerNorm / dropout.
 Variable scopes: `gpt/embeddings/{word,position}_embeddings`, `gpt/decoder/layer_N/
-{ln_1, attention/{query,key,value,output}, ln_2, mlp/{fc_in,fc_out}}`, `gpt/ln_f`, `gpt/lm_head`.
+{ln_1, attention/{query,key,value,output}, ln_2, mlp/{fc_in,fc_gate (SwiGLU),fc_out}}`,
+`gpt/ln_f`, `gpt/lm_head`.
 """
 
 import dataclasses
 import math
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.models import losses
-from cerebras_tf.models.bert.modeling import dense, dropout, gelu, initializer, layer_norm
+from cerebras_tf.models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
+                                               layer_norm)
 
 tf1 = tf.compat.v1
 
@@ -36,6 +42,15 @@ class GPTConfig:
   attention_dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-5
   initializer_range: float = 0.02
+  norm_type: str = "layernorm"               # or "rmsnorm" (LLaMA)
+  encoder_nonlinearity: str = "gelu"         # relu, tanh, or "swiglu" (a gated FFN, LLaMA)
+  num_kv_groups: Optional[int] = None        # K/V heads (grouped-query); None: num_heads
+  rope_theta: float = 10000.0
+  use_ffn_bias: bool = True
+  use_projection_bias_in_attention: bool = True   # query, key, value
+  use_ffn_bias_in_attention: bool = True          # the attention's output projection
+  use_bias_in_output: Optional[bool] = None  # an untied LM head's bias; None: it has one
+  embedding_dropout_rate: Optional[float] = None  # None: dropout_rate
   compute_dtype: Any = tf.float32
 
   @classmethod
@@ -44,6 +59,15 @@ class GPTConfig:
     kw = {k: model[k] for k in fields if model.get(k) is not None}
     dtype = tf.bfloat16 if model.get("mixed_precision") else tf.float32
     return cls(compute_dtype=dtype, **kw)
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_kv_groups or self.num_heads
+
+  @property
+  def head_bias(self) -> bool:
+    """Whether an untied LM head has a bias (a tied one never has)."""
+    return not self.share_embedding_weights and self.use_bias_in_output is not False
 
 
 def causal_bias(padding_mask, seq: int):
@@ -57,8 +81,9 @@ def causal_bias(padding_mask, seq: int):
   return causal[np.newaxis, np.newaxis] + pad
 
 
-def rotary(x, rotary_dim: int):
-  """Rotary position embedding on the first `rotary_dim` features of each head (GPT-J style).
+def rotary(x, rotary_dim: int, theta: float = 10000.0):
+  """Rotary position embedding on the first `rotary_dim` features of each head (GPT-J style;
+  `theta` is the base of its frequencies, LLaMA-3's 500,000).
 
   Args:
     x: [B, S, N, D].
@@ -66,7 +91,7 @@ def rotary(x, rotary_dim: int):
     [B, S, N, D] with rotated leading features.
   """
   seq = x.shape[1]
-  inv_freq = 1.0 / (10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim))
+  inv_freq = 1.0 / (theta ** (np.arange(0, rotary_dim, 2) / rotary_dim))
   angles = np.einsum("s,f->sf", np.arange(seq), inv_freq)            # [S, R/2]
   sin = np.repeat(np.sin(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
   cos = np.repeat(np.cos(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
@@ -78,32 +103,62 @@ def rotary(x, rotary_dim: int):
 
 
 def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
-  """Causal multi-head self-attention (scope `attention`).  [B*S, H] -> [B*S, H]."""
+  """Causal multi-head self-attention (scope `attention`); with num_kv_groups < num_heads,
+  grouped-query: each K/V head serves num_heads / num_kv_groups query heads.
+  [B*S, H] -> [B*S, H]."""
   n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.initializer_range
+  kv = config.kv_heads
   with tf1.variable_scope("attention"):
-    def heads(name):
-      return tf.reshape(dense(x, config.hidden_size, name, r), [batch, seq, n, d])
-    q, k, v = heads("query"), heads("key"), heads("value")
+    def heads(name, count):
+      y = dense(x, count * d, name, r, use_bias=config.use_projection_bias_in_attention)
+      return tf.reshape(y, [batch, seq, count, d])
+    q, k, v = heads("query", n), heads("key", kv), heads("value", kv)
     if config.position_embedding_type == "rotary":
-      q, k = rotary(q, config.rotary_dim), rotary(k, config.rotary_dim)
+      q = rotary(q, config.rotary_dim, config.rope_theta)
+      k = rotary(k, config.rotary_dim, config.rope_theta)
+    if kv != n:  # [B, S, kv, D] -> [B, S, n, D], each K/V head repeated for its group
+      k, v = tf.repeat(k, n // kv, axis=2), tf.repeat(v, n // kv, axis=2)
     scores = tf.einsum("bqnd,bknd->bnqk", q, k)
     scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(d)) + bias
     probs = dropout(tf.nn.softmax(scores), config.attention_dropout_rate, training)
     context = tf.einsum("bnqk,bknd->bqnd", tf.cast(probs, x.dtype), v)
     context = tf.reshape(context, [batch * seq, config.hidden_size])
-    return dense(context, config.hidden_size, "output", r)
+    return dense(context, config.hidden_size, "output", r,
+                 use_bias=config.use_ffn_bias_in_attention)
 
 
 def mlp(x, config: GPTConfig, training: bool):
-  """fc_in -> GELU -> fc_out (scope `mlp`).  [M, H] -> [M, H]."""
-  r = config.initializer_range
+  """fc_in -> activation -> fc_out (scope `mlp`); SwiGLU: silu(fc_gate(x)) * fc_in(x) ->
+  fc_out.  [M, H] -> [M, H]."""
+  r, bias = config.initializer_range, config.use_ffn_bias
   with tf1.variable_scope("mlp"):
-    h = dense(x, config.filter_size, "fc_in", r, activation=gelu)
-    return dropout(dense(h, config.hidden_size, "fc_out", r), config.dropout_rate, training)
+    if config.encoder_nonlinearity == "swiglu":
+      gate = dense(x, config.filter_size, "fc_gate", r, activation=tf.nn.silu, use_bias=bias)
+      h = gate * dense(x, config.filter_size, "fc_in", r, use_bias=bias)
+    else:
+      h = dense(x, config.filter_size, "fc_in", r,
+                activation=ACTIVATIONS[config.encoder_nonlinearity], use_bias=bias)
+    return dropout(dense(h, config.hidden_size, "fc_out", r, use_bias=bias),
+                   config.dropout_rate, training)
+
+
+def rms_norm(x, epsilon: float, name: str):
+  """RMSNorm over the last axis in float32 (LLaMA): x / rms(x) * gamma, no mean, no beta.
+
+  Args:
+    x: [..., H] any float dtype.
+  Returns:
+    [..., H] float32.
+  """
+  x = tf.cast(x, tf.float32)
+  with tf1.variable_scope(name):
+    gamma = tf1.get_variable("gamma", [x.shape[-1]], initializer=tf1.ones_initializer())
+    return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + epsilon) * gamma
 
 
 def _ln(x, name, config):
-  return tf.cast(layer_norm(x, config.layer_norm_epsilon, name), config.compute_dtype)
+  norm = rms_norm if config.norm_type == "rmsnorm" else layer_norm
+  return tf.cast(norm(x, config.layer_norm_epsilon, name), config.compute_dtype)
 
 
 def decoder_layer(x, bias, batch, seq: int, config: GPTConfig, training: bool):
@@ -157,7 +212,9 @@ def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hi
                                [config.max_position_embeddings, config.hidden_size],
                                initializer=init)
         x += pos[tf.newaxis, :seq]
-      x = dropout(tf.cast(x, config.compute_dtype), config.dropout_rate, training)
+      rate = config.dropout_rate if config.embedding_dropout_rate is None \
+          else config.embedding_dropout_rate
+      x = dropout(tf.cast(x, config.compute_dtype), rate, training)
     bias = causal_bias(padding_mask, seq)
     h = tf.reshape(x, [batch * seq, config.hidden_size])
     with tf1.variable_scope("decoder"):
@@ -183,7 +240,8 @@ def lm_logits(hidden: Hidden, config: GPTConfig):
       return tf.reshape(tf.cast(logits, tf.float32), shape)
   # gpt/lm_head/{kernel,bias}, the ops in gpt/ as before the split
   with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):
-    logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range)
+    logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range,
+                   use_bias=config.head_bias)
     return tf.reshape(tf.cast(logits, tf.float32), shape)
 
 
@@ -205,8 +263,16 @@ def num_parameters(config: GPTConfig) -> int:
   """Trainable parameters, by formula (a check on the graph's count)."""
   h, f, v, layers = (config.hidden_size, config.filter_size, config.vocab_size,
                      config.num_hidden_layers)
-  per_layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * h * (1 if config.parallel_attention else 2)
+  kv_width = config.kv_heads * (h // config.num_heads)
+  qkv = (h * h + 2 * h * kv_width) + (h + 2 * kv_width) * config.use_projection_bias_in_attention
+  out = h * h + h * config.use_ffn_bias_in_attention
+  ffn_in = (2 if config.encoder_nonlinearity == "swiglu" else 1) * (h * f + f * config.use_ffn_bias)
+  ffn_out = f * h + h * config.use_ffn_bias
+  norms = (1 if config.parallel_attention else 2) + (1 if config.norm_type != "rmsnorm" else 0) * (
+      1 if config.parallel_attention else 2)
+  per_layer = qkv + out + ffn_in + ffn_out + norms * h
   emb = v * h + (config.max_position_embeddings * h
                  if config.position_embedding_type == "learned" else 0)
-  head = 0 if config.share_embedding_weights else h * v + v
-  return emb + layers * per_layer + 2 * h + head
+  head = 0 if config.share_embedding_weights else h * v + v * config.head_bias
+  ln_f = h * (1 if config.norm_type == "rmsnorm" else 2)
+  return emb + layers * per_layer + ln_f + head

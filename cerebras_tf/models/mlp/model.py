@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.core import batching
-from cerebras_tf.models import optimization
+from cerebras_tf.models import fields, optimization
 
 
 def _flat(params):
@@ -38,7 +38,8 @@ def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
   ds = tf.data.Dataset.from_tensor_slices(({"x": x}, y))
   if mode == tf.estimator.ModeKeys.TRAIN:
     ds = ds.shuffle(n, seed=seed).repeat()
-  return ds.batch(batch_size, drop_remainder=mode == tf.estimator.ModeKeys.TRAIN).prefetch(2)
+  ds = ds.batch(batch_size, drop_remainder=mode == tf.estimator.ModeKeys.TRAIN)
+  return ds.prefetch(fields.prefetch_batches(section, 2))
 
 
 def model_fn(features, labels, mode, params):

@@ -35,6 +35,7 @@ import tensorflow as tf
 import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
+from cerebras_tf.models import fields
 from cerebras_tf.models.data import acquire, formats
 from cerebras_tf.models.transformer import vocab as vocab_lib
 from cerebras_tf.core import batching
@@ -148,7 +149,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   batch_size = batching.input_batch_size(params, section)
   src_len = int(section.get("max_source_length") or 64)
   tgt_len = int(section.get("max_target_length") or 64)
-  parallel = section.get("num_parallel_calls") or AUTOTUNE
+  parallel = fields.parallel_calls(section)
   tokenizer = vocab_lib.Tokenizer(vocab_lib.read_vocab(vocab_file(params)))
   with_text = not training
 
@@ -205,7 +206,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   else:
     ds = ds.padded_batch(batch_size, padded_shapes=padded_shapes, drop_remainder=training)
   ds = ds.map(finish, num_parallel_calls=parallel, deterministic=True)
-  return ds.prefetch(AUTOTUNE)
+  return ds.prefetch(fields.prefetch_batches(section))
 
 
 def serving_features(tokenizer, texts, max_source_length: int):

@@ -28,12 +28,12 @@ from typing import Any, Dict, Mapping, Optional
 
 import tensorflow as tf
 
-from cerebras_tf.models.bert.modeling import dense, dropout, gelu, initializer, layer_norm
+from cerebras_tf.models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
+                                               layer_norm)
 
 tf1 = tf.compat.v1
 
 NEG_INF = -1e9
-_ACTIVATIONS = {"relu": tf.nn.relu, "gelu": gelu, "tanh": tf.tanh}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +63,8 @@ class TransformerConfig:
                        % (self.hidden_size, self.num_heads))
     if self.position_embedding_type not in ("fixed", "learned"):
       raise ValueError("position_embedding_type must be fixed or learned")
-    if self.nonlinearity not in _ACTIVATIONS:
-      raise ValueError("nonlinearity must be one of %s" % sorted(_ACTIVATIONS))
+    if self.nonlinearity not in ACTIVATIONS:
+      raise ValueError("nonlinearity must be one of %s" % sorted(ACTIVATIONS))
 
   @property
   def head_size(self) -> int:
@@ -196,7 +196,7 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
 def feed_forward(x, config: TransformerConfig, training: bool):
   """[B, L, H] -> relu(x W1 + b1) W2 + b2 -> [B, L, H]."""
   h = _dense3d(x, config.filter_size, "intermediate", config,
-               activation=_ACTIVATIONS[config.nonlinearity])
+               activation=ACTIVATIONS[config.nonlinearity])
   h = dropout(h, config.dropout_rate, training)
   return _dense3d(h, config.hidden_size, "output", config)
 

@@ -21,6 +21,10 @@ def _count_params(config, batch=2, seq=8):
     {},  # GPT-2 style: learned positions, sequential, tied head
     {"position_embedding_type": "rotary", "rotary_dim": 8, "parallel_attention": True,
      "share_embedding_weights": False},  # GPT-J style
+    {"position_embedding_type": "rotary", "rotary_dim": 8, "share_embedding_weights": False,
+     "norm_type": "rmsnorm", "encoder_nonlinearity": "swiglu", "num_kv_groups": 2,
+     "use_ffn_bias": False, "use_projection_bias_in_attention": False,
+     "use_ffn_bias_in_attention": False, "use_bias_in_output": False},  # LLaMA style
 ])
 def test_parameter_count_matches_formula(kw):
   config = modeling.GPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=3, num_heads=4,
@@ -263,3 +267,62 @@ def test_modelzoo_hdf5_layouts_that_are_not_gpt_data_are_named(tmp_path, caplog)
     features, _ = next(iter(input_lib.input_fn(params("vsl"))))
   assert features["token_ids"].shape == (2, 4)
   assert "attention_span, position_ids are not read" in caplog.text
+
+
+def test_llama_7b_formula_matches_the_published_count():
+  # Llama-2-7B: 32 x 4096, 32 heads, SwiGLU 11008, vocab 32000, untied, no biases, RMSNorm:
+  # Hugging Face's LlamaForCausalLM reports 6,738,415,616 parameters. Per layer 4 * 4096^2
+  # (q, k, v, o) + 3 * 4096 * 11008 (gate, up, down) + 2 * 4096 (two RMSNorm gains)
+  # = 202,383,360; x 32 = 6,476,267,520; + 2 * 32000 * 4096 (embedding, head) + 4096 (ln_f).
+  llama2 = dict(vocab_size=32000, hidden_size=4096, num_hidden_layers=32, num_heads=32,
+                filter_size=11008, position_embedding_type="rotary", rotary_dim=128,
+                share_embedding_weights=False, norm_type="rmsnorm",
+                encoder_nonlinearity="swiglu", use_ffn_bias=False,
+                use_projection_bias_in_attention=False, use_ffn_bias_in_attention=False,
+                use_bias_in_output=False)
+  assert modeling.num_parameters(modeling.GPTConfig(**llama2)) == 6_738_415_616
+  # Llama-3-8B: 8 K/V heads of 128 (k, v are 4096 x 1024), FFN 14336, vocab 128256:
+  # Hugging Face reports 8,030,261,248.
+  llama3 = dict(llama2, vocab_size=128256, filter_size=14336, num_kv_groups=8)
+  assert modeling.num_parameters(modeling.GPTConfig(**llama3)) == 8_030_261_248
+
+
+def test_grouped_query_attention_is_attention_with_shared_key_value_heads():
+  """num_kv_groups = 1 (multi-query) gives the logits of full attention whose K/V heads are
+  all copies of the one K/V head: the repeat, not another projection, makes the groups."""
+  base = dict(vocab_size=31, hidden_size=16, num_hidden_layers=1, num_heads=4, filter_size=32,
+              max_position_embeddings=8, position_embedding_type="rotary", rotary_dim=4,
+              norm_type="rmsnorm", encoder_nonlinearity="swiglu")
+  ids = np.random.RandomState(0).randint(0, 31, [2, 8]).astype(np.int32)
+  with tf.Graph().as_default():
+    mq = modeling.GPTConfig(num_kv_groups=1, **base)
+    out = modeling.gpt_model(tf.constant(ids), tf.ones_like(ids), mq, training=False)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      want = sess.run(out)
+      values = {v.op.name: sess.run(v) for v in tf1.global_variables()}
+  assert values["gpt/decoder/layer_0/attention/key/kernel"].shape == (16, 4)
+  with tf.Graph().as_default():
+    full = modeling.GPTConfig(**base)
+    out = modeling.gpt_model(tf.constant(ids), tf.ones_like(ids), full, training=False)
+    assigns = []
+    for v in tf1.global_variables():
+      value = values[v.op.name]
+      if v.op.name.endswith(("attention/key/kernel", "attention/value/kernel",
+                             "attention/key/bias", "attention/value/bias")):
+        # the one K/V head, copied for each query head
+        value = np.tile(value, [1, 4] if value.ndim == 2 else [4])
+      assigns.append(v.assign(value))
+    with tf1.Session() as sess:
+      sess.run(assigns)
+      got = sess.run(out)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_divides_by_the_root_mean_square():
+  # x = [3, 4]: mean square (9 + 16) / 2 = 12.5, rms 3.5355; gains 1: [0.8485, 1.1314].
+  with tf.Graph().as_default():
+    y = modeling.rms_norm(tf.constant([[3.0, 4.0]]), 0.0, "n")
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      np.testing.assert_allclose(sess.run(y), [[3 / 12.5 ** 0.5, 4 / 12.5 ** 0.5]], rtol=1e-6)
