@@ -50,6 +50,9 @@ def graph_for(params, batch=None, name=None):
     found = next((train[a] for a in alts if a in train), None)
     if key not in model and found is not None:
       model[key] = found
+  if model.get("max_sequence_length") is None and str(model.get("name", "")).lower().startswith(
+      ("gpt", "llama")):  # GPT's own rule: the data's length, else the position table's
+    model["max_sequence_length"] = model.get("max_position_embeddings")
   graph = analytic.graph_from_params(dict(params, model=model), batch=batch)  # checks the keys
   return dataclasses.replace(graph, name=name) if name else graph
 

@@ -581,7 +581,8 @@ def gpt3_xl(seq: int = 2048, batch: int = 512, **kw) -> ir.LayerGraph:
 # params `model` keys -> Shape fields (the first key found wins), as the reference models and
 # the Cerebras modelzoo spell them.
 _KEYS = {
-    "kv_heads": ("num_kv_heads", "num_key_value_heads", "extra_attention_params.num_kv_groups"),
+    "kv_heads": ("num_kv_heads", "num_key_value_heads", "num_kv_groups",
+                 "extra_attention_params.num_kv_groups"),
     "head_dim": ("head_dim", "attention_head_size", "d_kv"),
     "ffn_type": ("ffn_type", "nonlinearity", "encoder_nonlinearity"),
     "norm": ("norm_type", "norm"),
