@@ -411,3 +411,34 @@ def test_scaling_script_reads_a_hugging_face_config(tmp_path, capsys):
                               str(tmp_path)]) == 2
   assert "model_type 'falcon' is not one of bert, gemma, gpt2, gpt_neox, gptj, llama, mistral, " \
       "qwen2, roberta, t5" in capsys.readouterr().err
+
+
+def test_modelzoo_llama_file_is_costed_as_its_hugging_face_config():
+  """modelzoo's LLaMA files (with name: gpt added, as run.py needs) say nonlinearity swiglu,
+  norm_type rmsnorm, grouped K/V as num_kv_groups, no biases, and no max_sequence_length (the
+  data's). The analytic graph reads them as the Hugging Face configs
+  of Llama-2-7B and Mistral-7B (GQA 8): the same parameters and FLOPs; the sequence is the
+  position table's (GPT's runtime rule)."""
+  sys.path.insert(0, os.path.join(ROOT, "scripts"))
+  try:
+    import scaling_report  # pylint: disable=import-outside-toplevel
+  finally:
+    sys.path.pop(0)
+  from cerebras_tf.analysis import hf_config  # pylint: disable=import-outside-toplevel
+  for name, kv in (("llama-2-7b", None), ("mistral-7b", 8)):
+    cfg, published = HF_CONFIGS[name]
+    model = {"name": "gpt", "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_heads": 32, "filter_size": cfg["intermediate_size"],
+             "max_position_embeddings": 4096, "position_embedding_type": "rotary",
+             "rotary_dim": 128, "share_embedding_weights": False, "norm_type": "rmsnorm",
+             "nonlinearity": "swiglu", "use_ffn_bias": False,
+             "use_projection_bias_in_attention": False, "use_ffn_bias_in_attention": False,
+             "use_bias_in_output": False}
+    if kv:
+      model["num_kv_groups"] = kv
+    graph = scaling_report.graph_for({"train_input": {"batch_size": 8}, "model": model})
+    hf = analytic.graph_from_params(hf_config.params_from_hf_config(
+        dict(cfg, max_position_embeddings=4096), batch=8, seq=4096))
+    assert graph.num_params == hf.num_params == published
+    assert graph.flops_per_sample == pytest.approx(hf.flops_per_sample, rel=1e-9)
+    assert graph.seq_len == 4096
