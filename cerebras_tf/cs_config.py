@@ -40,7 +40,7 @@ def parse_cs_ip(cs_ip: Optional[str]) -> Optional[str]:
 
 class CSConfig(collections.namedtuple("CSConfig", [
     "execution_strategy", "engine", "num_csx", "max_wgt_servers", "num_replicas",
-    "sparsity", "vts"])):
+    "sparsity", "vts", "micro_batch_size"])):
   """How the model runs on the engine.
 
   Attributes:
@@ -53,14 +53,17 @@ class CSConfig(collections.namedtuple("CSConfig", [
     num_replicas: multi_replica copies; None lets the compiler choose.
     sparsity: unstructured weight sparsity in [0, 1) (weight streaming).
     vts: cost only real (unpadded) tokens (variable tensor shape).
+    micro_batch_size: samples per weight-streaming micro-batch; None lets the compiler pick
+      the fastest that fits.
   """
 
   def __new__(cls, execution_strategy=plans.AUTO, engine="cs2", num_csx=1,
-              max_wgt_servers=1, num_replicas=None, sparsity=0.0, vts=False):
+              max_wgt_servers=1, num_replicas=None, sparsity=0.0, vts=False,
+              micro_batch_size=None):
     # Each setting is checked by its params-schema Field: one rule for YAML, flags and Python.
     given = dict(execution_strategy=execution_strategy, engine=engine, num_csx=num_csx,
                  max_wgt_servers=max_wgt_servers, num_replicas=num_replicas, sparsity=sparsity,
-                 vts=vts)
+                 vts=vts, micro_batch_size=micro_batch_size)
     checked = {}
     for key, value in given.items():
       try:
@@ -71,7 +74,7 @@ class CSConfig(collections.namedtuple("CSConfig", [
         raise ConfigError(f"CSConfig {key} {e}{hint}") from None
     conflict = plans.option_conflict(
         checked["execution_strategy"], checked["num_csx"], checked["num_replicas"],
-        checked["max_wgt_servers"], checked["sparsity"])
+        checked["max_wgt_servers"], checked["sparsity"], checked["micro_batch_size"])
     if conflict:
       raise ConfigError(f"CSConfig {conflict[1]}")
     return super().__new__(cls, **checked)

@@ -313,6 +313,7 @@ class _Validator:
     self.base_dir = base_dir
     self.origins = origins
     self.spec = None  # the model family's registry.ModelSpec, once model.name is read
+    self.moved: Dict[tuple, tuple] = {}  # a key here -> the modelzoo-named key moved onto it
 
   def where(self, path: tuple) -> str:
     """The closest known origin of `path` (itself, else its parents), else the file name."""
@@ -539,10 +540,12 @@ class _Validator:
     """Moves a modelzoo-named value onto the key that owns it here; both given and different
     is one error."""
     section, key = new
-    if key in (raw.get(section) or {}) and out[section][key] != value:
+    other = self.moved.get(new) or (new if key in (raw.get(section) or {}) else None)
+    if other is not None and out[section][key] != value:
       self.fail(old, f"{_dotted(old)} {_show(value)} (modelzoo's name for {section}.{key}) "
-                f"conflicts with {section}.{key} {_show(out[section][key])}; keep one of them")
+                f"conflicts with {_dotted(other)} {_show(out[section][key])}; keep one of them")
     out[section][key] = value
+    self.moved[new] = old
     self.origins[new] = self.where(old)
 
   def pytorch_keys(self, out: dict, raw: dict) -> None:
@@ -554,6 +557,12 @@ class _Validator:
         if old == "num_workers":
           value = max(value, 1)  # PyTorch's 0: loaded in the main process, one at a time
         self.renamed(out, raw, (section, old), (section, new), value)
+    micro = [(s, out[s].pop("micro_batch_size")) for s in ("train_input", "eval_input")
+             if s in out]
+    for section, value in micro:  # modelzoo's place for it; one value for the run here
+      if value is not None:
+        self.renamed(out, raw, (section, "micro_batch_size"), ("csconfig", "micro_batch_size"),
+                     value)
     betas = out["optimizer"].pop("betas")
     if betas is not None:
       for key, value in zip(("beta1", "beta2"), betas):
@@ -621,7 +630,8 @@ class _Validator:
     if cs["execution_strategy"] == plans.MULTI_REPLICA:
       cs["multireplica"] = True
     conflict = plans.option_conflict(cs["execution_strategy"], cs["num_csx"], replicas,
-                                     cs["max_wgt_servers"], cs["sparsity"])
+                                     cs["max_wgt_servers"], cs["sparsity"],
+                                     cs["micro_batch_size"])
     if conflict:
       self.fail(("csconfig", conflict[0]), f"csconfig.{conflict[1]}")
     if replicas is not None and replicas > 1:

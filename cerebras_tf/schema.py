@@ -159,6 +159,8 @@ INPUT_FIELDS = {
                          "in parallel (num_parallel_calls; 0 is one)", low=0),
     "prefetch_factor": pos_int(None, "batches the input prepares ahead (null: tf.data "
                                "AUTOTUNE)"),
+    "micro_batch_size": pos_int(None, "modelzoo's place for csconfig.micro_batch_size",
+                                high=MAX_BATCH),
     "persistent_workers": Field("bool", None, "modelzoo (PyTorch DataLoader) key: the input "
                                 "pipeline lives for the whole run (what happens here); false "
                                 "is refused"),
@@ -248,6 +250,9 @@ CSCONFIG_FIELDS = {
     "num_replicas": pos_int(None, "multi_replica copies (null: compiler picks)"),
     "multireplica": Field("bool", False, "modelzoo switch: true means execution_strategy "
                           "multi_replica"),
+    "micro_batch_size": pos_int(None, "weight streaming: samples per micro-batch (null: the "
+                                "compiler picks the fastest that fits; modelzoo's "
+                                "train_input.micro_batch_size)", high=MAX_BATCH),
     "sparsity": Field("float", 0.0, "unstructured weight sparsity (weight streaming)", low=0,
                       high=1, high_open=True),
     "vts": Field("bool", False, "variable tensor shape: cost only real tokens"),

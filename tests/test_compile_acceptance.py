@@ -79,3 +79,23 @@ def test_bert_base_multi_replica_four_copies(tmp_path, real_vocab):
   assert speedup == pytest.approx(1.7, abs=0.1)  # seed 004: "boosts training speed by 1.7x"
   (note,) = [n for n in plan.notes if n.startswith("larger R rejected")]
   assert note.startswith("larger R rejected: R=8 no gain") and "R=32 memory" in note
+
+
+def test_a_micro_batch_size_the_user_sets_is_planned(tmp_path, capsys):
+  """The weight-streaming refusal said "use micro_batch_size <= N", a key no params file
+  could set; modelzoo's files carry it in train_input (LLaMA-3's 20). csconfig.
+  micro_batch_size (or modelzoo's place for it) now fixes the plan's micro-batch: GPT-tiny's
+  per-system batch of 32 in micro-batches of 4 is 8 per step."""
+  from cerebras_tf import cli  # pylint: disable=import-outside-toplevel
+  argv = ["run.py", "--params", os.path.join(CONFIGS, "params_gpt_tiny.yaml"), "--compile_only",
+          "--model_dir", str(tmp_path / "m"), "--execution_strategy", "weight_streaming",
+          "--params_override", "train_input.micro_batch_size=4"]
+  assert cli.main(argv) == 0
+  report = open(tmp_path / "m" / "cs_compile" / "report.txt", encoding="utf-8").read()
+  assert "micro-batch 4 of per-system batch 32" in report
+  assert re.search(r"micro-batch 4 \(8 per step", report)
+  capsys.readouterr()
+  assert cli.main(argv[:-1] + ["csconfig.micro_batch_size=4", "--execution_strategy",
+                               "pipelined"]) == 2
+  assert "csconfig.micro_batch_size 4 needs execution_strategy weight_streaming or auto" in \
+      capsys.readouterr().err

@@ -73,7 +73,8 @@ def test_good_file_fills_defaults_and_resolves_paths(tmp_path):
   assert lr[1]["steps"] is None
   assert p["csconfig"] == {"execution_strategy": "pipelined", "engine": "cs2", "num_csx": 1,
                            "max_wgt_servers": 1, "num_replicas": None, "multireplica": False,
-                           "sparsity": 0.0, "vts": False, "compile_dir": None}
+                           "sparsity": 0.0, "vts": False, "compile_dir": None,
+                           "micro_batch_size": None}
   assert p["runconfig"]["use_cs"] is True and p["runconfig"]["mode"] == "train"
   assert "tensorflow" not in sys.modules or True  # importing TF is the CLI test's concern
 

@@ -303,7 +303,8 @@ class Compiler:
     options = plans.PlanOptions(
         batch_size=captured.batch_size, execution_strategy=cs.execution_strategy,
         num_csx=cs.num_csx, num_replicas=cs.num_replicas, max_wgt_servers=cs.max_wgt_servers,
-        sparsity=cs.sparsity, vts=cs.vts, num_workers=host["num_workers"],
+        sparsity=cs.sparsity, vts=cs.vts, micro_batch_size=cs.micro_batch_size,
+        num_workers=host["num_workers"],
         host_devices=host["host_devices"],
         **(token_fractions(call_input_fn, captured, sources, seed) if cs.vts else {}))
     gkey = graph_key(graph, engine.source_path, options)

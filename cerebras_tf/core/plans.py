@@ -21,15 +21,16 @@ PHASES = ("train", "eval", "predict")
 
 
 def option_conflict(strategy: str, num_csx: int = 1, num_replicas: Optional[int] = None,
-                    max_wgt_servers: int = 1, sparsity: float = 0.0
-                    ) -> Optional[Tuple[str, str]]:
+                    max_wgt_servers: int = 1, sparsity: float = 0.0,
+                    micro_batch_size: Optional[int] = None) -> Optional[Tuple[str, str]]:
   """(key, "key value needs ...") when a chosen strategy cannot apply a setting, which it
   would otherwise ignore without a word (2 systems asked for, 1 planned); None when all apply.
   `auto` applies each setting to the strategy it belongs to. The one rule for CSConfig and the
   params file."""
   if strategy in (PIPELINED, MULTI_REPLICA):
     for key, value, off in (("num_csx", num_csx, 1), ("max_wgt_servers", max_wgt_servers, 1),
-                            ("sparsity", sparsity, 0.0)):
+                            ("sparsity", sparsity, 0.0), ("micro_batch_size", micro_batch_size,
+                                                          None)):
       if value != off:
         return key, (f"{key} {value} needs execution_strategy weight_streaming or auto "
                      f"({strategy} runs on one system, with the weights on the wafer)")
