@@ -22,13 +22,14 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 
 import yaml
 
-from cerebras_tf import registry
+from cerebras_tf import registry, trainer_format
 from cerebras_tf.core import plans
 from cerebras_tf.cs_config import parse_cs_ip
 from cerebras_tf.errors import ConfigError, ParamsError
 from cerebras_tf import schema
 from cerebras_tf.schema import (ENGINES, EVAL_INPUT_DEFAULTS, INPUT_FIELDS, MODEL_FIELDS, MODES,
-                                REQUIRED, REQUIRED_SECTIONS, SCHEDULERS, SCHEMA, Field)
+                                OPTIMIZER_FIELDS, REQUIRED, REQUIRED_SECTIONS, SCHEDULERS,
+                                SCHEMA, Field)
 
 # ---------------------------------------------------------------------------------------------
 # Overrides.
@@ -40,6 +41,16 @@ class Override(NamedTuple):
   value: Any
   source: str
 
+
+# optimizer key -> the optimizer_types that apply it (the others refuse it when set).
+OPTIMIZER_KEYS = {"weight_decay_rate": ("adamw",), "correct_bias": ("adamw",),
+                  "momentum": ("momentum",), "beta1": ("adam", "adamw"),
+                  "beta2": ("adam", "adamw"), "epsilon": ("adam", "adamw")}
+
+# modelzoo's model names -> the family here that builds them (GPT builds LLaMA's shape from
+# its keys: norm_type, nonlinearity, num_kv_groups, the bias switches).
+MODELZOO_FAMILIES = {"gpt2": "gpt", "gpt3": "gpt", "gptj": "gpt", "llama": "gpt",
+                     "mistral": "gpt", "roberta": "bert"}
 
 # modelzoo's PyTorch-release key -> the key here that owns the quantity (same section).
 PYTORCH_NAMES = {("runconfig", "log_steps"): "log_step_count_steps",
@@ -131,6 +142,8 @@ def parse_params(text: str, filename: str = "<params>",
                  overrides: Optional[Sequence[Union[str, Override]]] = None) -> dict:
   """`load_params` on text already read; `filename` names it in errors and anchors paths."""
   raw, origins = _read_yaml(text, filename)
+  if trainer_format.is_trainer_format(raw):  # modelzoo R2.3 on: trainer.init / trainer.fit
+    raw, origins = trainer_format.flatten(raw, origins, filename)
   base_dir = os.path.dirname(os.path.abspath(filename))
   for item in overrides or ():
     ov = parse_override(item) if isinstance(item, str) else item
@@ -370,6 +383,8 @@ class _Validator:
       self.fail(("model",), "model.name is required: the model family, one of "
                 + ", ".join(_available_models()))
     name = self.value(path, name, MODEL_FIELDS["name"])
+    if name in MODELZOO_FAMILIES and name not in _available_models():
+      name = model["name"] = MODELZOO_FAMILIES[name]  # modelzoo's model name, our family
     try:
       spec = registry.get_model(name)
     except ParamsError as e:
@@ -441,6 +456,12 @@ class _Validator:
       if field.choices:
         return self.choice(path, value, field)
       return self.resolve_path(path, value) if kind == "path" else value
+    if kind == "numbers":  # a small mapping of named numbers (modelzoo's extra_*_params)
+      if not isinstance(value, dict) or not all(
+          isinstance(k, str) and schema.as_float(v) is not None and not isinstance(v, bool)
+          for k, v in value.items()):
+        self.bad(path, field, value)
+      return {k: schema.as_float(v) for k, v in value.items()}
     if kind == "float_pair":
       numbers = [schema.as_float(v) for v in value] if isinstance(value, list) else []
       if len(numbers) != 2 or any(n is None or not schema.in_range(n, field) for n in numbers):
@@ -586,6 +607,19 @@ class _Validator:
                   f"optimizer.loss_scaling_factor is {_show(opt['loss_scaling_factor'])}: set "
                   f"it to dynamic or remove the key")
 
+  def optimizer_applies(self, opt: dict, raw: dict) -> None:
+    """An optimizer key the chosen optimizer_type does not apply, given anyway, is refused
+    (modelzoo's `Adam: {weight_decay: 0.1}` is L2 decay, which `adam` here does not have)."""
+    kind = opt["optimizer_type"]
+    given = set((raw.get("optimizer") or {})) | {k for s, k in self.moved if s == "optimizer"}
+    for key, kinds in OPTIMIZER_KEYS.items():
+      if key in given and kind not in kinds and opt[key] != (True if key == "correct_bias"
+                                                               and kind == "adam" else
+                                                               OPTIMIZER_FIELDS[key].default):
+        self.fail(("optimizer", key), f"optimizer.{key} {_show(opt[key])} is not applied by "
+                  f"optimizer_type {kind} (it is by {', '.join(kinds)}): change the type or "
+                  f"remove the key")
+
   def modelzoo_keys(self, out: dict, raw: dict) -> None:
     """Keys modelzoo configs carry elsewhere or under older names, mapped onto their one owner
     here, so a modelzoo file runs as it is."""
@@ -640,6 +674,7 @@ class _Validator:
           self.fail((section, "batch_size"), f"{section}.batch_size {out[section]['batch_size']} "
                     f"must be divisible by csconfig.num_replicas {replicas}")
     opt = out["optimizer"]
+    self.optimizer_applies(opt, raw)
     lr = opt["learning_rate"]
     max_steps = rc["max_steps"]
     accum = opt["grad_accum_steps"]

@@ -244,7 +244,7 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
   elif mode == "train_and_eval":
     step = latest_step(rc["model_dir"])
     last = step + opts.steps if opts.steps is not None else max_steps
-    interval = rc["save_checkpoints_steps"] or last
+    interval = rc.get("eval_frequency") or rc["save_checkpoints_steps"] or last
     throttle = rc.get("throttle_secs") or 0
     summary["evals"] = []
     evaluated_at = None  # monotonic time the last evaluation started

@@ -25,7 +25,8 @@ def suggest(word, candidates) -> str:
 
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "int_list", "float_pair", "learning_rate", "loss_scale",
+_KINDS = ("int", "float", "bool", "str", "path", "int_list", "float_pair", "numbers",
+          "learning_rate", "loss_scale",
           "engine")
 REQUIRED = object()  # a Field default that means: the key must be given
 
@@ -74,6 +75,8 @@ class Field:
       text = "a path (string)"
     elif self.kind == "int_list":
       text = "a list of ints"
+    elif self.kind == "numbers":
+      text = "a mapping of names to numbers"
     elif self.kind == "float_pair":
       text = "a list of two numbers" + self._range()
     elif self.kind == "learning_rate":
@@ -221,6 +224,8 @@ RUNCONFIG_FIELDS = {
     "save_summary_steps": pos_int(100, "write summaries every N steps"),
     "tf_random_seed": Field("int", None, "graph-level random seed", low=0),
     "throttle_secs": Field("int", 0, "train_and_eval: min seconds between evals", low=0),
+    "eval_frequency": pos_int(None, "train_and_eval: steps between evaluations (null: at "
+                              "each checkpoint, save_checkpoints_steps)", high=MAX_STEPS),
     "cs_ip": Field("str", None, "host[:port] of the CS system (null: embedded simulator)"),
     "use_cs": Field("bool", True, "false: plain Estimator on CPU/GPU, no compile"),
     "warm_start": Field("path", None, "checkpoint (or model_dir) whose variables of the same "

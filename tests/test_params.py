@@ -596,3 +596,134 @@ def test_grad_accum_and_warmup_steps(tmp_path):
       "runconfig.max_steps 1000 / optimizer.grad_accum_steps 20: raise max_steps or shorten "
       "the warm-up segment; to try the config for a few steps, run.py --steps N trains N steps "
       "of the schedule as planned")
+
+
+TRAINER_FILE = textwrap.dedent("""\
+    trainer:
+      init:
+        backend:
+          backend_type: CSX
+        model_dir: ./model_dir
+        seed: 1
+        model:
+          name: llama
+          vocab_size: 128256
+          hidden_size: 256
+          num_hidden_layers: 2
+          num_heads: 8
+          filter_size: 512
+          max_position_embeddings: 8192
+          position_embedding_type: rotary
+          rotary_dim: 32
+          share_embedding_weights: false
+          norm_type: rmsnorm
+          nonlinearity: swiglu
+          use_ffn_bias: false
+          use_projection_bias_in_attention: false
+          use_ffn_bias_in_attention: false
+          use_bias_in_output: false
+          attention_module: multiquery_attention
+          extra_attention_params:
+            num_kv_groups: 2
+          rope_theta: 500000.0
+          pos_scaling_factor: 8.0
+          pos_scaling_type: llama3
+          pos_scaling_extra_args:
+            low_freq_factor: 1.0
+            high_freq_factor: 4.0
+            original_max_position_embeddings: 8192
+        optimizer:
+          AdamW:
+            betas: [0.9, 0.95]
+            correct_bias: true
+            weight_decay: 0.1
+        schedulers:
+        - SequentialLR:
+            schedulers:
+            - LinearLR:
+                initial_learning_rate: 0.0
+                end_learning_rate: 3.0e-4
+                total_iters: 90
+            - CosineDecayLR:
+                initial_learning_rate: 3.0e-4
+                end_learning_rate: 3.0e-5
+                total_iters: 4678
+        precision:
+          enabled: true
+          fp16_type: cbfloat16
+          loss_scaling_factor: dynamic
+          max_gradient_norm: 1.0
+        loop:
+          max_steps: 4768
+          eval_steps: 2
+          eval_frequency: 2384
+        checkpoint:
+          steps: 132
+        logging:
+          log_steps: 1
+        callbacks:
+        - ScopedTrainFlags:
+            csx.performance.micro_batch_size: 20
+        - ComputeNorm: {}
+      fit:
+        train_dataloader:
+          data_processor: GptHDF5MapDataProcessor
+          data_dir: ./train
+          batch_size: 960
+          shuffle: true
+          shuffle_seed: 1337
+          num_workers: 8
+        val_dataloader: &val
+          data_processor: GptHDF5MapDataProcessor
+          data_dir: ./val
+          batch_size: 960
+          shuffle: false
+      validate:
+        val_dataloader: *val
+    """)
+
+
+def test_a_modelzoo_trainer_format_file_is_read_as_the_flat_sections(tmp_path):
+  """modelzoo's files since R2.3 nest everything under trainer.init / trainer.fit (a
+  LLaMA-3.1 config shown here, its shape shrunk); they were "unknown section 'trainer'".
+  Each value lands on its one owner here; the family is GPT, which builds LLaMA's shape."""
+  p = params_lib.load_params(_write(tmp_path, TRAINER_FILE))
+  model, opt, rc, cs = p["model"], p["optimizer"], p["runconfig"], p["csconfig"]
+  assert model["name"] == "gpt" and model["num_kv_groups"] == 2
+  assert model["encoder_nonlinearity"] == "swiglu" and model["norm_type"] == "rmsnorm"
+  assert (model["mixed_precision"], model["fp16_type"]) == (True, "cbfloat16")
+  assert (model["pos_scaling_type"], model["pos_scaling_factor"]) == ("llama3", 8.0)
+  assert (opt["optimizer_type"], opt["beta2"], opt["weight_decay_rate"], opt["correct_bias"],
+          opt["max_gradient_norm"], opt["loss_scaling_factor"], opt["log_summaries"]) == \
+      ("adamw", 0.95, 0.1, True, 1.0, "dynamic", True)
+  assert [(s["scheduler"], s["steps"]) for s in opt["learning_rate"]] == \
+      [("Linear", 90), ("Cosine", 4678)]
+  assert (rc["max_steps"], rc["eval_steps"], rc["eval_frequency"], rc["save_checkpoints_steps"],
+          rc["log_step_count_steps"], rc["tf_random_seed"], rc["use_cs"]) == \
+      (4768, 2, 2384, 132, 1, 1, True)
+  assert rc["model_dir"] == str(tmp_path / "model_dir")
+  assert cs["micro_batch_size"] == 20
+  assert p["train_input"]["data_dir"] == str(tmp_path / "train")
+  assert p["eval_input"]["data_dir"] == str(tmp_path / "val")
+  assert p["train_input"]["batch_size"] == p["eval_input"]["batch_size"] == 960
+  assert p["train_input"]["num_parallel_calls"] == 8
+
+
+def test_a_trainer_format_file_names_what_has_no_counterpart_with_its_line(tmp_path):
+  text = TRAINER_FILE.replace("    - ComputeNorm: {}\n", "    - ComputeNorm: {}\n"
+                              "    - GlobalFlags:\n"
+                              "        csx.debug.compile_crd_memory_gi: 67\n").replace(
+      "      steps: 132\n", "      steps: 132\n"
+      "      disable_strict_checkpoint_loading: true\n")
+  path = _write(tmp_path, text)
+  assert _error(path) == (f"{path}:61: trainer.init.checkpoint.disable_strict_checkpoint_"
+                          "loading (modelzoo trainer format) has no counterpart here; remove "
+                          "it; 1 more: trainer.init.callbacks[2].GlobalFlags (68)")
+  # A mistyped model key keeps its own line in the trainer file.
+  path = _write(tmp_path, TRAINER_FILE.replace("hidden_size: 256", "hiden_size: 256"))
+  assert _error(path).startswith(f"{path}:10: unknown key 'hiden_size' in model")
+  # modelzoo's `Adam` decays by L2, which adam here does not: refused, not dropped.
+  path = _write(tmp_path, TRAINER_FILE.replace("AdamW:", "Adam:"))
+  assert _error(path) == (f"{path}:38: optimizer.weight_decay_rate 0.1 is not applied by "
+                          "optimizer_type adam (it is by adamw): change the type or remove the "
+                          "key")

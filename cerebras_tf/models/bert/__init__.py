@@ -33,6 +33,12 @@ SCHEMA = {
                                  "(google-bert checkpoints load as they are)"),
         "predict_all_outputs": Field("bool", False, "predict also yields hidden states and "
                                      "log-probs (debugging, checkpoint checks)"),
+        "mlm_loss_weight": Field("float", None, "null: the masked-LM loss is the mean over the "
+                                 "masked positions (google-bert); a number: their sum over the "
+                                 "batch size, times it (modelzoo's, about 1 / masked positions "
+                                 "per sequence)", low=0, low_open=True),
+        "pooler_nonlinearity": Field("str", "tanh", "the pooler's activation (modelzoo key)",
+                                     choices=("tanh", "gelu", "relu")),
     },
     "train_input": {
         **TEXT_INPUT_FIELDS,
@@ -60,4 +66,5 @@ FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned"
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
                           check=check_transformer_params,
                           unapplied={**FIXED_OPTIONS, ("train_input", "buckets"): [],
+                                     ("model", "pooler_nonlinearity"): "tanh",
                                      ("eval_input", "buckets"): []}))

@@ -13,7 +13,7 @@ checkpoint's names and are simply left unmatched (freshly initialized) when warm
 Logits, log-probs and losses are float32 whatever the compute dtype.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -74,7 +74,8 @@ def masked_lm_logits(head: MaskedLMHead):
     return tf.nn.bias_add(tf.cast(logits, tf.float32), head.bias)
 
 
-def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, training: bool):
+def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, training: bool,
+                   loss_weight: Optional[float] = None):
   """google-bert's weighted masked-LM loss.
 
   Args:
@@ -85,6 +86,8 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
     training: a float32 head then takes its loss from the output layer directly
       (losses.dense_sparse_softmax_xent), whose gradient skips the [B*P, V] d(logits); the
       logits are left unused.
+    loss_weight: None for google-bert's mean over the real slots; a number for modelzoo's
+      `mlm_loss_weight`: sum(w * l) / B * loss_weight.
   Returns:
     (loss scalar, per_example_loss [B*P]). loss = sum(w * l) / (sum(w) + 1e-5).
   """
@@ -95,7 +98,11 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
       per_example = losses.dense_sparse_softmax_xent(head.x, head.table, head.bias, ids)
   else:
     per_example = losses.sparse_softmax_xent(logits, ids)
-  loss = tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
+  if loss_weight is None:
+    loss = tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
+  else:
+    batch = tf.cast(tf.shape(label_ids)[0], tf.float32)
+    loss = tf.reduce_sum(weights * per_example) / batch * loss_weight
   return loss, per_example
 
 

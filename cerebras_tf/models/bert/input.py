@@ -200,8 +200,11 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
     split = section.get("split") or default_split
     path = os.path.join(section["data_dir"], subdir, split + ".tfrecord")
     if not tf.io.gfile.exists(path):
-      raise DataError(f"no data at {path}: run `{acquire.PREPARE}` first, or fix "
-                      f"data_dir in the params file")
+      where = (f"{section_name}.data_dir {section['data_dir']} does not exist"
+               if not tf.io.gfile.isdir(section["data_dir"]) else f"no data at {path}")
+      raise DataError(f"{where}: run `{acquire.PREPARE}` for the reference data, or set "
+                      f"{section_name}.file_pattern to your TFRecords or text (modelzoo's CSV "
+                      f"and HDF5 BERT data are not read here)")
     files, key = [path], f"{section_name}.data_dir"
   kind = formats.probe_files(files, key)
   if kind.kind == formats.TFRECORD or (kind.kind == formats.TEXT and task == "classification"):

@@ -38,9 +38,10 @@ def _task(model_params: Mapping[str, Any]) -> str:
   return task
 
 
-def _pretraining(features, outputs, config, training, nsp: bool):
+def _pretraining(features, outputs, config, training, nsp: bool,
+                 mlm_loss_weight: Optional[float] = None):
   """MLM heads, and the NSP head unless `nsp` is off (model.disable_nsp); returns
-  (total_loss, tensors dict)."""
+  (total_loss, tensors dict). `mlm_loss_weight`: heads.masked_lm_loss's."""
   head = heads.masked_lm_head(outputs["sequence_output"], features["masked_lm_positions"],
                               outputs["word_embeddings"], config)
   mlm_logits = heads.masked_lm_logits(head)  # the fp32 training loss does not read it
@@ -62,7 +63,7 @@ def _pretraining(features, outputs, config, training, nsp: bool):
     return None, t
   mlm_loss, mlm_example = heads.masked_lm_loss(head, features["masked_lm_ids"],
                                                features["masked_lm_weights"],
-                                               mlm_logits, training)
+                                               mlm_logits, training, mlm_loss_weight)
   t.update(masked_lm_loss=mlm_loss, masked_lm_example_loss=mlm_example)
   if not nsp:
     return mlm_loss, t
@@ -132,7 +133,8 @@ def model_fn(features, labels, mode, params):
                                 features["padding_mask"], config, training,
                                 with_pooler=task == CLASSIFICATION or nsp)
   if task == PRETRAINING:
-    loss, t = _pretraining(features, outputs, config, training, nsp)
+    loss, t = _pretraining(features, outputs, config, training, nsp,
+                           model_params.get("mlm_loss_weight"))
     cls_labels = None
   else:
     num_classes = int(model_params.get("num_classes") or 2)

@@ -17,13 +17,42 @@ _FFN = ("gelu", "relu", "tanh", "swiglu")
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
+  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
+    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
+         "head (share_embedding_weights: false): the tied head is the embedding table")
+  extra = model.pop("extra_attention_params", None) or {}
+  for key in extra:
+    if key != "num_kv_groups":
+      fail(("model", "extra_attention_params"), f"model.extra_attention_params.{key} is not "
+           f"built here (num_kv_groups is); remove it")
+  if "num_kv_groups" in extra:
+    given = model.get("num_kv_groups")
+    if given is not None and given != extra["num_kv_groups"]:
+      fail(("model", "extra_attention_params"), f"model.extra_attention_params.num_kv_groups "
+           f"{extra['num_kv_groups']:g} conflicts with model.num_kv_groups {given}; keep one")
+    model["num_kv_groups"] = int(extra["num_kv_groups"])
+  module = model.pop("attention_module", None)
+  if module == "multiquery_attention" and model.get("num_kv_groups") is None:
+    model["num_kv_groups"] = 1  # modelzoo's default for it: one K/V head
+  if module == "aiayn_attention" and model.get("num_kv_groups") not in (None, model["num_heads"]):
+    fail(("model", "attention_module"), "model.attention_module aiayn_attention has a K/V "
+         "head per query head; grouped K/V (num_kv_groups) is multiquery_attention")
   kv = model.get("num_kv_groups")
   if kv and model["num_heads"] % kv:
     fail(("model", "num_kv_groups"), f"model.num_heads {model['num_heads']} must be divisible "
          f"by model.num_kv_groups {kv} (each K/V head serves a group of query heads)")
-  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
-    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
-         "head (share_embedding_weights: false): the tied head is the embedding table")
+  scaling = model.get("pos_scaling_extra_args") or {}
+  unknown = set(scaling) - {"low_freq_factor", "high_freq_factor",
+                            "original_max_position_embeddings"}
+  if unknown:
+    fail(("model", "pos_scaling_extra_args"), f"model.pos_scaling_extra_args."
+         f"{sorted(unknown)[0]} is not read (low_freq_factor, high_freq_factor, "
+         f"original_max_position_embeddings are)")
+  if model["pos_scaling_type"] == "llama3" and model["pos_scaling_factor"] != 1.0 and \
+      len(scaling) < 3:
+    fail(("model", "pos_scaling_extra_args"), "model.pos_scaling_type llama3 needs "
+         "pos_scaling_extra_args low_freq_factor, high_freq_factor and "
+         "original_max_position_embeddings")
   if model["loss_weight"] != 1.0 and model["loss_scaling"] != "batch_size":
     fail(("model", "loss_weight"), f"model.loss_weight {model['loss_weight']} scales the loss "
          f"only with loss_scaling: batch_size (modelzoo's rule); set that or remove the key")
@@ -70,6 +99,19 @@ SCHEMA = {
         "attention_type": Field("str", "scaled_dot_product", "modelzoo key: scores are scaled "
                                 "by 1/sqrt(head size)",
                                 choices=("scaled_dot_product", "dot_product")),
+        "attention_module": Field("str", None, "modelzoo key: multiquery_attention shares K/V "
+                                  "heads (num_kv_groups, 1 unless given); aiayn_attention "
+                                  "does not", choices=("aiayn_attention", "multiquery_attention")),
+        "extra_attention_params": Field("numbers", None, "modelzoo's place for num_kv_groups"),
+        "embedding_layer_norm": Field("bool", False, "a norm after the embeddings (modelzoo "
+                                      "key; not built)"),
+        "pos_scaling_factor": Field("float", 1.0, "rotary context extension: frequencies "
+                                    "divided by it (linear) or per band (llama3)", low=0,
+                                    low_open=True),
+        "pos_scaling_type": Field("str", "linear", "how pos_scaling_factor applies",
+                                  choices=("linear", "llama3")),
+        "pos_scaling_extra_args": Field("numbers", None, "llama3 scaling: low_freq_factor, "
+                                        "high_freq_factor, original_max_position_embeddings"),
     },
     "train_input": {**TEXT_INPUT_FIELDS,
                     "max_sequence_length": Field("int", None, "tokens per example (null: the "
@@ -88,4 +130,5 @@ SPEC = register(ModelSpec(name="gpt", model_fn="cerebras_tf.models.gpt.model:mod
                           check=_check,
                           unapplied={("model", "use_position_embedding"): True,
                                      ("model", "use_segment_embedding"): False,
-                                     ("model", "attention_type"): "scaled_dot_product"}))
+                                     ("model", "attention_type"): "scaled_dot_product",
+                                     ("model", "embedding_layer_norm"): False}))

@@ -51,6 +51,9 @@ class GPTConfig:
   use_ffn_bias_in_attention: bool = True          # the attention's output projection
   use_bias_in_output: Optional[bool] = None  # an untied LM head's bias; None: it has one
   embedding_dropout_rate: Optional[float] = None  # None: dropout_rate
+  pos_scaling_factor: float = 1.0            # rotary context extension (see rotary_frequencies)
+  pos_scaling_type: str = "linear"
+  pos_scaling_extra_args: Optional[Mapping[str, float]] = None
   compute_dtype: Any = tf.float32
 
   @classmethod
@@ -81,9 +84,27 @@ def causal_bias(padding_mask, seq: int):
   return causal[np.newaxis, np.newaxis] + pad
 
 
-def rotary(x, rotary_dim: int, theta: float = 10000.0):
+def rotary_frequencies(rotary_dim: int, theta: float = 10000.0, factor: float = 1.0,
+                       kind: str = "linear", extra: Optional[Mapping[str, float]] = None):
+  """[rotary_dim / 2] angular frequencies, base `theta` (LLaMA-3's 500,000). With a scaling
+  `factor` for a longer context: "linear" divides every frequency by it; "llama3" (Llama 3.1)
+  divides the low frequencies (wavelength above original / low_freq_factor), keeps the high
+  ones (below original / high_freq_factor) and blends in between."""
+  inv_freq = 1.0 / (theta ** (np.arange(0, rotary_dim, 2) / rotary_dim))
+  if factor == 1.0:
+    return inv_freq
+  if kind == "linear":
+    return inv_freq / factor
+  low, high = extra["low_freq_factor"], extra["high_freq_factor"]
+  original = extra["original_max_position_embeddings"]
+  wavelen = 2 * math.pi / inv_freq
+  smooth = np.clip((original / wavelen - low) / (high - low), 0.0, 1.0)
+  return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+
+
+def rotary(x, rotary_dim: int, theta: float = 10000.0, inv_freq=None):
   """Rotary position embedding on the first `rotary_dim` features of each head (GPT-J style;
-  `theta` is the base of its frequencies, LLaMA-3's 500,000).
+  `inv_freq` from rotary_frequencies, else unscaled with base `theta`).
 
   Args:
     x: [B, S, N, D].
@@ -91,7 +112,8 @@ def rotary(x, rotary_dim: int, theta: float = 10000.0):
     [B, S, N, D] with rotated leading features.
   """
   seq = x.shape[1]
-  inv_freq = 1.0 / (theta ** (np.arange(0, rotary_dim, 2) / rotary_dim))
+  if inv_freq is None:
+    inv_freq = rotary_frequencies(rotary_dim, theta)
   angles = np.einsum("s,f->sf", np.arange(seq), inv_freq)            # [S, R/2]
   sin = np.repeat(np.sin(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
   cos = np.repeat(np.cos(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
@@ -114,8 +136,10 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
       return tf.reshape(y, [batch, seq, count, d])
     q, k, v = heads("query", n), heads("key", kv), heads("value", kv)
     if config.position_embedding_type == "rotary":
-      q = rotary(q, config.rotary_dim, config.rope_theta)
-      k = rotary(k, config.rotary_dim, config.rope_theta)
+      freq = rotary_frequencies(config.rotary_dim, config.rope_theta, config.pos_scaling_factor,
+                                config.pos_scaling_type, config.pos_scaling_extra_args)
+      q, k = rotary(q, config.rotary_dim, inv_freq=freq), rotary(k, config.rotary_dim,
+                                                                 inv_freq=freq)
     if kv != n:  # [B, S, kv, D] -> [B, S, n, D], each K/V head repeated for its group
       k, v = tf.repeat(k, n // kv, axis=2), tf.repeat(v, n // kv, axis=2)
     scores = tf.einsum("bqnd,bknd->bnqk", q, k)

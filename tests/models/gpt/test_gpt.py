@@ -326,3 +326,23 @@ def test_rms_norm_divides_by_the_root_mean_square():
     with tf1.Session() as sess:
       sess.run(tf1.global_variables_initializer())
       np.testing.assert_allclose(sess.run(y), [[3 / 12.5 ** 0.5, 4 / 12.5 ** 0.5]], rtol=1e-6)
+
+
+def test_llama3_rope_scaling_divides_only_the_long_wavelengths():
+  # Llama 3.1's scaling (factor 8, low/high freq factors 1 and 4, original context 8192):
+  # wavelengths under 8192 / 4 = 2048 positions keep their frequency, those over 8192 / 1 are
+  # divided by 8, and in between the two are blended by (8192 / wavelength - 1) / (4 - 1).
+  base = modeling.rotary_frequencies(128, 500000.0)
+  scaled = modeling.rotary_frequencies(128, 500000.0, 8.0, "llama3",
+                                       {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": 8192})
+  wavelen = 2 * np.pi / base
+  short, long_ = wavelen < 2048, wavelen > 8192
+  assert short.any() and long_.any() and (~short & ~long_).any()
+  np.testing.assert_allclose(scaled[short], base[short])
+  np.testing.assert_allclose(scaled[long_], base[long_] / 8)
+  mid = ~short & ~long_
+  smooth = (8192 / wavelen[mid] - 1) / 3
+  np.testing.assert_allclose(scaled[mid], (1 - smooth) * base[mid] / 8 + smooth * base[mid])
+  np.testing.assert_allclose(modeling.rotary_frequencies(128, 10000.0, 4.0, "linear"),
+                             modeling.rotary_frequencies(128, 10000.0) / 4)
