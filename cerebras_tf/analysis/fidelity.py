@@ -77,6 +77,10 @@ ASSUMED = {
 RUN_CONFIG = {
     "alcf-esm2-35m-pt-r230-cs2-ws": dict(
         micro_batch_size=64, why="log: 'Gradient accumulation picked micro batch size 64'"),
+    "modelzoo-r24-llama3p1-8b-msl8k-microbatch20-fits": dict(
+        micro_batch_size=20, why="config: 'csx.performance.micro_batch_size: 20'"),
+    "modelzoo-r24-llama3p1-8b-msl128k-fits": dict(
+        micro_batch_size=1, why="config: 'csx.performance.micro_batch_size: 1'"),
 }
 
 _PIPELINED, _WS = plans.PIPELINED, plans.WEIGHT_STREAMING

@@ -477,17 +477,26 @@ class WSActivations:
 # Head size assumed when a token-pair layer does not state its working set (traced graphs):
 # its probabilities are pair FLOPs / (4 x head size) elements (Q.K^T and P.V are 2 s^2 d each).
 _ASSUMED_HEAD_SIZE = 64
+# Attention probabilities are not held whole while the layer runs: the kernel streams them
+# one block of keys at a time (blockwise softmax, as FlashAttention computes it), so its
+# transient work is heads x queries x this block, not heads x queries x keys. The block is
+# ASSUMED (no public figure). That the whole matrix is not held is published: modelzoo
+# R2.4's Llama-3.1-8B configs run micro-batches of 20 x 8,192 and 1 x 131,072 tokens
+# (validation/published.yaml), whose probabilities for all heads are 90 GB and 1.1 TB.
+ATTENTION_KEY_BLOCK = 512
 
 
-def layer_work_bytes(layer: ir.Layer, dtype_bytes: int = 2) -> float:
-  """`layer.work_bytes`, or for a token-pair layer that does not say, an estimate of its
-  attention probabilities from its token-pair FLOPs (heads x s^2 = pair FLOPs / (4 x 64))."""
-  if layer.work_bytes > 0:
-    return layer.work_bytes
-  if not sequence_barrier(layer):
-    return 0.0
-  q = layer.pair_share or 1.0
-  return q * layer.fwd_flops / (4.0 * _ASSUMED_HEAD_SIZE) * dtype_bytes
+def layer_work_bytes(layer: ir.Layer, dtype_bytes: int = 2, seq_len: int = 0) -> float:
+  """A layer's transient bytes per sample: `layer.work_bytes` (or for a token-pair layer that
+  does not say, its attention probabilities from its token-pair FLOPs: heads x s^2 = pair
+  FLOPs / (4 x 64)), for a token-pair layer over `seq_len` keys only one block of them
+  (ATTENTION_KEY_BLOCK)."""
+  work = layer.work_bytes
+  if work <= 0 and sequence_barrier(layer):
+    work = (layer.pair_share or 1.0) * layer.fwd_flops / (4.0 * _ASSUMED_HEAD_SIZE) * dtype_bytes
+  if work > 0 and seq_len > ATTENTION_KEY_BLOCK:
+    work *= ATTENTION_KEY_BLOCK / seq_len
+  return max(work, 0.0)
 
 
 def ws_activations(graph: ir.LayerGraph,
@@ -497,7 +506,8 @@ def ws_activations(graph: ir.LayerGraph,
   working = 0.0
   for i, l in enumerate(graph.layers):
     prev = acts[i - 1] if i > 0 else 0.0
-    working = max(working, prev + acts[i] + layer_work_bytes(l, graph.dtype_bytes))
+    working = max(working, prev + acts[i] + layer_work_bytes(l, graph.dtype_bytes,
+                                                                graph.seq_len or 0))
   if not training(options):
     return WSActivations(0.0, 0.0, 0.0, 0, working)
   groups: Dict[str, List[int]] = {}

@@ -144,9 +144,12 @@ def test_weight_streaming_refuses_a_batch_it_cannot_run(cs2):
   # With micro-batching (R2.x, the default) 512 runs in micro-batches.
   plan, _ = run(g, cs2, "weight_streaming", 512)
   assert plan.fits
-  # A sequence so long that one sample's attention probabilities (16 heads x s^2 x 2 B) do not
-  # fit is refused whatever the batch: s = 65,536 -> 137 GB per sample per layer.
-  long = analytic.gpt_j_6b(seq=65536, batch=1)
+  # A sequence so long that one sample's largest layer does not fit is refused whatever the
+  # batch. At s = 65,536 it fits now (attention is held one 512-key block at a time: 16 x
+  # 65,536 x 512 x 2 B = 1.1 GB, where all of s^2 was 137 GB); at s = 524,288 the LM head's
+  # logits alone are 524,288 x 50,257 x 2 B = 52.7 GB.
+  assert run(analytic.gpt_j_6b(seq=65536, batch=1), cs2, "weight_streaming", 1)[0].fits
+  long = analytic.gpt_j_6b(seq=524288, batch=1)
   plan, _ = run(long, cs2, "weight_streaming", 1)
   assert not plan.fits and "not even one sample" in plan.reason
 
