@@ -484,6 +484,11 @@ _ASSUMED_HEAD_SIZE = 64
 # R2.4's Llama-3.1-8B configs run micro-batches of 20 x 8,192 and 1 x 131,072 tokens
 # (validation/published.yaml), whose probabilities for all heads are 90 GB and 1.1 TB.
 ATTENTION_KEY_BLOCK = 512
+# Likewise the loss's own layer (the last: the LM head the loss folds into) reduces its
+# output to the loss token block by token block, holding one block of logits, not all of
+# them. ASSUMED block; published: the same 8k config's micro-batch of 20 would need 42 GB
+# for its logits alone (20 x 8,192 x 128,256 x 2 bytes) on a 44 GB wafer.
+LOSS_TOKEN_BLOCK = 512
 
 
 def layer_work_bytes(layer: ir.Layer, dtype_bytes: int = 2, seq_len: int = 0) -> float:
@@ -504,10 +509,13 @@ def ws_activations(graph: ir.LayerGraph,
   """See `WSActivations`. Forward-only steps keep nothing for a backward pass."""
   acts = [l.activation_bytes for l in graph.layers]
   working = 0.0
+  seq = graph.seq_len or 0
   for i, l in enumerate(graph.layers):
     prev = acts[i - 1] if i > 0 else 0.0
-    working = max(working, prev + acts[i] + layer_work_bytes(l, graph.dtype_bytes,
-                                                                graph.seq_len or 0))
+    out = acts[i]
+    if i == len(graph.layers) - 1 and seq > LOSS_TOKEN_BLOCK:  # reduced to the loss blockwise
+      out *= LOSS_TOKEN_BLOCK / seq
+    working = max(working, prev + out + layer_work_bytes(l, graph.dtype_bytes, seq))
   if not training(options):
     return WSActivations(0.0, 0.0, 0.0, 0, working)
   groups: Dict[str, List[int]] = {}

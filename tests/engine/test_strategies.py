@@ -129,16 +129,19 @@ def test_gpt_j_weight_streaming_one_cs2(cs2):
 
 def test_weight_streaming_refuses_a_batch_it_cannot_run(cs2):
   # The batch limit: the largest layer's working set of one micro-batch must fit beside the
-  # double-buffered weights. GPT-J at MSL 2048: the LM head's logits (2048 x 50257 x 2 B =
-  # 205.9 MB) plus its input (16.8 MB) per sample; weights 2 x 50257 x 4096 x 2 B = 0.82 GB.
-  # (37.06 - 0.82) GB / 222.6 MB = 162 samples. Without micro-batching (releases before 2.0:
+  # double-buffered weights. GPT-J at MSL 2048: the LM head now holds one 512-token block of
+  # its logits (perf.LOSS_TOKEN_BLOCK: 512 x 50257 x 2 B = 51.5 MB) beside its input
+  # (16.8 MB); the largest working set is fc_out's: its input 2048 x 16384 x 2 B = 67.1 MB and
+  # its output with the residual sum it hands on, 2 x 2048 x 4096 x 2 B = 33.6 MB: 100.7 MB a
+  # sample. Double-buffered weights (the largest layer's, the untied head's): 2 x 50257 x 4096
+  # x 2 B = 0.82 GB. (37.06 - 0.82) GB / 100.7 MB = 359 samples. Without micro-batching (releases before 2.0:
   # the R1.7.1 modelzoo GPT-J config, "batch size 512 ... doesn't fit on system yet", ran 65),
   # a per-system batch of 512 is refused, with the limit and what to do; 65 runs.
   g = analytic.gpt_j_6b(batch=512)
   plan, _ = run(g, cs2, "weight_streaming", 512, micro_batching=False)
   assert not plan.fits and plan.refusal.kind == plans.BATCH
   assert "batch limit: a per-system batch of 512 sample(s)" in plan.reason
-  assert "the largest that fits is 162" in plan.reason
+  assert "the largest that fits is 359" in plan.reason
   assert "micro-batching" in plan.reason
   assert run(g, cs2, "weight_streaming", 65, micro_batching=False)[0].fits
   # With micro-batching (R2.x, the default) 512 runs in micro-batches.
@@ -146,10 +149,10 @@ def test_weight_streaming_refuses_a_batch_it_cannot_run(cs2):
   assert plan.fits
   # A sequence so long that one sample's largest layer does not fit is refused whatever the
   # batch. At s = 65,536 it fits now (attention is held one 512-key block at a time: 16 x
-  # 65,536 x 512 x 2 B = 1.1 GB, where all of s^2 was 137 GB); at s = 524,288 the LM head's
-  # logits alone are 524,288 x 50,257 x 2 B = 52.7 GB.
+  # 65,536 x 512 x 2 B = 1.1 GB, where all of s^2 was 137 GB); at s = 2,097,152 fc_out's
+  # input alone, 2,097,152 x 16,384 x 2 B, is 68.7 GB.
   assert run(analytic.gpt_j_6b(seq=65536, batch=1), cs2, "weight_streaming", 1)[0].fits
-  long = analytic.gpt_j_6b(seq=524288, batch=1)
+  long = analytic.gpt_j_6b(seq=2097152, batch=1)
   plan, _ = run(long, cs2, "weight_streaming", 1)
   assert not plan.fits and "not even one sample" in plan.reason
 
@@ -176,25 +179,25 @@ def gemm_graph(h=4096, seq=2048):
 
 def test_sparsity_amdahl_by_hand(cs2):
   # One 4096 x 4096 GEMM, seq 2048, batch 8 on 1 CS-2 (all its activations fit: 1 micro-batch).
-  # FLOPs: 8 x 6 x 4096^2 x 2048 / (753,972 x 8.8e9 x 0.2369) = 1.6493e12 / 1.5718e15
-  #   = 1,049.3 us, scaled by (1 - s);
+  # FLOPs: 8 x 6 x 4096^2 x 2048 / (753,972 x 8.8e9 x 0.2331) = 1.6493e12 / 1.5466e15
+  #   = 1,066.4 us, scaled by (1 - s);
   # token floor (seed 003: partial sums ring through the column's 996 rows at 4 cycles, once per
   #   token forward and backward): 2 x 8 x 2048 / 757 x 996 x 4 / 1.1e9 = 156.8 us, not scaled;
   # partial sums per output feature: 3 x 4096 x 4 cycles / 1.1 GHz = 44.7 us, not scaled;
   # + 11 us per layer per micro-batch and 1 ms per step (ASSUMED fixed costs, cs2.yaml).
-  # Dense: 1,049.3 + 44.7 + 11 + 1,000 = 2,105.0 us. s = 0.9: 104.9 us of FLOPs is under the
-  # floor: 156.8 + 44.7 + 11 + 1,000 = 1,212.5 us: speedup 1.736 - and 0.99 buys nothing
+  # Dense: 1,066.4 + 44.7 + 11 + 1,000 = 2,122.1 us. s = 0.9: 106.6 us of FLOPs is under the
+  # floor: 156.8 + 44.7 + 11 + 1,000 = 1,212.5 us: speedup 1.750 - and 0.99 buys nothing
   # more (Amdahl: the floor, the partial sums and the fixed costs do not shrink).
   g = gemm_graph()
   _, dense = run(g, cs2, "weight_streaming", 8)
   _, sp90 = run(g, cs2, "weight_streaming", 8, sparsity=0.9)
-  assert sp90.samples_per_sec / dense.samples_per_sec == pytest.approx(1.736, rel=0.01)
+  assert sp90.samples_per_sec / dense.samples_per_sec == pytest.approx(1.750, rel=0.01)
   _, sp99 = run(g, cs2, "weight_streaming", 8, sparsity=0.99)
   assert sp99.samples_per_sec / sp90.samples_per_sec < 1.05
-  # A bigger batch per system gains more: batch 64, (8,394.2 + 44.7 + 1,011) /
-  # (1,254.2 + 44.7 + 1,011) = 4.09x.
+  # A bigger batch per system gains more: batch 64, (8,531.2 + 44.7 + 1,011) /
+  # (1,254.4 + 44.7 + 1,011) = 4.15x.
   big = [run(g, cs2, "weight_streaming", 64, sparsity=s)[1].samples_per_sec for s in (0, 0.9)]
-  assert big[1] / big[0] == pytest.approx(4.09, rel=0.01)
+  assert big[1] / big[0] == pytest.approx(4.15, rel=0.01)
 
 
 def test_vts_linear_graph_speedup_is_inverse_token_fraction(cs2):
