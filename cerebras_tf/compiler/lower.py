@@ -682,6 +682,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   mm_flops = collections.Counter()
   pair_flops = collections.Counter()
   act_bytes = collections.Counter()
+  softmax_bytes = collections.Counter()  # attention probabilities: a token-pair layer's work
   io_bytes = collections.Counter()
   fed = set()  # the input placeholders counted in io_bytes
   io_values = 0  # their values
@@ -698,6 +699,8 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         order[layer], heaviest[layer] = i, f
         heaviest_shape[layer] = op.outputs[0].shape if op.outputs else tf.TensorShape(None)
       fwd_flops[layer] += f
+      if op.type == "Softmax":
+        softmax_bytes[layer] += (_static_size(op.outputs[0].shape) or 0) * act_dtype_bytes
       sp = op_spatial(op, batch)
       if sp is not None:
         spatial[layer].append(sp)
@@ -742,7 +745,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       order[extra] = len(order) + 10**9
       names.append(extra)
   names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                      pair_flops, spatial)
+                      pair_flops, spatial, softmax_bytes)
   opt_name, slots = _slots_per_param(captured)
   lengths = tuple(token_lengths) or ((seq_len,) if seq_len > 0 else ())
   layers = []
@@ -760,6 +763,9 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         token_scaling=_token_scaling(fwd_flops[n], pair_flops[n], heaviest_shape.get(n),
                                      batch, lengths),
         pair_share=min(1.0, pair_flops[n] / fwd_flops[n]) if fwd_flops[n] else 0.0,
+        # The probabilities of a layer with token-pair products (attention) are its transient
+        # work, as the analytic graph states it: measured here, not guessed from its FLOPs.
+        work_bytes=softmax_bytes[n] / batch if pair_flops[n] else 0.0,
         spatial=tuple(spatial.get(n, ()))))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
@@ -790,7 +796,7 @@ def _token_scaling(fwd_flops: float, pair_flops: float, shape: Optional[tf.Tenso
 
 
 def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                pair_flops, spatial=None) -> List[str]:
+                pair_flops, spatial=None, work_bytes=None) -> List[str]:
   """Folds weightless layers with a tiny FLOP share into the layer before them.
 
   A small model's attention core (scores, softmax, context: no weights) usually folds into
@@ -798,7 +804,8 @@ def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_byt
   """
   total = sum(fwd_flops.values()) or 1.0
   out: List[str] = []
-  counters = (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes, pair_flops)
+  counters = (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes, pair_flops) + (
+      (work_bytes,) if work_bytes is not None else ())
   spatial = collections.defaultdict(list) if spatial is None else spatial
 
   def fold(src, dst):

@@ -474,8 +474,9 @@ class WSActivations:
   working: float = 0.0
 
 
-# Head size assumed when a token-pair layer does not state its working set (traced graphs):
-# its probabilities are pair FLOPs / (4 x head size) elements (Q.K^T and P.V are 2 s^2 d each).
+# Head size assumed when a token-pair layer does not state its working set (a graph from
+# elsewhere: lower.py measures its Softmax outputs, analytic.py states them): its
+# probabilities are pair FLOPs / (4 x head size) elements (Q.K^T and P.V are 2 s^2 d each).
 _ASSUMED_HEAD_SIZE = 64
 # Attention probabilities are not held whole while the layer runs: the kernel streams them
 # one block of keys at a time (blockwise softmax, as FlashAttention computes it), so its
