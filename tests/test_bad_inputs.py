@@ -102,6 +102,10 @@ def make_fixtures(tmp):
   (tmp / "corrupt.tfrecord").write_bytes(head + b"\x00garbage" * 512)
   (tmp / "reviews_5.tsv").write_text("a good film\t4\na dull plot\t3\n")  # five classes
   (tmp / "reviews.csv").write_text("sentence,label\na good film,1\na dull plot,0\n")
+  (tmp / "trainer.yaml").write_text(
+      "trainer:\n  init:\n    model:\n      name: gpt2\n    callbacks:\n    - GlobalFlags:\n"
+      "        csx.debug.compile_crd_memory_gi: 67\n  fit:\n    train_dataloader:\n"
+      "      batch_size: 8\n    ckpt_path: ./x\n")
   (tmp / "cola.tsv").write_text("gj04\t1\t\tThe cat sat.\ngj04\t0\t*\tCat the sat.\n")
   (tmp / "nli.tsv").write_text("sentence1\tsentence2\tgold_label\na cat\ta dog\tneutral\n"
                                "a cat\ta cat\tentailment\nbig\tsmall\tcontradiction\n")
