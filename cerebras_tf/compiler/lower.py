@@ -725,15 +725,6 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
     kept.update(t for t in op.inputs if t.op in fwd_set
                 and (t.dtype.is_floating or t.dtype.is_integer or t.dtype == tf.bool)
                 and t.op.type not in ("Const", "VarHandleOp", "ReadVariableOp"))
-  # A pipeline stage keeps, until its backward pass, the tensors it hands to other stages;
-  # its own intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on
-  # the engine, so counting them would make memory depend on how finely TF spelled the math.
-  for op in fwd:
-    if op.type in ("Const", "ReadVariableOp", "Placeholder", "VarHandleOp", "Shape"):
-      continue
-    for t in op.outputs:
-      if any(c in fwd_set and op_layer(c) != op_layer(op) for c in t.consumers()):
-        act_bytes[op_layer(op)] += (_static_size(t.shape) or 0) * act_dtype_bytes
   params = collections.Counter()
   for v in trainable:
     params[layer_of(_scope(v.op.name))] += _static_size(v.shape) or 0
@@ -744,8 +735,26 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
     if extra not in order and (params[extra] or bwd_flops[extra]):
       order[extra] = len(order) + 10**9
       names.append(extra)
+  merged: Dict[str, str] = {}
   names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                      pair_flops, spatial, softmax_bytes)
+                      pair_flops, spatial, softmax_bytes, merged)
+
+  def final(layer: str) -> str:
+    while layer in merged:
+      layer = merged[layer]
+    return layer
+
+  # A pipeline stage keeps, until its backward pass, the tensors it hands to other stages
+  # (the layers as folded: a tensor passed inside one is not handed on); its own
+  # intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on the
+  # engine, so counting them would make memory depend on how finely TF spelled the math.
+  for op in fwd:
+    if op.type in ("Const", "ReadVariableOp", "Placeholder", "VarHandleOp", "Shape"):
+      continue
+    mine = final(op_layer(op))
+    for t in op.outputs:
+      if any(c in fwd_set and final(op_layer(c)) != mine for c in t.consumers()):
+        act_bytes[mine] += (_static_size(t.shape) or 0) * act_dtype_bytes
   opt_name, slots = _slots_per_param(captured)
   lengths = tuple(token_lengths) or ((seq_len,) if seq_len > 0 else ())
   layers = []
@@ -796,7 +805,8 @@ def _token_scaling(fwd_flops: float, pair_flops: float, shape: Optional[tf.Tenso
 
 
 def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                pair_flops, spatial=None, work_bytes=None) -> List[str]:
+                pair_flops, spatial=None, work_bytes=None,
+                merged: Optional[Dict[str, str]] = None) -> List[str]:
   """Folds weightless layers with a tiny FLOP share into the layer before them.
 
   A small model's attention core (scores, softmax, context: no weights) usually folds into
@@ -809,6 +819,8 @@ def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_byt
   spatial = collections.defaultdict(list) if spatial is None else spatial
 
   def fold(src, dst):
+    if merged is not None:
+      merged[src] = dst
     for c in counters:
       c[dst] += c.pop(src, 0)
     if src in spatial:  # the folded layer's image ops run in its host layer's region
