@@ -149,3 +149,28 @@ def test_a_while_loop_outside_every_scope_is_named_by_its_op_and_line():
   loops = [l for l in g.layers if l.name.startswith("while at ")]
   assert [l.name.rsplit("/", 1)[-1] for l in loops] == [f"test_attribution.py:{line}"]
   assert 10 * 2 * 16 * 16 <= loops[0].fwd_flops <= 10 * (2 * 16 * 16 + 16 * 8)
+
+
+def test_a_tensor_passed_inside_a_folded_layer_is_not_kept_as_handed_on():
+  # SwiGLU: silu(fc_gate(x)) * fc_in(x). The product sits in the `mlp` scope, a weightless
+  # sliver that folds into fc_in; fc_in's output feeds it. Counted before the fold, fc_in
+  # "handed on" both its output and the product: 2 x 6 x 32 values a sample. After the fold
+  # it hands on only the product, 6 positions x 32 (filter) x 2 bytes = 384 bytes.
+  from cerebras_tf.models.gpt import modeling as gpt  # pylint: disable=import-outside-toplevel
+  cfg = gpt.GPTConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_heads=2,
+                      filter_size=32, max_position_embeddings=8, encoder_nonlinearity="swiglu",
+                      norm_type="rmsnorm", position_embedding_type="rotary", rotary_dim=8)
+  graph = tf.Graph()
+  with graph.as_default():
+    ids = tf.compat.v1.placeholder(tf.int32, [4, 6], "input_ids")
+    loss = tf.reduce_mean(gpt.lm_xent(gpt.gpt_hidden(ids, tf.ones_like(ids), cfg, True), ids,
+                                      cfg))
+    train_op = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
+  cap = capture.CapturedGraph(graph=graph, loss=loss, train_op=train_op,
+                              inputs={"input_ids": ids}, batch_size=4,
+                              optimizers=("AdamOptimizer",))
+  g = lower.lower(cap, name="gpt", seq_len=6)
+  names = [l.name for l in g.layers]
+  assert "gpt/decoder/layer_0/mlp" not in names  # folded
+  assert g.layer("gpt/decoder/layer_0/mlp/fc_in").activation_bytes == 6 * 32 * 2
+  assert g.layer("gpt/decoder/layer_0/mlp/fc_gate").activation_bytes == 6 * 32 * 2
