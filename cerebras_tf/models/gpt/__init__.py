@@ -3,6 +3,7 @@ parallel attention+FFN; LLaMA's RMSNorm, SwiGLU, grouped-query attention and bia
 here on the real corpus) to GPT-3 175B (compile only).
 
   modeling.py  backbone     model.py  model_fn     input.py  input_fn
+  export.py    SavedModel serving (token ids in, next token and log-probs out)
 No TensorFlow import here.
 """
 

@@ -40,8 +40,12 @@ def model_fn(features, labels, mode, params):
   logits = modeling.lm_logits(hidden, config)
   predictions = {"next_token": tf.argmax(logits, axis=-1, output_type=tf.int32)}
   if mode == tf.estimator.ModeKeys.PREDICT:
-    predictions["log_probs"] = tf.nn.log_softmax(logits[:, -1])
-    return tf.estimator.EstimatorSpec(mode, predictions=predictions)
+    # After each row's last real token (right padding), not after its last padded slot.
+    last = tf.maximum(tf.reduce_sum(tf.cast(features["padding_mask"], tf.int32), 1) - 1, 0)
+    predictions["log_probs"] = tf.nn.log_softmax(tf.gather(logits, last, batch_dims=1))
+    export = {tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
+              tf.estimator.export.PredictOutput(predictions)}
+    return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs=export)
   xent = losses.sparse_softmax_xent(logits, labels)
   loss = lm_loss(xent, weights, per, weight)
   if mode == tf.estimator.ModeKeys.EVAL:

@@ -346,3 +346,36 @@ def test_llama3_rope_scaling_divides_only_the_long_wavelengths():
   np.testing.assert_allclose(scaled[mid], (1 - smooth) * base[mid] / 8 + smooth * base[mid])
   np.testing.assert_allclose(modeling.rotary_frequencies(128, 10000.0, 4.0, "linear"),
                              modeling.rotary_frequencies(128, 10000.0) / 4)
+
+
+def test_export_serves_token_ids_and_the_next_token_after_the_last_real_one(tmp_path):
+  """GPT had no SavedModel export ("model gpt has no serving_input_receiver_fn"). It serves
+  token_ids and padding_mask [N, S] and returns the next token after every position and the
+  log-probabilities after each row's last REAL token: predict took them after the last
+  (padded) slot. Each row's distribution peaks where next_token does at its last real
+  position."""
+  import glob  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  from cerebras_tf import cli  # pylint: disable=import-outside-toplevel
+  _modelzoo_hdf5(tmp_path / "data" / "data-0.h5",
+                 [([i % 7 + 1] * 8, [1] * 8, [i % 7 + 2] * 8) for i in range(32)])
+  yaml_text = (f"train_input: {{data_dir: {tmp_path / 'data'}, batch_size: 4}}\n"
+               f"eval_input: {{data_dir: {tmp_path / 'data'}, batch_size: 4}}\n"
+               "model: {name: gpt, vocab_size: 16, hidden_size: 16, num_hidden_layers: 1, "
+               "num_heads: 2, filter_size: 32, max_position_embeddings: 8}\n"
+               "optimizer: {learning_rate: 0.01}\n"
+               f"runconfig: {{model_dir: {tmp_path / 'm'}, max_steps: 3, use_cs: false}}\n")
+  (tmp_path / "p.yaml").write_text(yaml_text)
+  assert cli.main(["run.py", "--params", str(tmp_path / "p.yaml"), "--mode", "train",
+                   "--export_dir", str(tmp_path / "export")]) == 0
+  (saved,) = glob.glob(str(tmp_path / "export" / "*" / "saved_model.pb"))
+  fn = tf.saved_model.load(os.path.dirname(saved)).signatures["serving_default"]
+  ids = np.array([[3, 4, 5, 6, 7, 1, 2, 3], [5, 5, 5, 0, 0, 0, 0, 0]], np.int32)
+  mask = np.array([[1] * 8, [1, 1, 1, 0, 0, 0, 0, 0]], np.int32)
+  out = fn(token_ids=tf.constant(ids), padding_mask=tf.constant(mask))
+  assert out["next_token"].shape == (2, 8) and out["log_probs"].shape == (2, 16)
+  probs = np.exp(out["log_probs"].numpy())
+  np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+  # Row 2's distribution is the one after its 3rd token: its argmax is next_token[1, 2].
+  assert probs[1].argmax() == out["next_token"].numpy()[1, 2]
+  assert probs[0].argmax() == out["next_token"].numpy()[0, 7]
