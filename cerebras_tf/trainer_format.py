@@ -41,11 +41,17 @@ def is_trainer_format(raw: Any) -> bool:
 
 
 class _Mover:
-  def __init__(self, origins: Dict[Path, str], filename: str):
-    self.origins, self.filename = origins, filename
+  def __init__(self, raw: dict, origins: Dict[Path, str], filename: str):
+    self.raw, self.origins, self.filename = raw, origins, filename
     self.out: Dict[str, Dict[str, Any]] = {}
     self.new_origins: Dict[Path, str] = {}
     self.unread: List[Path] = []
+
+  def value_at(self, path: Path):
+    value = self.raw
+    for key in path:
+      value = value[key]
+    return value
 
   def line(self, path: Path) -> str:
     for i in range(len(path), 0, -1):
@@ -102,7 +108,7 @@ def _named(value) -> Optional[Tuple[str, Any]]:
 def flatten(raw: dict, origins: Dict[Path, str], filename: str
             ) -> Tuple[dict, Dict[Path, str]]:
   """A trainer-format file's values in the flat sections, and the lines they came from."""
-  m = _Mover(origins, filename)
+  m = _Mover(raw, origins, filename)
   trainer = raw["trainer"]
   for key in raw:
     if key != "trainer":
@@ -193,46 +199,33 @@ def _optimizer(m: _Mover, path: Path, value) -> None:
 
 
 def _schedulers(m: _Mover, path: Path, value) -> None:
-  """[{LinearLR: {...}}, ...] or [{SequentialLR: {schedulers: [...]}}] -> segments."""
+  """[{LinearLR: {...}}, ...] or [{SequentialLR: {schedulers: [...]}}] -> segments, each
+  argument keeping its line."""
   items = value if isinstance(value, list) else [value]
-  segments, lines = [], []
+  places = []  # the trainer path of each segment
   for i, item in enumerate(items):
     named = _named(item)
     if named and named[0] == "SequentialLR" and isinstance(named[1], dict):
-      inner = named[1].get("schedulers") or []
-      for j, sub in enumerate(inner):
-        segments.append(_segment(m, path + (i, "SequentialLR", "schedulers", j), sub))
-        lines.append(path + (i, "SequentialLR", "schedulers", j))
-      for key in named[1]:
-        if key != "schedulers":
-          m.unread.append(path + (i, "SequentialLR", key))
+      places += [path + (i, "SequentialLR", "schedulers", j)
+                 for j in range(len(named[1].get("schedulers") or []))]
+      m.unread += [path + (i, "SequentialLR", k) for k in named[1] if k != "schedulers"]
     else:
-      segments.append(_segment(m, path + (i,), item))
-      lines.append(path + (i,))
+      places.append(path + (i,))
+  segments = []
+  for k, old in enumerate(places):
+    item = m.value_at(old)
+    named = _named(item)
+    if named is None or not isinstance(named[1], dict):
+      raise ParamsError(f"{m.line(old)}: {_dotted(old)} must name one scheduler class with "
+                        f"its arguments (LinearLR: {{...}}), got {item!r}")
+    name, args = named
+    segments.append({"scheduler": name, **args})
+    m.new_origins[("optimizer", "learning_rate", k)] = m.line(old)
+    for key in args:
+      m.new_origins[("optimizer", "learning_rate", k, key)] = m.line(old + (name, key))
   if segments:
-    m.put(path, ("optimizer", "learning_rate"), segments)
-    for k, old in enumerate(lines):
-      m.new_origins[("optimizer", "learning_rate", k)] = m.line(old)
-      for key in segments[k]:
-        m.new_origins[("optimizer", "learning_rate", k, key)] = m.line(
-            old + (_named_key(m, old), key))
-
-
-def _named_key(m: _Mover, old: Path) -> str:
-  """The class name under which a schedule's arguments were written (for their lines)."""
-  for path in m.origins:
-    if path[:len(old)] == old and len(path) == len(old) + 1:
-      return path[-1]
-  return ""
-
-
-def _segment(m: _Mover, path: Path, item) -> dict:
-  named = _named(item)
-  if named is None or not isinstance(named[1], dict):
-    raise ParamsError(f"{m.line(path)}: {_dotted(path)} must name one scheduler class with its "
-                      f"arguments (LinearLR: {{...}}), got {item!r}")
-  name, args = named
-  return {"scheduler": name, **args}
+    m.out.setdefault("optimizer", {})["learning_rate"] = segments
+    m.new_origins[("optimizer", "learning_rate")] = m.line(path)
 
 
 def _callbacks(m: _Mover, path: Path, value) -> None:
