@@ -15,7 +15,6 @@ No TensorFlow import here: the CLI must fail fast on bad input.
 """
 
 import dataclasses
-import math
 import os
 import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
@@ -27,7 +26,7 @@ from cerebras_tf.core import plans
 from cerebras_tf.cs_config import parse_cs_ip
 from cerebras_tf.errors import ConfigError, ParamsError
 from cerebras_tf import schema
-from cerebras_tf.schema import (ENGINES, EVAL_INPUT_DEFAULTS, INPUT_FIELDS, MODEL_FIELDS, MODES,
+from cerebras_tf.schema import (ENGINES, EVAL_INPUT_DEFAULTS, INPUT_FIELDS, MODEL_FIELDS,
                                 OPTIMIZER_FIELDS, REQUIRED, REQUIRED_SECTIONS, SCHEDULERS,
                                 SCHEMA, Field)
 

@@ -15,9 +15,8 @@ import json
 import logging
 import math
 import os
-import re
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 from cerebras_tf import registry
 from cerebras_tf.engine import report as engine_report

@@ -299,7 +299,7 @@ def _fits(graph, eng, strategy, batch, num_csx=1, **kw) -> Tuple[bool, str]:
 
 def predict_fit(fig, overrides=None) -> Tuple[Optional[bool], str]:
   """(does the simulator agree with the published verdict, detail); None = cannot predict."""
-  fid, unit, mode = fig["id"], fig["unit"], fig["mode"]
+  unit, mode = fig["unit"], fig["mode"]
   eng = engine(fig["system"], (overrides or {}).get(fig["system"]))
   if unit == "max_params_pipelined":
     # "Pipelined for models up to 1 billion parameters": GPT-3 XL (1.3B) at MSL 128 fits

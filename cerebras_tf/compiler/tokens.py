@@ -24,7 +24,7 @@ Everything here is numpy except `measure`, which imports TensorFlow when called.
 
 import dataclasses
 import re
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 

@@ -8,7 +8,7 @@ is divided out), so a planner can price any batch size.
 import dataclasses
 import hashlib
 import json
-from typing import Dict, List, Optional, Tuple
+from typing import Tuple
 
 
 @dataclasses.dataclass(frozen=True)

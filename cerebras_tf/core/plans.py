@@ -7,7 +7,7 @@ Pure data; no TensorFlow, no imports from the rest of the package but `core`. A 
 
 import dataclasses
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Optional, Tuple
 
 from cerebras_tf.core.batching import HOST_CPU_REPLICAS, Batching
 

@@ -43,7 +43,6 @@ def replica_need(graph, engine, options, r) -> int:
 def _plan_r(graph, engine, options, r, need=None):
   """The Plan with r replicas, or a not-fitting Plan with the reason."""
   split = batching.split(int(options.batch_size), engine_replicas=r)
-  batch = split.global_batch
   slab_w = engine.grid_width // r
   slab_bytes = slab_w * engine.grid_height * engine.sram_per_core_bytes
   if need is None:

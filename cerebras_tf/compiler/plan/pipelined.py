@@ -31,7 +31,7 @@ bytes needed vs available and suggests weight streaming.
 """
 
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import batching, plans

@@ -15,7 +15,7 @@ variables are restored by name into this graph with `tf.compat.v1.train.init_fro
 shape, keep their initializers (e.g. a fresh classifier head); the counts are logged.
 """
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 

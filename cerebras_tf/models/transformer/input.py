@@ -95,8 +95,8 @@ def _files(section, training, section_name: str):
 def _check_tsv(files):
   """Refuses text whose first lines are not source<TAB>target (a CSV, one language a line)."""
   for path in files:
-    for number, fields in formats.tsv_head(path):
-      if len(fields) < 2:
+    for number, cells in formats.tsv_head(path):
+      if len(cells) < 2:
         raise DataError(f"{path}:{number} has no tab: the Transformer reads tab-separated "
                         f"pairs, source<TAB>target a line (or TFRecords with en and es); "
                         f"write the pairs that way")

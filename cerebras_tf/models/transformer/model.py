@@ -11,7 +11,6 @@ EVAL    loss, token accuracy, cross-entropy (unsmoothed), and BLEU (sacrebleu, d
 PREDICT translation (string), output_ids, score: greedy (beam_width 1) or beam search.
 """
 
-from typing import Any, Mapping
 
 import numpy as np
 import tensorflow as tf

@@ -24,7 +24,7 @@ an engine with VTS can skip them.
 
 import dataclasses
 import math
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping
 
 import tensorflow as tf
 
