@@ -51,6 +51,9 @@ OPTIMIZER_KEYS = {"weight_decay_rate": ("adamw",), "correct_bias": ("adamw",),
 MODELZOO_FAMILIES = {"gpt2": "gpt", "gpt3": "gpt", "gptj": "gpt", "llama": "gpt",
                      "mistral": "gpt", "roberta": "bert"}
 
+# modelzoo's data processors (a file without model.name names its family only by these).
+_PROCESSOR_FAMILIES = (("gpt", "gpt"), ("bert", "bert"), ("transformer", "transformer"))
+
 # modelzoo's PyTorch-release key -> the key here that owns the quantity (same section).
 PYTORCH_NAMES = {("runconfig", "log_steps"): "log_step_count_steps",
                  ("runconfig", "checkpoint_steps"): "save_checkpoints_steps",
@@ -379,8 +382,13 @@ class _Validator:
     name = model.get("name", None)
     path = ("model", "name")
     if "name" not in model:
+      processor = str((raw.get("train_input") or {}).get("data_processor") or "")
+      family = next((f for key, f in _PROCESSOR_FAMILIES if processor.lower().startswith(key)),
+                    None)
+      hint = (f" (train_input.data_processor {processor} is modelzoo's {family} input: "
+              f"add `name: {family}` under model)" if family else "")
       self.fail(("model",), "model.name is required: the model family, one of "
-                + ", ".join(_available_models()))
+                + ", ".join(_available_models()) + hint)
     name = self.value(path, name, MODEL_FIELDS["name"])
     if name in MODELZOO_FAMILIES and name not in _available_models():
       name = model["name"] = MODELZOO_FAMILIES[name]  # modelzoo's model name, our family

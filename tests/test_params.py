@@ -380,6 +380,12 @@ BAD_CASES = [
      "{f}:1: missing key 'batch_size' in train_input: train_input.batch_size must be an int in [1, 2147483647]"),
     ("missing model name", "train_input:\n  batch_size: 3\nmodel:\n  hidden_size: 3\n", None,
      "{f}:3: model.name is required: the model family, one of {models}"),
+    # modelzoo's PyTorch-era files name the family only by their data processor.
+    ("missing model name, modelzoo file", "train_input:\n  batch_size: 3\n  data_processor: "
+     "GptHDF5MapDataProcessor\nmodel:\n  hidden_size: 3\n", None,
+     "{f}:4: model.name is required: the model family, one of {models} (train_input."
+     "data_processor GptHDF5MapDataProcessor is modelzoo's gpt input: add `name: gpt` under "
+     "model)"),
     ("unknown model", GOOD.replace("name: toy", "name: tyo"), None,
      "{f}:8: unknown model 'tyo' (did you mean 'toy'?); available: {models}"),
     ("python tag", GOOD.replace("hidden_size: 64", "hidden_size: !!python/object/apply:os.system "
