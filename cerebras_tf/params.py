@@ -54,14 +54,16 @@ MODELZOO_FAMILIES = {"gpt2": "gpt", "gpt3": "gpt", "gptj": "gpt", "llama": "gpt"
 # modelzoo's data processors (a file without model.name names its family only by these).
 _PROCESSOR_FAMILIES = (("gpt", "gpt"), ("bert", "bert"), ("transformer", "transformer"))
 
-# modelzoo's PyTorch-release key -> the key here that owns the quantity (same section).
-PYTORCH_NAMES = {("runconfig", "log_steps"): "log_step_count_steps",
-                 ("runconfig", "checkpoint_steps"): "save_checkpoints_steps",
-                 ("runconfig", "seed"): "tf_random_seed",
-                 ("optimizer", "eps"): "epsilon",
-                 ("optimizer", "weight_decay"): "weight_decay_rate",
-                 ("train_input", "num_workers"): "num_parallel_calls",
-                 ("eval_input", "num_workers"): "num_parallel_calls"}
+# modelzoo's name -> the key here that owns the quantity (same section): GPT's nonlinearity,
+# and the PyTorch releases' names.
+MODELZOO_NAMES = {("model", "nonlinearity"): "encoder_nonlinearity",
+                  ("runconfig", "log_steps"): "log_step_count_steps",
+                  ("runconfig", "checkpoint_steps"): "save_checkpoints_steps",
+                  ("runconfig", "seed"): "tf_random_seed",
+                  ("optimizer", "eps"): "epsilon",
+                  ("optimizer", "weight_decay"): "weight_decay_rate",
+                  ("train_input", "num_workers"): "num_parallel_calls",
+                  ("eval_input", "num_workers"): "num_parallel_calls"}
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*"
 _KEY_RE = re.compile(rf"^{_NAME}(\.{_NAME})+$")
@@ -577,9 +579,10 @@ class _Validator:
     self.origins[new] = self.where(old)
 
   def pytorch_keys(self, out: dict, raw: dict) -> None:
-    """modelzoo's PyTorch-release configs (R1.9 on) name some quantities differently; each is
-    moved onto its one owner here, and a switch set to what does not happen here is refused."""
-    for (section, old), new in PYTORCH_NAMES.items():
+    """modelzoo's configs (the PyTorch releases, R1.9 on, most of all) name some quantities
+    differently; each is moved onto its one owner here, and a switch set to what does not
+    happen here is refused."""
+    for (section, old), new in MODELZOO_NAMES.items():
       value = out.get(section, {}).pop(old, None)
       if value is not None:
         if old == "num_workers":
@@ -620,9 +623,9 @@ class _Validator:
     kind = opt["optimizer_type"]
     given = set((raw.get("optimizer") or {})) | {k for s, k in self.moved if s == "optimizer"}
     for key, kinds in OPTIMIZER_KEYS.items():
-      if key in given and kind not in kinds and opt[key] != (True if key == "correct_bias"
-                                                               and kind == "adam" else
-                                                               OPTIMIZER_FIELDS[key].default):
+      # What the other types do: the key's default, except that Adam always corrects its bias.
+      done = True if (key, kind) == ("correct_bias", "adam") else OPTIMIZER_FIELDS[key].default
+      if key in given and kind not in kinds and opt[key] != done:
         self.fail(("optimizer", key), f"optimizer.{key} {_show(opt[key])} is not applied by "
                   f"optimizer_type {kind} (it is by {', '.join(kinds)}): change the type or "
                   f"remove the key")
@@ -639,15 +642,6 @@ class _Validator:
                 "modelzoo's multi-GPU switch; a cluster here is the TF_CONFIG environment "
                 "variable (docs/distributed.md): remove the key")
     model = out["model"]
-    nonlinearity = model.pop("nonlinearity", None)  # modelzoo GPT's encoder_nonlinearity
-    if nonlinearity is not None:
-      given = "encoder_nonlinearity" in (raw.get("model") or {})
-      if given and model["encoder_nonlinearity"] != nonlinearity:
-        self.fail(("model", "nonlinearity"), f"model.nonlinearity {nonlinearity} conflicts "
-                  f"with model.encoder_nonlinearity {model['encoder_nonlinearity']}; keep one "
-                  f"of them")
-      model["encoder_nonlinearity"] = nonlinearity
-      self.origins[("model", "encoder_nonlinearity")] = self.where(("model", "nonlinearity"))
     if model.get("use_vsl"):  # modelzoo's variable sequence length is VTS here
       if (raw.get("csconfig") or {}).get("vts") is False:
         self.fail(("model", "use_vsl"), "model.use_vsl: true (modelzoo's name for csconfig.vts) "
