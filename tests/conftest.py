@@ -1,6 +1,7 @@
 """Shared test setup: quiet TensorFlow, repo root on sys.path, the `slow` marker, the data."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -9,6 +10,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+
+
+def as_from_a_shell() -> None:
+  """`preexec_fn` for a child that a test sends Ctrl-C: SIGINT back to its default action.
+
+  A shell without job control starts a background job (`python3 dev.py test &`) with SIGINT
+  ignored, and an ignored disposition survives exec: the child's Python then installs no
+  KeyboardInterrupt handler, GracefulInterrupt (rightly) leaves an ignored signal alone, and
+  the Ctrl-C tests waited on a run that never stopped (which kept a core busy until killed).
+  """
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def pytest_configure(config):

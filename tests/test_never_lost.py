@@ -18,6 +18,7 @@ import uuid
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import as_from_a_shell
 
 from cerebras_tf import cli
 from cerebras_tf.runtime import checkpoints
@@ -316,13 +317,16 @@ def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path,
   # As a user's shell has it: no TF_CPP_MIN_LOG_LEVEL (conftest sets one), no TF_CONFIG.
   env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_CONFIG")}
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=env)
-  deadline = time.time() + 120
-  while not glob.glob(os.path.join(model_dir, "model.ckpt-*.index")) and time.time() < deadline:
-    time.sleep(0.5)
-  time.sleep(1.0)
-  proc.send_signal(signum)
-  _, err = proc.communicate(timeout=60)
+                          env=env, preexec_fn=as_from_a_shell)
+  try:
+    deadline = time.time() + 120
+    while not glob.glob(os.path.join(model_dir, "model.ckpt-*.index")) and time.time() < deadline:
+      time.sleep(0.5)
+    time.sleep(1.0)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    proc.kill()  # a run that ignored the signal would otherwise train on for 30 minutes
   steps = sorted(int(p.rsplit("-", 1)[1].split(".")[0])
                  for p in glob.glob(os.path.join(model_dir, "model.ckpt-*.index")))
   assert proc.returncode == code and steps, err
@@ -432,7 +436,8 @@ def test_a_step_stuck_in_tensorflow_still_stops_on_ctrl_c_and_sigterm(tmp_path):
       ([signal.SIGTERM], 3, 143, "SIGTERM 3s ago, and the step in progress has not finished "
        "(a peer or weight server that stopped answering?): stopped without it")):
     proc = subprocess.Popen([sys.executable, "-c", _STUCK_STEP, str(model_dir), str(grace)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=as_from_a_shell)
     assert proc.stdout.readline() == "stuck\n"
     time.sleep(0.5)
     t0 = time.monotonic()
