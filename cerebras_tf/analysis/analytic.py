@@ -9,10 +9,13 @@ produces for the reference models, so an analytic graph and a traced one price a
   * the attention core (scores, softmax, context: no weights) is its own layer, folded into
     the layer before it (the value projection) when it has less than 1% of the forward FLOPs,
     with its token-pair FLOPs kept as `pair_share` - lower.py's `_fold_small` rule;
-  * `activation_bytes` is lower.py's rule: the tensors a layer hands to other layers, per
+  * `activation_bytes` is lower.py's rule: the values a layer hands to other layers, per
     sample (the block's residual sum included; a layer's own intermediates - softmax
-    probabilities, GELU pieces - are not kept; the loss hands on a scalar). Attention probabilities (heads x s x s) are
-    the core's `work_bytes`: needed while it runs, not kept.
+    probabilities, GELU pieces - are not kept; the loss hands on a scalar; a layer folded
+    into the one before it that reads only its output - the attention core after the value
+    projection, the loss after the logits - takes that output inside). Attention
+    probabilities (heads x s x s) are the core's `work_bytes`, a softmax cross-entropy's
+    logits the loss's: needed while it runs, not kept.
 
 Conventions (per ONE sample; s = sequence length, h = hidden, f = ffn size, n = heads,
 kv = K/V heads, d = head size, a = n * d the attention width):
@@ -144,12 +147,15 @@ class _Builder:
     self.rows: List[Dict] = []
 
   def add(self, name, mm=0.0, ew=0.0, params=0, acts=0.0, io=0.0, pair=0.0, work=0.0,
-          scaling=None):
+          scaling=None, reads_previous=False):
     """mm: matmul FLOPs (weights x activations and token-pair), ew: elementwise FLOPs; pair:
-    the token-pair share of mm (activation x activation); acts/work: elements per sample."""
+    the token-pair share of mm (activation x activation); acts/work: elements per sample.
+    reads_previous: the previous layer's output goes to this layer alone (the value
+    projection's to the attention core, the logits to the loss), so when this layer folds
+    into it that output is no longer handed on."""
     self.rows.append(dict(name=name, mm=float(mm), ew=float(ew), params=int(params),
                           acts=float(acts), io=float(io), pair=float(pair), work=float(work),
-                          scaling=scaling))
+                          scaling=scaling, reads_previous=reads_previous))
 
   def graph(self, name, batch, optimizer, seq) -> ir.LayerGraph:
     rows = self.rows
@@ -158,6 +164,8 @@ class _Builder:
     for r in rows:  # lower.py: weightless layers under 1% of the forward FLOPs fold backward
       if out and not r["params"] and r["mm"] + r["ew"] < _FOLD * total and not r["io"]:
         keep = out[-1]
+        if r["reads_previous"]:
+          keep["acts"] = 0.0
         for k in ("mm", "ew", "acts", "io", "pair", "work"):
           keep[k] += r[k]
         continue
@@ -217,7 +225,7 @@ def _attention(b, pre, sh, q, kv_len=None, cross=False, self_scope="attention",
     ew += n * q * t                      # the bias added to every score
   b.add(core_name or f"{pre}/{self_scope}", mm=pair, ew=ew,
         params=(sh.relative_buckets * n if bias_table else 0), acts=q * a, pair=pair,
-        work=n * q * t, scaling=None)
+        work=n * q * t, scaling=None, reads_previous=True)
   b.add(f"{pre}/{self_scope}/{out_name}" if out_name else f"{pre}/{self_scope}_output",
         mm=2 * q * a * h, ew=q * h if residual else 0, params=a * h + (h if bias else 0),
         acts=q * h * (2 if residual else 1))
@@ -226,10 +234,12 @@ def _attention(b, pre, sh, q, kv_len=None, cross=False, self_scope="attention",
 def _ffn(b, pre, sh, q, up="mlp/fc_in", down="mlp/fc_out", residual=True):
   h, f = sh.hidden, sh.ffn
   bias = sh.bias
-  if sh.gated:  # up and gate projections, act(gate) * up
+  if sh.gated:  # act(gate) in the gate projection's layer, times up in the up projection's
     act = _SILU if sh.ffn_type == "swiglu" else _GELU
-    b.add(f"{pre}/{up}", mm=2 * 2 * q * h * f, ew=(act + 1) * q * f,
-          params=2 * h * f + (2 * f if bias else 0), acts=q * f)
+    b.add(f"{pre}/{up.rsplit('/', 1)[0]}/fc_gate", mm=2 * q * h * f, ew=act * q * f,
+          params=h * f + (f if bias else 0), acts=q * f)
+    b.add(f"{pre}/{up}", mm=2 * q * h * f, ew=q * f, params=h * f + (f if bias else 0),
+          acts=q * f)
   else:
     act = _GELU if sh.ffn_type == "gelu" else 1.0
     b.add(f"{pre}/{up}", mm=2 * q * h * f, ew=act * q * f, params=h * f + (f if bias else 0),
@@ -323,7 +333,7 @@ def encoder_graph(sh: Shape, batch: int, head: str = "mlm_nsp", name: str = "ber
   if head != "none":
     n_out = (p * v if mlm else 0) + (2 if head == "mlm_nsp" else 0) + (
         num_classes if head == "classifier" else 0)
-    b.add("loss", ew=(_SOFTMAX + 2) * n_out, scaling="none")
+    b.add("loss", ew=(_SOFTMAX + 2) * n_out, scaling="none", work=n_out, reads_previous=True)
   return b.graph(name, batch, optimizer, s)
 
 
@@ -340,7 +350,7 @@ def decoder_graph(sh: Shape, batch: int, name: str = "gpt", dtype_bytes: int = 2
   _norm(b, f"{name}/ln_f", sh, s)
   b.add(f"{name}/lm_head", mm=2 * s * h * v,
         params=0 if sh.tied_embeddings else h * v + (v if sh.bias else 0), acts=s * v)
-  b.add("loss", ew=(_SOFTMAX + 2) * s * v)
+  b.add("loss", ew=(_SOFTMAX + 2) * s * v, work=s * v, reads_previous=True)
   return b.graph(name, batch, optimizer, s)
 
 
@@ -380,7 +390,7 @@ def seq2seq_graph(sh: Shape, batch: int, tgt_seq: Optional[int] = None,
     _norm(b, f"{name}/decoder/final_norm", sh, t)
   b.add(f"{name}/decoder/output_projection", mm=2 * t * h * v,
         params=0 if sh.tied_embeddings else h * v, acts=t * v)
-  b.add("loss", ew=(_SOFTMAX + 2) * t * v)
+  b.add("loss", ew=(_SOFTMAX + 2) * t * v, work=t * v, reads_previous=True)
   return b.graph(name, batch, optimizer, s)
 
 
@@ -442,7 +452,7 @@ def dit_graph(sh: Shape, batch: int, latent: int = 32, latent_channels: int = 4,
   out = pp * 2
   b.add(f"{name}/final_layer", mm=2 * (h * 2 * h + tokens * h * out), ew=_LN * tokens * h,
         params=2 * h * h + 2 * h + h * out + out, acts=tokens * out)
-  b.add("loss", ew=3 * tokens * pp, scaling="none")
+  b.add("loss", ew=3 * tokens * pp, scaling="none", reads_previous=True)
   return b.graph(name, batch, optimizer, tokens)
 
 
@@ -511,7 +521,8 @@ def mlp_graph(sizes: Sequence[int], batch: int, dtype_bytes: int = 2,
     last = i == len(sizes) - 2
     b.add(f"{name}/dense_{i}", mm=2 * x * y, ew=0 if last else y, params=x * y + y, acts=y,
           io=(x * 4 + _INT32) if i == 0 else 0.0)
-  b.add("loss", ew=(_SOFTMAX + 2) * sizes[-1], scaling="none")
+  b.add("loss", ew=(_SOFTMAX + 2) * sizes[-1], scaling="none", work=sizes[-1],
+        reads_previous=True)
   g = b.graph(name, batch, optimizer, 0)
   return g
 

@@ -34,6 +34,25 @@ _OPTIMIZER_SLOTS = (("Adam", 2), ("Lamb", 2), ("Adagrad", 1), ("Momentum", 1), (
 _FRAMEWORK_DIRS = tuple(os.path.normpath(os.path.dirname(m.__file__)) + os.sep for m in (np, tf))
 
 
+# Producers whose outputs are weights, inputs or metadata, never a layer's activations.
+_NOT_ACTIVATIONS = frozenset({"Const", "ReadVariableOp", "Placeholder", "VarHandleOp", "Shape"})
+# Ops that read a whole row of scores at once: their input is their layer's transient work.
+_SOFTMAX = frozenset({"Softmax", "LogSoftmax", "SparseSoftmaxCrossEntropyWithLogits",
+                      "SoftmaxCrossEntropyWithLogits"})
+# Ops whose output is their input's value in another dtype, shape or layout.
+_SAME_VALUE = frozenset({"Cast", "Identity", "IdentityN", "Snapshot", "StopGradient",
+                         "PreventGradient", "EnsureShape", "Reshape", "Squeeze", "ExpandDims",
+                         "Transpose"})
+
+
+def _value_of(t: tf.Tensor) -> tf.Tensor:
+  """The tensor whose value `t` is: `t` followed back through casts, reshapes, transposes
+  and identities (IdentityN's output i is its input i)."""
+  while t.op.type in _SAME_VALUE and t.op.inputs:
+    t = t.op.inputs[t.value_index if t.op.type == "IdentityN" else 0]
+  return t
+
+
 def _scope(name: str) -> str:
   return name.rsplit("/", 1)[0] if "/" in name else ""
 
@@ -682,7 +701,9 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   mm_flops = collections.Counter()
   pair_flops = collections.Counter()
   act_bytes = collections.Counter()
-  softmax_bytes = collections.Counter()  # attention probabilities: a token-pair layer's work
+  # Transient work: attention probabilities, a loss's softmax over the logits (TF's fused
+  # cross-entropy reads the logits; otherwise the softmax is spelled out, as under oneDNN).
+  work_bytes = collections.Counter()
   io_bytes = collections.Counter()
   fed = set()  # the input placeholders counted in io_bytes
   io_values = 0  # their values
@@ -699,8 +720,8 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         order[layer], heaviest[layer] = i, f
         heaviest_shape[layer] = op.outputs[0].shape if op.outputs else tf.TensorShape(None)
       fwd_flops[layer] += f
-      if op.type == "Softmax":
-        softmax_bytes[layer] += (_static_size(op.outputs[0].shape) or 0) * act_dtype_bytes
+      if op.type in _SOFTMAX:
+        work_bytes[layer] += (_static_size(op.inputs[0].shape) or 0) * act_dtype_bytes
       sp = op_spatial(op, batch)
       if sp is not None:
         spatial[layer].append(sp)
@@ -737,24 +758,33 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       names.append(extra)
   merged: Dict[str, str] = {}
   names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                      pair_flops, spatial, softmax_bytes, merged)
+                      pair_flops, spatial, work_bytes, merged)
 
   def final(layer: str) -> str:
     while layer in merged:
       layer = merged[layer]
     return layer
 
-  # A pipeline stage keeps, until its backward pass, the tensors it hands to other stages
+  # A pipeline stage keeps, until its backward pass, the values it hands to other stages
   # (the layers as folded: a tensor passed inside one is not handed on); its own
   # intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on the
   # engine, so counting them would make memory depend on how finely TF spelled the math.
+  # For the same reason a value is counted once, at the layer that computed it, however
+  # often it is re-spelled on the way (mixed precision casts x to float32 before each norm
+  # and the norm's output back; the block's scope holding those casts is a layer of its own
+  # until folded, so x crossed three boundaries for one norm).
+  handed = set()
   for op in fwd:
-    if op.type in ("Const", "ReadVariableOp", "Placeholder", "VarHandleOp", "Shape"):
+    if op.type in _NOT_ACTIVATIONS:
       continue
     mine = final(op_layer(op))
     for t in op.outputs:
       if any(c in fwd_set and final(op_layer(c)) != mine for c in t.consumers()):
-        act_bytes[mine] += (_static_size(t.shape) or 0) * act_dtype_bytes
+        v = _value_of(t)
+        if v.op.type in _NOT_ACTIVATIONS or v in handed:
+          continue  # a weight or an input re-spelled, or a value already counted
+        handed.add(v)
+        act_bytes[final(op_layer(v.op))] += (_static_size(t.shape) or 0) * act_dtype_bytes
   opt_name, slots = _slots_per_param(captured)
   lengths = tuple(token_lengths) or ((seq_len,) if seq_len > 0 else ())
   layers = []
@@ -772,9 +802,9 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         token_scaling=_token_scaling(fwd_flops[n], pair_flops[n], heaviest_shape.get(n),
                                      batch, lengths),
         pair_share=min(1.0, pair_flops[n] / fwd_flops[n]) if fwd_flops[n] else 0.0,
-        # The probabilities of a layer with token-pair products (attention) are its transient
-        # work, as the analytic graph states it: measured here, not guessed from its FLOPs.
-        work_bytes=softmax_bytes[n] / batch if pair_flops[n] else 0.0,
+        # A softmax's scores (attention's, a loss's logits) are its layer's transient work, as
+        # the analytic graph states it: measured here, not guessed from its FLOPs.
+        work_bytes=work_bytes[n] / batch,
         spatial=tuple(spatial.get(n, ()))))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,

@@ -485,9 +485,9 @@ _ASSUMED_HEAD_SIZE = 64
 # R2.4's Llama-3.1-8B configs run micro-batches of 20 x 8,192 and 1 x 131,072 tokens
 # (validation/published.yaml), whose probabilities for all heads are 90 GB and 1.1 TB.
 ATTENTION_KEY_BLOCK = 512
-# Likewise the loss's own layer (the last: the LM head the loss folds into) reduces its
-# output to the loss token block by token block, holding one block of logits, not all of
-# them. ASSUMED block; published: the same 8k config's micro-batch of 20 would need 42 GB
+# Likewise a softmax cross-entropy (its logits are the `work_bytes` of the layer it is in,
+# the LM head it folds into) reduces them to the loss token block by token block, holding
+# one block of logits, not all of them. ASSUMED block; published: the same 8k config's micro-batch of 20 would need 42 GB
 # for its logits alone (20 x 8,192 x 128,256 x 2 bytes) on a 44 GB wafer.
 LOSS_TOKEN_BLOCK = 512
 
@@ -495,13 +495,15 @@ LOSS_TOKEN_BLOCK = 512
 def layer_work_bytes(layer: ir.Layer, dtype_bytes: int = 2, seq_len: int = 0) -> float:
   """A layer's transient bytes per sample: `layer.work_bytes` (or for a token-pair layer that
   does not say, its attention probabilities from its token-pair FLOPs: heads x s^2 = pair
-  FLOPs / (4 x 64)), for a token-pair layer over `seq_len` keys only one block of them
-  (ATTENTION_KEY_BLOCK)."""
+  FLOPs / (4 x 64)), over `seq_len` tokens only one block of them: ATTENTION_KEY_BLOCK keys
+  of a token-pair layer, LOSS_TOKEN_BLOCK tokens' logits of a loss."""
+  pairs = sequence_barrier(layer)
   work = layer.work_bytes
-  if work <= 0 and sequence_barrier(layer):
+  if work <= 0 and pairs:
     work = (layer.pair_share or 1.0) * layer.fwd_flops / (4.0 * _ASSUMED_HEAD_SIZE) * dtype_bytes
-  if work > 0 and seq_len > ATTENTION_KEY_BLOCK:
-    work *= ATTENTION_KEY_BLOCK / seq_len
+  block = ATTENTION_KEY_BLOCK if pairs else LOSS_TOKEN_BLOCK
+  if work > 0 and seq_len > block:
+    work *= block / seq_len
   return max(work, 0.0)
 
 
@@ -513,10 +515,7 @@ def ws_activations(graph: ir.LayerGraph,
   seq = graph.seq_len or 0
   for i, l in enumerate(graph.layers):
     prev = acts[i - 1] if i > 0 else 0.0
-    out = acts[i]
-    if i == len(graph.layers) - 1 and seq > LOSS_TOKEN_BLOCK:  # reduced to the loss blockwise
-      out *= LOSS_TOKEN_BLOCK / seq
-    working = max(working, prev + out + layer_work_bytes(l, graph.dtype_bytes, seq))
+    working = max(working, prev + acts[i] + layer_work_bytes(l, graph.dtype_bytes, seq))
   if not training(options):
     return WSActivations(0.0, 0.0, 0.0, 0, working)
   groups: Dict[str, List[int]] = {}

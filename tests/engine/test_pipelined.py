@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cerebras_tf.analysis import analytic
+from cerebras_tf.analysis import fidelity
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
 from cerebras_tf.compiler.plan import base
@@ -154,7 +155,9 @@ def test_bert_base_msl512_fits_pipelined(cs2):
   # In flight: layer i keeps 1 + round trip / interval samples. The round trip from layer 0
   # crosses 12 attention barriers (each holds a whole sample, about one interval) and 2 token
   # hops per layer: 14 samples at layer 0, 2 at the last layers (the hops alone). So the
-  # activations are a few samples' worth, not 2 x layers as before (27.4 GB then, 2.81 now).
+  # activations are a few samples' worth, not 2 x layers as before (27.4 GB then, 2.81 after;
+  # 2.73 since the value projection folded with the attention core no longer counts the
+  # values it hands the core, 512 x 768 x 2 bytes a layer, as lower.py never did).
   g = analytic.bert_base(seq=512)
   opts = plans.PlanOptions(batch_size=256)
   flight = perf.in_flight_samples(perf.estimated_sample_times(g, cs2, opts), g, cs2, opts, 256)
@@ -162,7 +165,7 @@ def test_bert_base_msl512_fits_pipelined(cs2):
   plan, pf = plan_and_sim(g, cs2, batch=256)
   acts = sum(l.activation_bytes * k for l, k in zip(g.layers, flight))
   assert plan.memory_needed_bytes == pytest.approx(g.state_bytes + acts, rel=1e-6)
-  assert plan.memory_needed_bytes == pytest.approx(2.81e9, rel=0.01)
+  assert plan.memory_needed_bytes == pytest.approx(2.73e9, rel=0.01)
   assert plan.fits, plan.reason
   check_geometry(plan, cs2, g)
   assert pf.samples_per_sec > 0
@@ -259,42 +262,95 @@ def test_reports_for_a_model_that_does_not_fit(cs2, tmp_path):
   assert "DOES NOT FIT" in report.format_summary(plan, pf)
 
 
-@pytest.mark.slow
-def test_analytic_and_traced_gpt_agree(cs2, tmp_path):
-  # Issue 16: for the 1.3B GPT at MSL 128 the analytic graph counted 10.09 GB of activations
-  # per sample (at MSL 2048) against the traced graph's 3.67 GB, and the two disagreed by 8% on
-  # throughput. Now both count what a layer hands to other layers, priced by one function
-  # (perf.pipelined_layer_memory). The trace of the reference GPT (configs/params_gpt3_xl.yaml
-  # at MSL 128) has 195 layers, 1,311,791,104 params, 1.0182e12 FLOPs and 229 MB of kept
-  # activations per sample; the analytic graph 195, the same params, FLOPs within 0.2% and
-  # activations within 20% (the trace also keeps the mixed-precision casts around each norm).
+def _traced(tmp_path, params, *overrides) -> ir.LayerGraph:
+  """The layer graph scripts/run.py --compile_only traces from a params file."""
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  out = subprocess.run(
-      [sys.executable, os.path.join(root, "scripts", "run.py"),
-       "--params", os.path.join(root, "configs", "params_gpt3_xl.yaml"), "--compile_only",
-       "--model_dir", str(tmp_path / "run"), "--compile_dir", str(tmp_path / "cd"),
-       "--execution_strategy", "pipelined",
-       "--params_override", "train_input.max_sequence_length=128",
-       "--params_override", "eval_input.max_sequence_length=128",
-       "--params_override", "train_input.batch_size=8",
-       "--params_override", "model.max_position_embeddings=128"],
-      capture_output=True, text=True, timeout=600,
-      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  cmd = [sys.executable, os.path.join(root, "scripts", "run.py"),
+         "--params", os.path.join(root, "configs", params), "--compile_only",
+         "--model_dir", str(tmp_path / "run"), "--compile_dir", str(tmp_path / "cd")]
+  for o in overrides:
+    cmd += ["--params_override", o]
+  out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert out.returncode == 0, out.stderr[-2000:]
   doc = json.load(open(tmp_path / "cd" / "plan.json"))
-  traced = ir.LayerGraph.from_dict({k: doc["graph"][k] for k in (
+  return ir.LayerGraph.from_dict({k: doc["graph"][k] for k in (
       "name", "captured_batch_size", "dtype_bytes", "optimizer", "seq_len", "layers")})
+
+
+def _acts(g: ir.LayerGraph) -> float:
+  return sum(l.activation_bytes for l in g.layers)
+
+
+@pytest.mark.slow
+def test_analytic_and_traced_gpt_agree(cs2, tmp_path):
+  # Issue 16: for the 1.3B GPT at MSL 128 the analytic graph counted 10.09 GB of activations
+  # per sample (at MSL 2048) against the traced graph's 3.67 GB, and the two disagreed by 8% on
+  # throughput. Both now count each value a layer hands to other layers once (a cast or
+  # reshape of it is the same value), priced by one function (perf.pipelined_layer_memory).
+  # The trace of the reference GPT (configs/params_gpt3_xl.yaml at MSL 128) has 195 layers,
+  # 1,311,791,104 params, 1.018e12 FLOPs and 164.7 MB of kept activations per sample; so has
+  # the analytic graph (FLOPs within 0.2%: the trace's norms also cast to float32). Before the
+  # casts were followed back to their value, the trace kept 229 MB: mixed precision spelled x
+  # three times around each norm.
+  traced = _traced(tmp_path, "params_gpt3_xl.yaml", "train_input.max_sequence_length=128",
+                   "eval_input.max_sequence_length=128", "train_input.batch_size=8",
+                   "model.max_position_embeddings=128")
   ana = analytic.gpt3_xl(seq=128, batch=8)
   assert len(ana.layers) == len(traced.layers) == 195
   assert ana.num_params == traced.num_params
   assert ana.flops_per_sample == pytest.approx(traced.flops_per_sample, rel=0.002)
-  acts = lambda g: sum(l.activation_bytes for l in g.layers)
-  assert acts(ana) == pytest.approx(acts(traced), rel=0.2)
+  assert _acts(ana) == pytest.approx(_acts(traced), rel=0.01)
   p_a, pf_a = plan_and_sim(ana, cs2, batch=256)
   p_t, pf_t = plan_and_sim(traced, cs2, batch=256)
   assert p_a.fits and p_t.fits  # 21 GB of state + a few samples in flight
-  assert p_a.memory_needed_bytes == pytest.approx(p_t.memory_needed_bytes, rel=0.05)
-  assert pf_a.samples_per_sec == pytest.approx(pf_t.samples_per_sec, rel=0.03)
+  assert p_a.memory_needed_bytes == pytest.approx(p_t.memory_needed_bytes, rel=0.01)
+  assert pf_a.samples_per_sec == pytest.approx(pf_t.samples_per_sec, rel=0.02)
+
+
+@pytest.mark.slow
+def test_analytic_and_traced_llama_agree(tmp_path):
+  # The reference GPT in LLaMA's shape (RMSNorm, SwiGLU, grouped K/V, rotary, no biases, an
+  # untied head, bfloat16): 2 x 512, 8 heads on 4 K/V groups, FFN 1376, MSL 64. The published
+  # Llama-2-7B file traced at 4k kept 18.8 GB a sample against the analytic 14.0 (and picked
+  # micro-batch 1 where the analytic picked 2, 7.2 vs 7.73 samples/s): the gate projection is
+  # a layer of its own in the model (mlp/fc_gate) but was folded into the up projection in the
+  # analytic graph, and the trace counted x again at each cast around a norm. Now both have
+  # 9 layers a block (ln_1, q, k, v with the attention core folded in, its output, ln_2,
+  # fc_gate, fc_in, fc_out). Per block, ln_1, q, v (the core's context) and ln_2 hand on
+  # 64 x 512 values, k 64 x 256, fc_gate and fc_in 64 x 1376 each, 2 bytes a value: 647,168
+  # bytes. The residual sums are
+  # counted in both, but the trace puts a block's in the layer before it (its own scope folds
+  # there), so only the total is compared for those. (The published 7B file now traces to
+  # 15.54 GB a sample, the analytic 15.50, and both run 7.56 samples/s on a CS-2.)
+  traced = _traced(tmp_path, "params_gpt_tiny.yaml", "model.hidden_size=512",
+                   "model.num_heads=8", "model.num_kv_groups=4", "model.filter_size=1376",
+                   "model.norm_type=rmsnorm", "model.nonlinearity=swiglu",
+                   "model.position_embedding_type=rotary", "model.rotary_dim=64",
+                   "model.use_ffn_bias=false", "model.use_projection_bias_in_attention=false",
+                   "model.use_ffn_bias_in_attention=false", "model.use_bias_in_output=false",
+                   "model.share_embedding_weights=false", "model.mixed_precision=true",
+                   "train_input.batch_size=16")
+  sh = analytic.Shape(layers=2, hidden=512, heads=8, ffn=1376, seq=64, vocab=30522, kv_heads=4,
+                      ffn_type="swiglu", norm="rmsnorm", position="rotary", bias=False)
+  ana = analytic.decoder_graph(sh, 16, name="gpt")
+  assert [l.name for l in ana.layers] == [l.name for l in traced.layers]
+  assert ana.num_params == traced.num_params
+  assert ana.flops_per_sample == pytest.approx(traced.flops_per_sample, rel=0.01)
+  inner = ("ln_1", "attention/query", "attention/key", "attention/value", "ln_2", "mlp/fc_gate",
+           "mlp/fc_in")
+  block = lambda g: sum(g.layer(f"gpt/decoder/layer_1/{n}").activation_bytes for n in inner)
+  assert block(ana) == (4 * 64 * 512 + 64 * 256 + 2 * 64 * 1376) * 2 == 647_168
+  assert block(traced) == block(ana)
+  assert _acts(traced) == pytest.approx(_acts(ana), rel=0.02)
+  # The loss folds into the head in both: its logits are the head's work, handed to no layer.
+  head = [g.layer("gpt/lm_head") for g in (ana, traced)]
+  assert head[0].work_bytes == head[1].work_bytes == 64 * 30522 * 2
+  assert head[0].activation_bytes == 0
+  cs2 = fidelity.engine("cs2")
+  for strategy, batch in (("pipelined", 256), ("weight_streaming", 1024)):
+    rates = [fidelity.run(g, cs2, strategy, batch)[1].samples_per_sec for g in (ana, traced)]
+    assert rates[0] == pytest.approx(rates[1], rel=0.02), strategy
