@@ -10,7 +10,8 @@ produces for the reference models, so an analytic graph and a traced one price a
     the layer before it (the value projection) when it has less than 1% of the forward FLOPs,
     with its token-pair FLOPs kept as `pair_share` - lower.py's `_fold_small` rule;
   * `activation_bytes` is lower.py's rule: the values a layer hands to other layers, per
-    sample (the block's residual sum included; a layer's own intermediates - softmax
+    sample (an output projection hands on x + its output, the residual sum, not the output
+    itself, which nothing else reads; a layer's own intermediates - softmax
     probabilities, GELU pieces - are not kept; the loss hands on a scalar; a layer folded
     into the one before it that reads only its output - the attention core after the value
     projection, the loss after the logits - takes that output inside). Attention
@@ -228,7 +229,7 @@ def _attention(b, pre, sh, q, kv_len=None, cross=False, self_scope="attention",
         work=n * q * t, scaling=None, reads_previous=True)
   b.add(f"{pre}/{self_scope}/{out_name}" if out_name else f"{pre}/{self_scope}_output",
         mm=2 * q * a * h, ew=q * h if residual else 0, params=a * h + (h if bias else 0),
-        acts=q * h * (2 if residual else 1))
+        acts=q * h)  # x + its output: the sum, not the output, is handed on
 
 
 def _ffn(b, pre, sh, q, up="mlp/fc_in", down="mlp/fc_out", residual=True):
@@ -245,7 +246,7 @@ def _ffn(b, pre, sh, q, up="mlp/fc_in", down="mlp/fc_out", residual=True):
     b.add(f"{pre}/{up}", mm=2 * q * h * f, ew=act * q * f, params=h * f + (f if bias else 0),
           acts=q * f)
   b.add(f"{pre}/{down}", mm=2 * q * f * h, ew=q * h if residual else 0,
-        params=f * h + (h if bias else 0), acts=q * h * (2 if residual else 1))
+        params=f * h + (h if bias else 0), acts=q * h)
 
 
 def _block(b, pre, sh, q, bias_table=False):

@@ -660,19 +660,47 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
     return scope.split("/")[0] if scope else _ROOT
 
   layer_cache: Dict[tf.Operation, str] = {}
+  position = {op: i for i, op in enumerate(graph.get_operations())}
+
+  def scope_layer(op) -> str:
+    layer = root_tied.get(op) or layer_of(_scope(op.name))
+    if kernels.category(op.type) == kernels.LOOP:
+      # A Keras RNN loops in "lstm/" over weights in "lstm/lstm_cell/": one layer.
+      owners = {layer_of(_scope(t.op.name)) for t in op.inputs if _reads_variable(t.op)}
+      layer = owners.pop() if len(owners) == 1 else layer
+      if layer == _ROOT:  # a tf.while_loop in no scope: named by its op and line
+        src = user_source(op)
+        layer = f"{op.name} at {src}" if src else op.name
+    return layer
+
+  def in_container(op, layer: str) -> bool:
+    """An op of a scope that holds layers but is none (a block's: its residual sums, the
+    casts around its norms; the model's: the final cast, the loss) that makes no product or
+    softmax of its own (an attention core's are a layer) and repeats nothing (grouped K/V
+    heads tiled for the query heads are the core's input, made where it reads them)."""
+    return (layer in ancestors and layer not in var_scopes and layer not in tied
+            and kernels.category(op.type) not in (kernels.MATMUL, kernels.CONV, kernels.LOOP)
+            and op.type not in _SOFTMAX and op.type not in ("Tile", "BroadcastTo")
+            and not any(_reads_variable(t.op) for t in op.inputs))
 
   def op_layer(op) -> str:
-    if op not in layer_cache:
-      layer = root_tied.get(op) or layer_of(_scope(op.name))
-      if kernels.category(op.type) == kernels.LOOP:
-        # A Keras RNN loops in "lstm/" over weights in "lstm/lstm_cell/": one layer.
-        owners = {layer_of(_scope(t.op.name)) for t in op.inputs if _reads_variable(t.op)}
-        layer = owners.pop() if len(owners) == 1 else layer
-        if layer == _ROOT:  # a tf.while_loop in no scope: named by its op and line
-          src = user_source(op)
-          layer = f"{op.name} at {src}" if src else op.name
-      layer_cache[op] = layer
-    return layer_cache[op]
+    """The layer an op belongs to: its scope's, except that an op `in_container` goes with
+    the layer that made its input - preferring a layer inside its container, the latest made
+    (a residual sum with the projection whose output it adds, not with the block before it
+    that made x, nor with a dropout mask), so that output is not handed across a boundary
+    the engine does not have."""
+    if op in layer_cache:
+      return layer_cache[op]
+    layer = scope_layer(op)
+    inputs = [t.op for t in op.inputs if t.op in fwd_set and t.dtype.is_floating
+              and t.op.type not in _NOT_ACTIVATIONS]  # values, not shapes or masks
+    if inputs and in_container(op, layer):
+      made = {i: op_layer(i) for i in inputs}  # inputs come first: a short recursion
+      inside = [i for i in inputs if _within(made[i], layer)]
+      owned = [i for i in inside if made[i] in var_scopes or made[i] in tied]
+      layer = made[max(owned or inside or inputs, key=position.get)]
+    layer_cache[op] = layer
+    return layer
 
   def grad_layer(op, depth: int = 0) -> str:
     """The layer of the forward op a gradient op was made for. Ops named for no forward op

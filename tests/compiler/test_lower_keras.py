@@ -51,7 +51,9 @@ def test_a_keras_encoder_block_is_its_keras_layers():
   "mha/query" with the weights, each paying its own per-token latency). LayerNormalization
   runs FusedBatchNormV3 on [1, B x S, D, 1]: a per-position norm, not an image with B x S
   channels. Per sample, by hand: each projection 2 x S x D x D = 2 x 8 x 16 x 16 = 4,096
-  FLOPs plus S x D = 128 for the bias."""
+  FLOPs plus S x D = 128 for the bias; the query's also carries Keras's scaling of it by
+  1 / sqrt(key_dim), another S x D = 128 (an op in the "mha" scope, which holds the
+  projections but is none of them, goes with the layer whose output it reads)."""
   s, d, heads = 8, 16, 2
   ids = L.Input((s,), dtype="int32", name="token_ids")
   x = L.Embedding(50, d, name="embedding")(ids)
@@ -68,7 +70,8 @@ def test_a_keras_encoder_block_is_its_keras_layers():
   for proj in ("mha/query", "mha/key", "mha/value"):
     layer = g.layer(proj)
     assert layer.num_params == d * d + d
-    assert layer.fwd_flops == 2 * s * d * d + s * d, (proj, layer.fwd_flops)
+    scale = s * d if proj == "mha/query" else 0
+    assert layer.fwd_flops == 2 * s * d * d + s * d + scale, (proj, layer.fwd_flops)
   assert g.layer("ffn").fwd_flops >= 2 * s * d * 2 * d
   assert g.layer("ln").spatial == ()
 
