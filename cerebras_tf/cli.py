@@ -355,6 +355,9 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
     return None
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   first = _tf_error_text(e)
+  raised = re.search(r"^\s*(?:[\w.]+\.)?DataError: (.+)$", str(getattr(e, "message", e)), re.M)
+  if isinstance(e, tf.errors.OpError) and raised:
+    return raised.group(1)  # the input pipeline's Python (a numpy_function) said what is wrong
   if isinstance(e, tf.compat.v1.train.NanLossDuringTrainingError):
     # The plain-Estimator path (--no_cs); with the engine the runtime names the step itself.
     return ("loss is NaN: training stopped (tf.estimator's NanTensorHook; checkpoints in "

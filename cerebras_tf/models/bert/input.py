@@ -8,6 +8,9 @@ Data contract (written by scripts/prepare_data.py):
   masked_lm_positions, masked_lm_ids [P] int64, masked_lm_weights [P] float,
   next_sentence_labels [1]), read as written: the masks were drawn when they were written.
   The first record of the first file says which.
+  or, for pretraining, a data_dir in Cerebras modelzoo's BERT CSV layout (meta.dat and CSV
+  files: create_csv.py's WordPiece tokens, masked here; create_csv_static_masking.py's
+  masked ids, read as written; data/modelzoo_csv.py)
   <data_dir>/rotten_tomatoes/{train,dev,test}.tfrecord  sentence (bytes), label (int64)
   or, for classification, tab-separated text as GLUE ships it: sentence<TAB>label or
   sentence1<TAB>sentence2<TAB>label a line, or a header naming the columns (glue.py)
@@ -44,7 +47,7 @@ from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
 from cerebras_tf.models import fields
 from cerebras_tf.models.bert import glue
-from cerebras_tf.models.data import acquire, formats
+from cerebras_tf.models.data import acquire, formats, modelzoo_csv
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -203,8 +206,8 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
       where = (f"{section_name}.data_dir {section['data_dir']} does not exist"
                if not tf.io.gfile.isdir(section["data_dir"]) else f"no data at {path}")
       raise DataError(f"{where}: run `{acquire.PREPARE}` for the reference data, or set "
-                      f"{section_name}.file_pattern to your TFRecords or text (modelzoo's CSV "
-                      f"and HDF5 BERT data are not read here)")
+                      f"{section_name}.file_pattern to your TFRecords or text, or "
+                      f"{section_name}.data_dir to modelzoo's BERT CSV (its meta.dat)")
     files, key = [path], f"{section_name}.data_dir"
   kind = formats.probe_files(files, key)
   if kind.kind == formats.TFRECORD or (kind.kind == formats.TEXT and task == "classification"):
@@ -349,10 +352,18 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
                                                           VOCAB_RELPATH)
   section_name = "train_input" if training else "eval_input"
 
-  if task != "classification":
+  zoo = None
+  if task != "classification" and not section.get("file_pattern"):
+    zoo = modelzoo_csv.find(section.get("data_dir"), f"{section_name}.data_dir")
+  max_pred = int(section.get("max_predictions_per_seq") or 20)
+  if zoo is not None and zoo.static:
+    if section.get("vocab_file") or tf.io.gfile.exists(vocab_file):
+      check_vocab_size(read_vocab(vocab_file), vocab_file, params)
+    return _modelzoo_static(zoo, section, section_name, training, seed, input_context,
+                            batch_size, parallel, msl, max_pred)
+  if task != "classification" and zoo is None:
     files, kind = _files(section, "bert_pretrain", "train" if training else "eval",
                          section_name, task)
-    max_pred = int(section.get("max_predictions_per_seq") or 20)
     premasked = _premasked_spec(files, kind.lengths, msl, max_pred, section_name)
     if premasked is not None:
       # Token ids come tokenized: the vocab is only checked against the model, when given.
@@ -450,8 +461,63 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
              "masked_lm_weights": tf.cast(weights, tf.float32), "next_sentence_label": nsp},
             nsp)
 
-  ds = _records(files, section, training, seed, input_context, compression=kind.compression)
+  if zoo is not None:  # modelzoo's create_csv.py: WordPiece tokens, packed and segmented
+    where = f"{section_name}.data_dir {section['data_dir']}"
+    lower = _flag(section, "do_lower", True)
+
+    def rows(lines):
+      return modelzoo_csv.tokens_to_ids(modelzoo_csv.parse_lines(lines, zoo.columns, where),
+                                        vocab, ids[UNK], lower, msl)
+
+    @graph_fn
+    def encode(lines):  # pylint: disable=function-redefined
+      flat, segs, lengths, nsp = tf.numpy_function(
+          rows, [lines], [tf.int32, tf.int32, tf.int64, tf.int32], stateful=False)
+      flat.set_shape([None])
+      segs.set_shape([None])
+      lengths.set_shape([None])
+      nsp.set_shape([None])
+      return (tf.RaggedTensor.from_row_lengths(tf.cast(flat, tf.int64), lengths),
+              tf.RaggedTensor.from_row_lengths(tf.cast(segs, tf.int64), lengths), nsp)
+
+    files, records = list(zoo.files), dict(skips=[1] * len(zoo.files))
+  else:
+    records = dict(compression=kind.compression)
+  ds = _records(files, section, training, seed, input_context, **records)
   ds = ds.batch(batch_size, drop_remainder=training)
   ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
   ds = ds.map(mask)
+  return ds.prefetch(fields.prefetch_batches(section))
+
+
+def _modelzoo_static(zoo, section, section_name, training, seed, input_context, batch_size,
+                     parallel, msl: int, max_pred: int):
+  """modelzoo's create_csv_static_masking.py CSV -> this pipeline's pretraining
+  (features, labels), read as written (the masks were drawn when it was written)."""
+  where = f"{section_name}.data_dir {section['data_dir']}"
+  static_batch = batch_size if training else None
+  first = f"{zoo.files[0]}:2"  # written for another length: said now, not at step 0
+  modelzoo_csv.static_features(modelzoo_csv.parse_lines(
+      [modelzoo_csv.first_row(zoo.files[0])], zoo.columns, first), msl, max_pred, first)
+
+  def rows(lines):
+    return modelzoo_csv.static_features(modelzoo_csv.parse_lines(lines, zoo.columns, where),
+                                        msl, max_pred, where)
+
+  @graph_fn
+  def decode(lines):
+    out = tf.numpy_function(rows, [lines], [tf.int32] * 5 + [tf.float32, tf.int32],
+                            stateful=False)
+    for t, n in zip(out, [msl] * 3 + [max_pred] * 3):
+      t.set_shape([static_batch, n])
+    out[6].set_shape([static_batch])
+    token_ids, padding_mask, segment_ids, positions, masked_ids, weights, nsp = out
+    return ({"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
+             "masked_lm_positions": positions, "masked_lm_ids": masked_ids,
+             "masked_lm_weights": weights, "next_sentence_label": nsp}, nsp)
+
+  ds = _records(list(zoo.files), section, training, seed, input_context,
+                skips=[1] * len(zoo.files))
+  ds = ds.batch(batch_size, drop_remainder=training)
+  ds = ds.map(decode, num_parallel_calls=parallel, deterministic=True)
   return ds.prefetch(fields.prefetch_batches(section))
