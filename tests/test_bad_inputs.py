@@ -139,6 +139,12 @@ def make_fixtures(tmp):
     f.create_dataset("data", data=[[[7] * 128, [1] * 128, [7] * 128]] * 4, dtype="i4")
   with h5py.File(tmp / "tokens.h5", "w") as f:  # another program's HDF5 layout
     f.create_dataset("input_ids", data=[[7] * 64] * 4, dtype="i4")
+  (tmp / "bert_csv_64").mkdir()  # modelzoo's create_csv_static_masking.py, for 64 tokens
+  (tmp / "bert_csv_64" / "train-1.csv").write_text(
+      "input_ids,token_type_ids,next_sentence_label,masked_lm_weights,masked_lm_positions,"
+      "attention_mask,labels\n" + ",".join(f'"{v}"' for v in (
+          [7] * 64, [0] * 64)) + ',0,"[1, 0]","[3, 0]",' + f'"{[1] * 64}","[9, 0]"\n')
+  (tmp / "bert_csv_64" / "meta.dat").write_text("train-1.csv 1\n")
   with open(VOCAB, encoding="utf-8") as f:
     vocab = f.read().splitlines()
   (tmp / "vocab_200.txt").write_text("\n".join(vocab[:200]) + "\n")
