@@ -225,9 +225,12 @@ class _CerebrasMethods:
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
     _raise_unless_host_holds(result)
-    # Only a single-replica pipelined run saves its input pipeline's position (below).
+    # Only a single-replica pipelined run saves its input pipeline's position (below): on
+    # several workers tf.estimator's distributed loop refuses saving listeners ("Saving
+    # listenor is not supported by the current Distribution Strategies"), which a pipelined
+    # params file launched on 2 workers met at its first step.
     input_checkpointed = (result.plan.execution_strategy == plans.PIPELINED
-                          and result.plan.batching.host_replicas_per_worker == 1
+                          and result.plan.batching.host_replicas == 1
                           and self._saves_checkpoints())
     if input_checkpointed:
       checkpoints.match_input_state(self.model_dir, result.input_signature)

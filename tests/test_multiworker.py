@@ -442,6 +442,33 @@ def test_bad_cluster_exits_2_before_tensorflow_starts():
       "--print_tf_config"]
 
 
+@pytest.mark.slow
+def test_a_pipelined_params_file_trains_on_two_workers(tmp_path, one_process):
+  # The shipped configs say execution_strategy: pipelined; launched on 2 workers, the chief
+  # failed at its first step: the input pipeline's position was saved by a checkpoint
+  # listener, which tf.estimator refuses under a distribution strategy. The position is
+  # saved by one-replica runs only; this one trains, as a data-parallel pair, to the losses
+  # of one process. (The command after `--` is typed as a user runs it alone.)
+  code, out = _launch(tmp_path, "pipelined2", "--workers", "2", "--", "scripts/run.py",
+                      *_run_flags(tmp_path / "m", "--execution_strategy", "pipelined"))
+  assert code == 0, out[-4000:]
+  np.testing.assert_allclose(_losses(out, "[chief:0]"), one_process, rtol=RTOL)
+  assert os.path.exists(tmp_path / "m" / f"model.ckpt-{STEPS}.index")
+
+
+@pytest.mark.parametrize("typed", [
+    [], ["scripts/run.py"], ["./run.py"], ["python3", "scripts/run.py"],
+    ["/usr/bin/python", "-m", "cerebras_tf"], ["cerebras-run"]])
+def test_what_follows_the_double_dash_may_be_the_command_a_user_runs_alone(typed):
+  # A hurried user typed the README's `launch.py --workers 2 -- RUN.PY FLAGS` as
+  # `-- scripts/run.py --params ...`; each task then got "unexpected argument
+  # 'scripts/run.py'" (every task already runs `python -m cerebras_tf`).
+  flags = ["--params", "configs/params_mlp.yaml", "--max_steps", "60"]
+  assert launcher.run_flags(typed + flags) == flags
+  assert launcher.run_flags(["python3", "my_train.py"] + flags) == ["python3", "my_train.py"
+                                                                     ] + flags  # left as typed
+
+
 def test_print_tf_config_gives_every_host_its_task():
   out = subprocess.run([sys.executable, "scripts/launch.py", "--print_tf_config", "h0", "h1:3000",
                         "--ps_hosts", "h2"], cwd=ROOT, env=ENV, capture_output=True, text=True,

@@ -229,10 +229,25 @@ def main(argv: Optional[List[str]] = None) -> int:
       print("error: give the run.py flags after --, e.g. -- --params configs/params_mlp.yaml",
             file=sys.stderr)
       return 2
-    return LocalLauncher(local_spec(args.workers, args.ps), run_args).run()
+    return LocalLauncher(local_spec(args.workers, args.ps), run_flags(run_args)).run()
   except CerebrasTFError as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
     return e.exit_code
+
+
+def run_flags(run_args: Sequence[str]) -> List[str]:
+  """run.py's flags from what follows `--`: the flags themselves, or the command a user runs
+  alone (`scripts/run.py FLAGS`, `python3 scripts/run.py FLAGS`, `python -m cerebras_tf
+  FLAGS`, `cerebras-run FLAGS`), whose leading words each task's command already has."""
+  args = list(run_args)
+  if args and os.path.basename(args[0]).startswith("python"):
+    args = args[1:]
+    if args[:2] == ["-m", "cerebras_tf"]:
+      return args[2:]
+  if args and not args[0].startswith("-") and (
+      os.path.basename(args[0]) in ("run.py", "cerebras-run")):
+    return args[1:]
+  return list(run_args)
 
 
 def console_main():
