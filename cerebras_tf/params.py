@@ -505,7 +505,13 @@ class _Validator:
               f"{schema.suggest(value, field.choices)}")
 
   def resolve_path(self, path: tuple, value: str) -> str:
-    value = os.path.expanduser(value)
+    # Modelzoo's files write "$MODELZOO_ROOT/models/vocab/..."; expanded as a shell would.
+    unset = [v for v in re.findall(r"\$\{?(\w+)\}?", value) if v not in os.environ]
+    if unset:
+      self.fail(path, f"{_dotted(path)} {_show(value)} names ${unset[0]}, which is not set: "
+                      f"export {unset[0]}=... (modelzoo's files mean their checkout by "
+                      f"MODELZOO_ROOT) or write the path itself")
+    value = os.path.expanduser(os.path.expandvars(value))
     if "://" in value or os.path.isabs(value):
       return value
     # Flags and overrides come from the shell: relative to the working directory.

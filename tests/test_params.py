@@ -79,6 +79,22 @@ def test_good_file_fills_defaults_and_resolves_paths(tmp_path):
   assert "tensorflow" not in sys.modules or True  # importing TF is the CLI test's concern
 
 
+def test_environment_variables_in_paths_are_expanded_or_named(tmp_path, monkeypatch):
+  # The published modelzoo BERT-Large file reads its vocab from
+  # "$MODELZOO_ROOT/models/vocab/...": it was taken as a path relative to the file.
+  text = GOOD.replace("vocab_file: ../vocab.txt", "vocab_file: $MODELZOO_ROOT/vocab.txt")
+  assert text != GOOD
+  path = _write(tmp_path, text)
+  monkeypatch.delenv("MODELZOO_ROOT", raising=False)
+  with pytest.raises(ParamsError, match=r"p\.yaml:\d+: train_input\.vocab_file "
+                                        r"'\$MODELZOO_ROOT/vocab\.txt' names \$MODELZOO_ROOT, "
+                                        r"which is not set: export MODELZOO_ROOT=\.\.\."):
+    params_lib.load_params(path)
+  monkeypatch.setenv("MODELZOO_ROOT", str(tmp_path / "zoo"))
+  p = params_lib.load_params(path)
+  assert p["train_input"]["vocab_file"] == str(tmp_path / "zoo" / "vocab.txt")
+
+
 def test_overrides_are_typed_and_relative_to_cwd(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   path = _write(tmp_path, GOOD)
