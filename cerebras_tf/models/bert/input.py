@@ -372,6 +372,9 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       return _premasked_dataset(files, premasked, section, training, seed, input_context,
                                 batch_size, parallel, kind.compression)
 
+  if section.get("vocab_file") and not tf.io.gfile.exists(vocab_file):
+    raise DataError(f"{section_name}.vocab_file {vocab_file} does not exist: set it to the "
+                    f"WordPiece vocab the data was written with (one token a line)")
   vocab = read_vocab(vocab_file)
   ids = special_ids(vocab, vocab_file)
   check_vocab_size(vocab, vocab_file, params)

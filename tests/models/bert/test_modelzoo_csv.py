@@ -137,6 +137,17 @@ class ModelzooCsvTest(base.BertTestCase):
       modelzoo_csv.find(other, "train_input.data_dir")
     assert modelzoo_csv.find(self.get_temp_dir(), "train_input.data_dir") is None  # no meta.dat
 
+  def test_a_vocab_file_that_is_not_there_is_named_by_its_key(self):
+    # create_csv.py's tokens need the vocab they were cut with; the published files name it
+    # under $MODELZOO_ROOT, which a user's copy may not have.
+    d = os.path.join(self.get_temp_dir(), "novocab")
+    _write(d, ["tokens", "segment_ids", "is_random_next"], _pairs(np.random.RandomState(4), 2))
+    gone = os.path.join(self.get_temp_dir(), "zoo", "vocab.txt")
+    with pytest.raises(DataError, match=f"train_input.vocab_file {gone} does not exist: set it "
+                                        f"to the WordPiece vocab the data was written with"):
+      input_lib.input_fn(base.with_overrides(self.params(d), "train_input", vocab_file=gone),
+                         TRAIN)
+
   def test_a_bad_row_later_in_a_file_stops_training_with_its_one_line(self):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from cerebras_tf import cli  # pylint: disable=import-outside-toplevel
