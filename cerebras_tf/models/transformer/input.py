@@ -63,6 +63,10 @@ def vocab_file(params: Mapping[str, Any]) -> str:
   data (train_input.file_pattern's files, or the prepared corpus) and cached."""
   section = params["train_input"]
   if section.get("vocab_file"):
+    if not tf.io.gfile.exists(section["vocab_file"]):
+      raise DataError(f"train_input.vocab_file {section['vocab_file']} does not exist: set it "
+                      f"to the vocabulary the model was trained with, or leave it unset to "
+                      f"learn one from the training data")
     return section["vocab_file"]
   size = int(section.get("vocab_size") or DEFAULT_VOCAB_SIZE)
   files, kind = _files(section, True, "train_input")
