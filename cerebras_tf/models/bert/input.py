@@ -313,6 +313,14 @@ def _premasked_spec(files, lengths, msl: int, max_pred: int, section_name: str):
           for name, (dtype, key) in PREMASKED.items()}
 
 
+def _pretraining_features(token_ids, segment_ids, padding_mask, positions, masked_ids, weights,
+                          nsp):
+  """The pretraining (features, labels) every source gives the model."""
+  return ({"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
+           "masked_lm_positions": positions, "masked_lm_ids": masked_ids,
+           "masked_lm_weights": weights, "next_sentence_label": nsp}, nsp)
+
+
 def _premasked_dataset(files, spec, section, training, seed, input_context, batch_size,
                        parallel, compression: str = ""):
   """google-bert pre-masked records -> this pipeline's pretraining (features, labels)."""
@@ -320,11 +328,9 @@ def _premasked_dataset(files, spec, section, training, seed, input_context, batc
   def decode(serialized):
     ex = tf.io.parse_example(serialized, spec)
     ex = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in ex.items()}
-    nsp = ex["next_sentence_labels"][:, 0]
-    return ({"token_ids": ex["input_ids"], "segment_ids": ex["segment_ids"],
-             "padding_mask": ex["input_mask"], "masked_lm_positions": ex["masked_lm_positions"],
-             "masked_lm_ids": ex["masked_lm_ids"], "masked_lm_weights": ex["masked_lm_weights"],
-             "next_sentence_label": nsp}, nsp)
+    return _pretraining_features(ex["input_ids"], ex["segment_ids"], ex["input_mask"],
+                                 ex["masked_lm_positions"], ex["masked_lm_ids"],
+                                 ex["masked_lm_weights"], ex["next_sentence_labels"][:, 0])
 
   ds = _records(files, section, training, seed, input_context, compression=compression)
   ds = ds.batch(batch_size, drop_remainder=training)
@@ -459,10 +465,8 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     positions, weights = _pad(positions, max_pred, static_batch)
     originals, _ = _pad(originals, max_pred, static_batch)
     nsp.set_shape([static_batch])
-    return ({"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
-             "masked_lm_positions": positions, "masked_lm_ids": originals,
-             "masked_lm_weights": tf.cast(weights, tf.float32), "next_sentence_label": nsp},
-            nsp)
+    return _pretraining_features(token_ids, segment_ids, padding_mask, positions, originals,
+                                 tf.cast(weights, tf.float32), nsp)
 
   if zoo is not None:  # modelzoo's create_csv.py: WordPiece tokens, packed and segmented
     where = f"{section_name}.data_dir {section['data_dir']}"
@@ -473,7 +477,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
                                         vocab, ids[UNK], lower, msl)
 
     @graph_fn
-    def encode(lines):  # pylint: disable=function-redefined
+    def encode_csv(lines):
       flat, segs, lengths, nsp = tf.numpy_function(
           rows, [lines], [tf.int32, tf.int32, tf.int64, tf.int32], stateful=False)
       flat.set_shape([None])
@@ -483,12 +487,14 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       return (tf.RaggedTensor.from_row_lengths(tf.cast(flat, tf.int64), lengths),
               tf.RaggedTensor.from_row_lengths(tf.cast(segs, tf.int64), lengths), nsp)
 
-    files, records = list(zoo.files), dict(skips=[1] * len(zoo.files))
+    ds = _records(list(zoo.files), section, training, seed, input_context,
+                  skips=[1] * len(zoo.files))
+    decode = encode_csv
   else:
-    records = dict(compression=kind.compression)
-  ds = _records(files, section, training, seed, input_context, **records)
+    ds = _records(files, section, training, seed, input_context, compression=kind.compression)
+    decode = encode
   ds = ds.batch(batch_size, drop_remainder=training)
-  ds = ds.map(encode, num_parallel_calls=parallel, deterministic=True)
+  ds = ds.map(decode, num_parallel_calls=parallel, deterministic=True)
   ds = ds.map(mask)
   return ds.prefetch(fields.prefetch_batches(section))
 
@@ -515,9 +521,8 @@ def _modelzoo_static(zoo, section, section_name, training, seed, input_context, 
       t.set_shape([static_batch, n])
     out[6].set_shape([static_batch])
     token_ids, padding_mask, segment_ids, positions, masked_ids, weights, nsp = out
-    return ({"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask,
-             "masked_lm_positions": positions, "masked_lm_ids": masked_ids,
-             "masked_lm_weights": weights, "next_sentence_label": nsp}, nsp)
+    return _pretraining_features(token_ids, segment_ids, padding_mask, positions, masked_ids,
+                                 weights, nsp)
 
   ds = _records(list(zoo.files), section, training, seed, input_context,
                 skips=[1] * len(zoo.files))
