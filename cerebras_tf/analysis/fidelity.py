@@ -493,7 +493,7 @@ def _fit_group(eng, names, ids, overrides, by_id) -> Tuple[Dict[str, float], Dic
   x, _ = _nelder_mead(
       lambda x: sum(r * r for r in _group_residuals(eng, names, ids, x, overrides,
                                                     by_id).values()),
-      x0, [0.2] * len(x0))
+      x0, [0.05] * len(x0), tol=1e-9)
   return ({k: math.exp(v) for k, v in zip(names, x)},
           _group_residuals(eng, names, ids, x, overrides, by_id))
 
