@@ -15,12 +15,14 @@ import contextlib
 import functools
 import inspect
 import os
+import random
 import re
 import tempfile
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+from keras.src import backend as keras_backend  # tf.keras of TF 2.15
 from tensorflow_estimator.python.estimator import extenders
 from tensorflow_estimator.python.estimator import model_fn as model_fn_lib
 from tensorflow_estimator.python.estimator import util as estimator_util
@@ -491,6 +493,26 @@ def _hint_onednn_once() -> None:
         "1.3x faster host training")
 
 
+@contextlib.contextmanager
+def _keras_seeds(seed: Optional[int]):
+  """Keras-built layers (tf.compat.v1.layers, tf.keras.layers in a model_fn) seed their
+  initializers from Python's `random`, not from the graph seed, so RunConfig.tf_random_seed left
+  their initial weights different on every run and in every mode. While the model_fn runs they
+  draw from a generator seeded with it: what tf.keras.utils.set_random_seed sets, without
+  reseeding the process's own `random`, NumPy or TensorFlow generators. Per thread, as Keras
+  keeps it: each MirroredStrategy replica thread draws the same sequence as one device."""
+  if seed is None:
+    yield
+    return
+  state = keras_backend._SEED_GENERATOR  # pylint: disable=protected-access
+  before = getattr(state, "generator", None)
+  state.generator = random.Random(seed)
+  try:
+    yield
+  finally:
+    state.generator = before
+
+
 class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   """A tf.estimator.Estimator that targets the (simulated) Cerebras engine when use_cs=True.
 
@@ -732,8 +754,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       if self._model_fn_batch:
         params = {**params, batching.RESERVED_PARAMS_KEY: self._model_fn_batch}
       try:
-        spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
-                                         mode=mode, params=params, config=config)
+        with _keras_seeds(config.tf_random_seed):
+          spec = _call_with_supported_args(user_model_fn, features=features, labels=labels,
+                                           mode=mode, params=params, config=config)
       except RuntimeError as e:
         if "`merge_call` called while defining a new graph" not in str(e):
           raise

@@ -58,6 +58,57 @@ def test_use_cs_false_is_the_plain_estimator(tmp_path):
   assert not os.path.exists(ours.compile_dir)
 
 
+SEEDED_KERAS_LAYERS = """
+import os, sys
+import numpy as np
+import tensorflow as tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.models.mlp.model import input_fn
+from cerebras_tf.runtime import strategies
+strategies.reserve_logical_cpus(2)
+PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "num_examples": 512}
+
+def model_fn(features, labels, mode, params):
+  h = tf.compat.v1.layers.dense(features["x"], 8, activation=tf.nn.relu, name="hidden")
+  logits = tf.compat.v1.layers.dense(h, params["num_classes"], name="logits")
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+      loss, global_step=tf.compat.v1.train.get_global_step())
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+def train(est, **kw):
+  est.train(lambda params: input_fn(params, "train"), max_steps=1, **kw)
+  kernel = tf.train.load_checkpoint(os.path.join(est.model_dir, "model.ckpt-0")).get_tensor(
+      "hidden/kernel")
+  return repr(kernel.ravel()[:4].tolist())
+
+for run in ("tf1", "tf2"):
+  print(run, train(tf.estimator.Estimator(model_fn, params=PARAMS, config=tf.estimator.RunConfig(
+      model_dir=os.path.join(sys.argv[1], run), tf_random_seed=7))))
+for run, use_cs in (("plain", False), ("pipelined", True), ("multi_replica", True)):
+  print(run, train(CerebrasEstimator(model_fn, params=PARAMS, config=CSRunConfig(
+      model_dir=os.path.join(sys.argv[1], run), tf_random_seed=7, cs_config=CSConfig(
+          execution_strategy="multi_replica" if run == "multi_replica" else "pipelined"))),
+      use_cs=use_cs))
+"""
+
+
+def test_tf_random_seed_fixes_keras_layers_initial_weights_in_every_mode(tmp_path):
+  """tf.compat.v1.layers (Keras underneath) seed their initializers from Python's `random`,
+  not the graph seed: under tf.estimator.Estimator one tf_random_seed gave other initial
+  weights on every run. Under CerebrasEstimator it fixes them, the same on one device and in
+  each MirroredStrategy replica thread, so runs and modes start from one point."""
+  script = tmp_path / "seeded.py"
+  script.write_text(SEEDED_KERAS_LAYERS)
+  proc = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=ROOT, timeout=600,
+                        capture_output=True, text=True, env=dict(os.environ,
+                                                                 TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  kernels = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line[:1] in "tpm")
+  assert kernels["tf1"] != kernels["tf2"], kernels   # TensorFlow's own behaviour, fixed here
+  assert kernels["plain"] == kernels["pipelined"] == kernels["multi_replica"], kernels
+
+
 def test_use_cs_true_trains_evaluates_predicts_exports(tmp_path):
   est = CerebrasEstimator(model_fn, config=_config(tmp_path), params=PARAMS)
   est.train(_train_input, max_steps=60, use_cs=True)
