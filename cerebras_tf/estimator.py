@@ -479,6 +479,7 @@ class _CerebrasMethods:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
       _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_per_replica_clipping(tf.compat.v1.get_default_graph(), self._train_distribution)
+      _say_batch_norm_per_replica(tf.compat.v1.get_default_graph(), run["result"].plan.batching)
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 
@@ -912,6 +913,30 @@ def _say_per_replica_variables(graph, distribution) -> None:
           "the %d host replicas keeps its own copy, and a read (a checkpoint) sees the "
           "first's; create it with aggregation=tf.VariableAggregation.SUM (a count) or MEAN",
           v.name.split(":")[0], len(copies))
+
+
+def _say_batch_norm_per_replica(graph, split: batching.Batching) -> None:
+  """Batch normalization takes its statistics over one replica's samples. A multi_replica plan
+  of R engine replicas normalizes over global / R samples, which the host, training fewer
+  replicas of more samples, does not reproduce; with 1 sample a replica the batch statistics
+  are that sample's own (a dense feature's variance is 0). Said once per training call, with
+  the num_replicas that makes the engine's replicas the host's."""
+  if split.engine_replicas <= 1 or split.engine_replicas == split.host_replicas:
+    return
+  norms = sorted({v.op.name.rsplit("/", 1)[0] for v in graph.get_collection(
+      tf.compat.v1.GraphKeys.GLOBAL_VARIABLES) if v.op.name.endswith("/moving_mean")})
+  if not norms:
+    return
+  shown = ", ".join(norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: batch normalization (%s) takes its statistics over one replica's samples: "
+      "the multi_replica plan's %d engine replicas see %d sample(s) each, this host trains %d "
+      "replica(s) of %d, so these losses are not the engine's%s; "
+      "csconfig.num_replicas=%d makes the engine's replicas the host's, or train pipelined "
+      "(one replica, the whole batch of %d)", shown, split.engine_replicas,
+      split.per_engine_replica, split.host_replicas, split.per_host_replica,
+      " (the statistics of 1 sample are that sample's own)" if split.per_engine_replica == 1
+      else "", split.host_replicas, split.global_batch)
 
 
 def _say_summed_loss_across_replicas(loss) -> None:

@@ -801,12 +801,13 @@ def dense(features, zero=False):
 def sgd(loss, rate=0.1):
   return tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(
       loss, tf.compat.v1.train.get_global_step())
-def trial(name, model_fn, *steps, strategy="multi_replica"):
+def trial(name, model_fn, *steps, strategy="multi_replica", replicas=2):
   # Trains to each of `steps` on a new model_dir; a refusal is printed, not raised.
   said.clear()
   est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
       model_dir=f"{sys.argv[1]}/{name}", cs_config=CSConfig(
-          execution_strategy=strategy, num_replicas=2 if strategy == "multi_replica" else None)))
+          execution_strategy=strategy,
+          num_replicas=replicas if strategy == "multi_replica" else None)))
   try:
     for s in steps:
       est.train(input_fn, max_steps=s, use_cs=True)
@@ -896,6 +897,17 @@ for HOW, strategy in (("sum", "multi_replica"), ("v1_sum", "multi_replica"),
         warned("sum over the batch"))
 """
 
+_REPLICA_TRIALS["bn"] = """
+for REPLICAS in (None, 2):
+  def model_fn(features, labels, mode, params):
+    h = tf.compat.v1.layers.batch_normalization(features, training=True, name="norm")
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, dense(h))
+    with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+      return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=sgd(loss))
+  trial(f"bn/{REPLICAS}", model_fn, 1, replicas=REPLICAS)
+  print("bn", REPLICAS, "SAID", warned("batch normalization (norm)"))
+"""
+
 
 @pytest.fixture(scope="module")
 def replica_trials(tmp_path_factory):
@@ -926,6 +938,18 @@ def test_a_per_replica_counter_is_named_in_multi_replica(replica_trials):
   and nothing is said."""
   assert _trial_lines(replica_trials, "counter") == [
       "NONE SEEN 100.0 SAID True", "SUM SEEN 200.0 SAID False"], replica_trials[2]
+
+
+def test_batch_norm_on_more_engine_replicas_than_the_host_trains_is_named(replica_trials):
+  """A BN model_fn on multi_replica with R left to the compiler: the engine's replicas
+  normalize over 1 sample each (batch 20, R=20), the host's 2 over 10, and the losses shown
+  were the host's without a word. Now the warning names the norm, both splits and the
+  num_replicas that makes them one; with num_replicas=2 (the host's own) nothing is said."""
+  chosen, fixed = _trial_lines(replica_trials, "bn")
+  assert chosen.startswith("None SAID [") and fixed == "2 SAID []", replica_trials[2]
+  assert re.search(r"multi_replica plan's (\d+) engine replicas see (\d+) sample\(s\) each, "
+                   r"this host trains 2 replica\(s\) of 10", chosen), chosen
+  assert "csconfig.num_replicas=2 makes the engine's replicas the host's" in chosen
 
 
 def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(replica_trials):
