@@ -84,6 +84,26 @@ def test_multi_replica_notes_say_why_larger_r_were_rejected(cs2):
              n.startswith("larger R rejected") for n in plan.notes)
 
 
+def test_multi_replica_says_batch_norm_sees_one_replicas_samples(cs2):
+  # A small CNN layer with a batch norm: the compiler takes R for speed (R=32 of 1 sample at
+  # batch 32, the reference CNN's plan), and the statistics are then each sample's own.
+  bn = ir.Spatial("batchnorm", 16, 16, 16, 16, 8, 8)
+  conv = ir.Spatial("conv", 16, 16, 16, 16, 1, 8, 3, 3)
+  layer = ir.Layer("bn0", "elementwise", 2.0e5, 4.0e5, 80, 320, 640, 1280, 8192.0,
+                   spatial=(conv, bn))
+  g = ir.LayerGraph("cnn", (layer,), 32)
+  plan, _ = run(g, cs2, "multi_replica", 32)
+  per = 32 // plan.num_replicas
+  (note,) = [n for n in plan.notes if n.startswith("batch normalization (bn0)")]
+  assert f"over one replica's {per} sample(s), not the batch of 32" in note
+  assert (": those of 1 sample are its own" in note) == (per == 1)
+  plan, _ = run(g, cs2, "multi_replica", 32, num_replicas=1)
+  assert not any(n.startswith("batch normalization") for n in plan.notes)
+  # A graph without one says nothing of it.
+  plan, _ = run(tiny(), cs2, "multi_replica", 64)
+  assert not any(n.startswith("batch normalization") for n in plan.notes)
+
+
 @pytest.mark.parametrize("make,params", [(analytic.transformer_base, 63e6),
                                          (analytic.transformer_big, 214e6)])
 def test_transformer_base_big_gain_from_replicas(cs2, make, params):

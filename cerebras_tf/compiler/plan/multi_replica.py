@@ -164,6 +164,14 @@ class MultiReplicaPlanner(base.Planner):
           f"why copies gain: {share:.0%} of one replica's slowest-layer time is per-token latency ({engine.pipelined_token_latency_cycles:g} cycles per token per "
           f"layer), which more cores per layer do not shorten; R copies each run their own "
           f"stream of B/R samples")
+    norms = [l.name for l in graph.layers if any(sp.op == "batchnorm" for sp in l.spatial)]
+    if norms and chosen.fits and chosen.num_replicas > 1:
+      per = chosen.batching.per_engine_replica
+      notes.append(
+          f"batch normalization ({', '.join(norms[:3])}{' ...' if len(norms) > 3 else ''}) "
+          f"takes its statistics over one replica's {per} sample(s), not the batch of {batch}"
+          f"{': those of 1 sample are its own' if per == 1 else ''}; csconfig.num_replicas "
+          f"sets R (fewer replicas, more samples each), pipelined keeps the whole batch")
     return dataclasses.replace(chosen, notes=tuple(notes) + chosen.notes)
 
 
