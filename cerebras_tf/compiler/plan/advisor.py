@@ -16,6 +16,9 @@ from cerebras_tf.engine import perf
 
 MIN_GAIN = 1.05   # suggest a change that buys at least 5% (or makes the model fit); auto's too
 MAX_ADVICE = 4
+# Batch norm's statistics degrade below about 16 samples a batch (Wu & He 2018, "Group
+# Normalization", Fig. 1: ImageNet error rises steeply from 16 images per worker down).
+BN_MIN_SAMPLES = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +95,10 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
                   dataclasses.replace(options, vts=True, token_fraction=0.5,
                                       token_sq_fraction=0.3),
                   "costs only real tokens; the compiler measures the fractions from the data"))
+  kept = _batch_norm_replicas(graph, plan)   # a correctness change: shown even when slower
+  if kept is not None:
+    cands.append((f"num_replicas: {kept}", dataclasses.replace(options, num_replicas=kept),
+                  f"batch norm over {b // kept} samples a replica, not {plan.batching.per_engine_replica}"))
   out = []
   for label, opts, why in cands:
     p = _try(graph, engine, opts, get_planner)
@@ -101,11 +108,29 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
     if p.execution_strategy == plans.MULTI_REPLICA:
       label = label.replace(plans.MULTI_REPLICA, f"{plans.MULTI_REPLICA} (R={p.num_replicas})", 1)
     speed = sps / base if base > 0 else math.inf
-    if base > 0 and speed < MIN_GAIN:
+    correct = kept is not None and opts.num_replicas == kept
+    if base > 0 and speed < MIN_GAIN and not correct:
       continue
     out.append(Advice(label, opts, True, sps, speed, why))
-  out.sort(key=lambda a: -a.samples_per_sec)
+  # The batch-norm change first: it is about the numbers the model learns, not speed.
+  out.sort(key=lambda a: (not (kept is not None and a.options.num_replicas == kept),
+                          -a.samples_per_sec))
   return out[:MAX_ADVICE]
+
+
+def _batch_norm_replicas(graph: ir.LayerGraph, plan: plans.Plan) -> Optional[int]:
+  """For a multi_replica plan of a model with batch norm whose replicas see fewer than
+  BN_MIN_SAMPLES samples: the largest R dividing the batch that gives each replica at least
+  that many (1 when the batch itself is smaller); None otherwise."""
+  if plan.execution_strategy != plans.MULTI_REPLICA or plan.num_replicas <= 1:
+    return None
+  if not any(sp.op == "batchnorm" for l in graph.layers for sp in l.spatial):
+    return None
+  b = plan.batch_size
+  if plan.batching.per_engine_replica >= min(BN_MIN_SAMPLES, b):
+    return None
+  return max(r for r in range(1, plan.num_replicas) if b % r == 0
+             and (b // r >= BN_MIN_SAMPLES or r == 1))
 
 
 def report_lines(graph, plan, performance, engine, options, get_planner) -> List[str]:
