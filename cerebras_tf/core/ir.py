@@ -162,6 +162,11 @@ class LayerGraph:
   def state_bytes(self) -> int:
     return sum(l.state_bytes for l in self.layers)
 
+  @property
+  def batch_norm_layers(self) -> Tuple[str, ...]:
+    """Layers holding a batch norm (their statistics come from a replica's samples)."""
+    return tuple(l.name for l in self.layers if any(s.op == "batchnorm" for s in l.spatial))
+
   def layer(self, name: str) -> Layer:
     for l in self.layers:
       if l.name == name:

@@ -12,7 +12,7 @@ import pytest
 from cerebras_tf import runner
 from cerebras_tf.analysis import analytic
 from cerebras_tf.compiler.plan import advisor, get_planner
-from cerebras_tf.core import plans
+from cerebras_tf.core import ir, plans
 from cerebras_tf.engine import perf, report, spec
 
 
@@ -54,15 +54,12 @@ def test_every_suggestion_predicts_what_it_says(cs2):
   assert {"execution_strategy", "num_csx", "micro_batching"} <= seen
 
 
-def test_batch_norm_on_replicas_of_a_few_samples_is_told_the_replicas_that_keep_16(cs2):
+def test_batch_norm_on_replicas_of_a_few_samples_is_told_the_replicas_that_keep_16(
+    cs2, bn_cnn_layer):
   # The reference CNN's plan: batch 32, R=32 replicas of 1 sample. Batch norm wants at least
   # 16 a replica (Wu & He 2018, Fig. 1): the largest R dividing 32 with 32 / R >= 16 is 2.
   # The suggestion is slower, and shown first all the same; compiled, it predicts what it says.
-  from cerebras_tf.core import ir  # pylint: disable=import-outside-toplevel
-  bn = ir.Spatial("batchnorm", 16, 16, 16, 16, 8, 8)
-  conv = ir.Spatial("conv", 16, 16, 16, 16, 1, 8, 3, 3)
-  layer = ir.Layer("bn0", "elementwise", 2.0e5, 4.0e5, 80, 320, 640, 1280, 8192.0,
-                   spatial=(conv, bn))
+  layer = bn_cnn_layer
   g = ir.LayerGraph("cnn", (layer,), 32)
   opts, plan, pf = compile_(g, cs2, batch_size=32, execution_strategy="multi_replica")
   assert plan.num_replicas > 2
@@ -73,7 +70,7 @@ def test_batch_norm_on_replicas_of_a_few_samples_is_told_the_replicas_that_keep_
   assert again[1].num_replicas == 2
   assert again[2].samples_per_sec == pytest.approx(first.samples_per_sec, rel=1e-9)
   # No batch norm, or replicas of 16 already: no such line.
-  plain = dataclasses.replace(layer, spatial=(conv,))
+  plain = dataclasses.replace(layer, spatial=layer.spatial[:1])   # the conv alone
   g2 = ir.LayerGraph("cnn", (plain,), 32)
   opts, plan, pf = compile_(g2, cs2, batch_size=32, execution_strategy="multi_replica")
   assert not [a for a in advisor.advise(g2, cs2, opts, plan, pf, get_planner)

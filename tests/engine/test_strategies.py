@@ -84,14 +84,11 @@ def test_multi_replica_notes_say_why_larger_r_were_rejected(cs2):
              n.startswith("larger R rejected") for n in plan.notes)
 
 
-def test_multi_replica_says_batch_norm_sees_one_replicas_samples(cs2):
+def test_multi_replica_says_batch_norm_sees_one_replicas_samples(cs2, bn_cnn_layer):
   # A small CNN layer with a batch norm: the compiler takes R for speed (R=32 of 1 sample at
   # batch 32, the reference CNN's plan), and the statistics are then each sample's own.
-  bn = ir.Spatial("batchnorm", 16, 16, 16, 16, 8, 8)
-  conv = ir.Spatial("conv", 16, 16, 16, 16, 1, 8, 3, 3)
-  layer = ir.Layer("bn0", "elementwise", 2.0e5, 4.0e5, 80, 320, 640, 1280, 8192.0,
-                   spatial=(conv, bn))
-  g = ir.LayerGraph("cnn", (layer,), 32)
+  g = ir.LayerGraph("cnn", (bn_cnn_layer,), 32)
+  assert g.batch_norm_layers == ("bn0",)
   plan, _ = run(g, cs2, "multi_replica", 32)
   per = 32 // plan.num_replicas
   (note,) = [n for n in plan.notes if n.startswith("batch normalization (bn0)")]

@@ -98,7 +98,11 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
   kept = _batch_norm_replicas(graph, plan)   # a correctness change: shown even when slower
   if kept is not None:
     cands.append((f"num_replicas: {kept}", dataclasses.replace(options, num_replicas=kept),
-                  f"batch norm over {b // kept} samples a replica, not {plan.batching.per_engine_replica}"))
+                  f"batch norm over {b // kept} samples a replica, not "
+                  f"{plan.batching.per_engine_replica}"))
+
+  def for_batch_norm(opts):
+    return kept is not None and opts.num_replicas == kept
   out = []
   for label, opts, why in cands:
     p = _try(graph, engine, opts, get_planner)
@@ -108,13 +112,11 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
     if p.execution_strategy == plans.MULTI_REPLICA:
       label = label.replace(plans.MULTI_REPLICA, f"{plans.MULTI_REPLICA} (R={p.num_replicas})", 1)
     speed = sps / base if base > 0 else math.inf
-    correct = kept is not None and opts.num_replicas == kept
-    if base > 0 and speed < MIN_GAIN and not correct:
+    if base > 0 and speed < MIN_GAIN and not for_batch_norm(opts):
       continue
     out.append(Advice(label, opts, True, sps, speed, why))
   # The batch-norm change first: it is about the numbers the model learns, not speed.
-  out.sort(key=lambda a: (not (kept is not None and a.options.num_replicas == kept),
-                          -a.samples_per_sec))
+  out.sort(key=lambda a: (not for_batch_norm(a.options), -a.samples_per_sec))
   return out[:MAX_ADVICE]
 
 
@@ -124,7 +126,7 @@ def _batch_norm_replicas(graph: ir.LayerGraph, plan: plans.Plan) -> Optional[int
   that many (1 when the batch itself is smaller); None otherwise."""
   if plan.execution_strategy != plans.MULTI_REPLICA or plan.num_replicas <= 1:
     return None
-  if not any(sp.op == "batchnorm" for l in graph.layers for sp in l.spatial):
+  if not graph.batch_norm_layers:
     return None
   b = plan.batch_size
   if plan.batching.per_engine_replica >= min(BN_MIN_SAMPLES, b):

@@ -164,7 +164,7 @@ class MultiReplicaPlanner(base.Planner):
           f"why copies gain: {share:.0%} of one replica's slowest-layer time is per-token latency ({engine.pipelined_token_latency_cycles:g} cycles per token per "
           f"layer), which more cores per layer do not shorten; R copies each run their own "
           f"stream of B/R samples")
-    norms = [l.name for l in graph.layers if any(sp.op == "batchnorm" for sp in l.spatial)]
+    norms = graph.batch_norm_layers
     if norms and chosen.fits and chosen.num_replicas > 1:
       per = chosen.batching.per_engine_replica
       notes.append(
