@@ -34,6 +34,7 @@ with it: the border outputs wait for it (an upper bound; the interior could over
 """
 
 import dataclasses
+import functools
 import math
 from typing import Optional, Tuple
 
@@ -228,6 +229,9 @@ def split_candidates(s: ir.Spatial, cores: int):
     p *= 2
 
 
+# The planners and the advisor ask for the same ops on the same core counts many times (a
+# ResNet's repeated blocks, a binary search over regions): all arguments are values.
+@functools.lru_cache(maxsize=1 << 16)
 def best_op_cost(s: ir.Spatial, cores: int, engine, dtype_bytes: int, state_per_param: float,
                  budget: float, training: bool = True) -> Tuple[OpCost, bool]:
   """(the fastest tiling's cost, fits) among `candidates` whose per-core bytes fit `budget`;
