@@ -18,7 +18,7 @@ import os
 import random
 import re
 import tempfile
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -479,7 +479,8 @@ class _CerebrasMethods:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
       _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_per_replica_clipping(tf.compat.v1.get_default_graph(), self._train_distribution)
-      _say_batch_norm_per_replica(tf.compat.v1.get_default_graph(), run["result"].plan.batching)
+      _say_batch_norm_per_replica(run["result"].graph.batch_norm_layers,
+                                  run["result"].plan.batching)
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 
@@ -915,17 +916,14 @@ def _say_per_replica_variables(graph, distribution) -> None:
           v.name.split(":")[0], len(copies))
 
 
-def _say_batch_norm_per_replica(graph, split: batching.Batching) -> None:
+def _say_batch_norm_per_replica(norms: Sequence[str], split: batching.Batching) -> None:
   """Batch normalization takes its statistics over one replica's samples. A multi_replica plan
   of R engine replicas normalizes over global / R samples, which the host, training fewer
   replicas of more samples, does not reproduce; with 1 sample a replica the batch statistics
   are that sample's own (a dense feature's variance is 0). Said once per training call, with
-  the num_replicas that makes the engine's replicas the host's."""
-  if split.engine_replicas <= 1 or split.engine_replicas == split.host_replicas:
-    return
-  norms = sorted({v.op.name.rsplit("/", 1)[0] for v in graph.get_collection(
-      tf.compat.v1.GraphKeys.GLOBAL_VARIABLES) if v.op.name.endswith("/moving_mean")})
-  if not norms:
+  the num_replicas that makes the engine's replicas the host's. `norms`: the compiled graph's
+  batch-norm layers (`ir.LayerGraph.batch_norm_layers`)."""
+  if not norms or split.engine_replicas <= 1 or split.engine_replicas == split.host_replicas:
     return
   shown = ", ".join(norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
   tf.compat.v1.logging.warning(

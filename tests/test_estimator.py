@@ -801,10 +801,10 @@ def dense(features, zero=False):
 def sgd(loss, rate=0.1):
   return tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(
       loss, tf.compat.v1.train.get_global_step())
-def trial(name, model_fn, *steps, strategy="multi_replica", replicas=2):
+def trial(name, model_fn, *steps, strategy="multi_replica", replicas=2, batch=20):
   # Trains to each of `steps` on a new model_dir; a refusal is printed, not raised.
   said.clear()
-  est = CerebrasEstimator(model_fn, params={"batch_size": 20}, config=CSRunConfig(
+  est = CerebrasEstimator(model_fn, params={"batch_size": batch}, config=CSRunConfig(
       model_dir=f"{sys.argv[1]}/{name}", cs_config=CSConfig(
           execution_strategy=strategy,
           num_replicas=replicas if strategy == "multi_replica" else None)))
@@ -904,8 +904,9 @@ for REPLICAS in (None, 2):
     loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, dense(h))
     with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
       return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=sgd(loss))
-  trial(f"bn/{REPLICAS}", model_fn, 1, replicas=REPLICAS)
-  print("bn", REPLICAS, "SAID", warned("batch normalization (norm)"))
+  est = trial(f"bn/{REPLICAS}", model_fn, 1, replicas=REPLICAS, batch=64)
+  print("bn", REPLICAS, "R", est.compile(input_fn).plan.num_replicas, "SAID",
+        warned("batch normalization (norm)"))
 """
 
 
@@ -941,14 +942,16 @@ def test_a_per_replica_counter_is_named_in_multi_replica(replica_trials):
 
 
 def test_batch_norm_on_more_engine_replicas_than_the_host_trains_is_named(replica_trials):
-  """A BN model_fn on multi_replica with R left to the compiler: the engine's replicas
-  normalize over 1 sample each (batch 20, R=20), the host's 2 over 10, and the losses shown
-  were the host's without a word. Now the warning names the norm, both splits and the
-  num_replicas that makes them one; with num_replicas=2 (the host's own) nothing is said."""
+  """A dense batch norm (tf.compat.v1.layers on [64, 8]) on multi_replica with R left to the
+  compiler. It used to take R=20 at batch 20 (1 sample a replica: a dense feature's variance
+  is 0) while the host trained 2 replicas of 10, without a word. The compiler now sees the
+  norm (its moving mean) and stops R where a replica keeps 16 samples: at batch 64, R=4; the
+  host's 2 replicas of 32 still normalize over more, and the warning names the norm, both
+  splits and the num_replicas that makes them one; with num_replicas=2 nothing is said."""
   chosen, fixed = _trial_lines(replica_trials, "bn")
-  assert chosen.startswith("None SAID [") and fixed == "2 SAID []", replica_trials[2]
-  assert re.search(r"multi_replica plan's (\d+) engine replicas see (\d+) sample\(s\) each, "
-                   r"this host trains 2 replica\(s\) of 10", chosen), chosen
+  assert chosen.startswith("None R 4 SAID [") and fixed == "2 R 2 SAID []", replica_trials[2]
+  assert ("multi_replica plan's 4 engine replicas see 16 sample(s) each, this host trains 2 "
+          "replica(s) of 32") in chosen, chosen
   assert "csconfig.num_replicas=2 makes the engine's replicas the host's" in chosen
 
 

@@ -813,6 +813,10 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
           continue  # a weight or an input re-spelled, or a value already counted
         handed.add(v)
         act_bytes[final(op_layer(v.op))] += (_static_size(t.shape) or 0) * act_dtype_bytes
+  # Batch norms of any rank (Keras', tf.compat.v1.layers'): the layers that own a moving mean.
+  with graph.as_default():
+    norms = {final(layer_of(_scope(v.op.name))) for v in tf.compat.v1.global_variables()
+             if v.op.name.endswith("/moving_mean")}
   opt_name, slots = _slots_per_param(captured)
   lengths = tuple(token_lengths) or ((seq_len,) if seq_len > 0 else ())
   layers = []
@@ -833,7 +837,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         # A softmax's scores (attention's, a loss's logits) are its layer's transient work, as
         # the analytic graph states it: measured here, not guessed from its FLOPs.
         work_bytes=work_bytes[n] / batch,
-        spatial=tuple(spatial.get(n, ()))))
+        spatial=tuple(spatial.get(n, ())), batch_norm=n in norms))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
                        input_value_bytes=(sum(io_bytes.values()) / io_values

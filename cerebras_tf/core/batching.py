@@ -32,6 +32,12 @@ RESERVED_PARAMS_KEY = "batch_size"
 # graph-building time. A user who sets csconfig.num_replicas gets exactly that many.
 HOST_CPU_REPLICAS = 2
 
+# Batch norm takes its statistics over one replica's samples; below about 16 they are too noisy
+# to train with (Wu & He 2018, "Group Normalization", Fig. 1: ResNet-50's error rises steeply
+# under 16 images per worker), and at 1 they are the sample's own (a dense feature's variance
+# is 0). A compiler-chosen R keeps at least this many per replica for a model with batch norm.
+BATCH_NORM_MIN_SAMPLES = 16
+
 
 class BatchError(ParamsError):
   """A global batch that does not split evenly; the message names every number."""
@@ -144,6 +150,12 @@ def host_replicas(engine_replicas: int, num_systems: int, global_batch: int, *,
   while per_worker > 1 and not divides(global_batch, per_worker * num_workers):
     per_worker -= 1
   return per_worker * num_workers
+
+
+def keeps_batch_norm(global_batch: int, replicas: int) -> bool:
+  """Whether `replicas` replicas each see BATCH_NORM_MIN_SAMPLES samples (one replica always
+  does: its statistics are the whole batch's, however small)."""
+  return replicas == 1 or global_batch // replicas >= BATCH_NORM_MIN_SAMPLES
 
 
 def divisors(global_batch: int, limit: int) -> List[int]:

@@ -82,6 +82,8 @@ class Layer:
     spatial: the layer's image ops with their shapes (convolutions, pooling, batch norm), for
       the engine's CNN costs (tiling, halo exchange, norm reductions: engine/conv.py); empty
       for layers without them.
+    batch_norm: the layer normalizes with statistics over its replica's samples (a batch
+      norm on any rank: a dense feature's as well as an image's, which `spatial` also costs).
   """
 
   name: str
@@ -99,6 +101,7 @@ class Layer:
   pair_share: float = 0.0
   work_bytes: float = 0.0
   spatial: Tuple[Spatial, ...] = ()
+  batch_norm: bool = False
 
   @property
   def flops(self) -> float:
@@ -113,6 +116,8 @@ class Layer:
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)
     d["ops"] = [dataclasses.asdict(o) for o in self.ops]
+    if not self.batch_norm:  # fingerprints of graphs without one stay as they were
+      del d["batch_norm"]
     return d
 
   @classmethod
@@ -165,7 +170,8 @@ class LayerGraph:
   @property
   def batch_norm_layers(self) -> Tuple[str, ...]:
     """Layers holding a batch norm (their statistics come from a replica's samples)."""
-    return tuple(l.name for l in self.layers if any(s.op == "batchnorm" for s in l.spatial))
+    return tuple(l.name for l in self.layers
+                 if l.batch_norm or any(s.op == "batchnorm" for s in l.spatial))
 
   def layer(self, name: str) -> Layer:
     for l in self.layers:

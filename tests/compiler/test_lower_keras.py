@@ -92,3 +92,26 @@ def test_an_input_read_by_two_ops_crosses_the_host_links_once():
   graph = lower.lower(capture.capture(input_fn, model_fn, 8), "two_readers")
   assert sum(layer.io_bytes for layer in graph.layers) == 4000.0
   assert graph.input_value_bytes == 4.0  # float32: what report.io_lines says to narrow
+
+
+def test_batch_norms_of_any_rank_are_marked_and_layer_norms_are_not():
+  """The compiler caps a chosen multi_replica R so each replica's batch norm keeps 16 samples,
+  and the report names the norms: so it must see them. A dense BatchNormalization on [B, 16]
+  runs moments and no FusedBatchNorm (no image op), a conv's on [B, 8, 8, 4] runs
+  FusedBatchNormV3; both own a moving mean. LayerNormalization runs FusedBatchNormV3 too (on
+  [1, B x ..., D, 1]), with statistics per sample: not one."""
+  x = L.Input((8, 8, 1), name="img")
+  c = L.Conv2D(4, 3, padding="same", name="conv")(x)
+  c = L.BatchNormalization(name="conv_bn")(c)
+  f = L.Flatten(name="flat")(c)
+  h = L.Dense(16, name="fc")(f)
+  h = L.BatchNormalization(name="fc_bn")(h)
+  h = L.LayerNormalization(name="fc_ln")(h)
+  out = L.Dense(3, name="head")(h)
+  model = tf.keras.Model(x, out)
+  model.compile(tf.keras.optimizers.legacy.SGD(0.1),
+                tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  g = _lowered(model)
+  assert set(g.batch_norm_layers) == {"conv_bn", "fc_bn"}, [l.name for l in g.layers]
+  assert g.layer("fc_bn").batch_norm and not g.layer("fc_bn").spatial  # seen only by its mean
+  assert not g.layer("fc_ln").batch_norm

@@ -85,20 +85,45 @@ def test_multi_replica_notes_say_why_larger_r_were_rejected(cs2):
 
 
 def test_multi_replica_says_batch_norm_sees_one_replicas_samples(cs2, bn_cnn_layer):
-  # A small CNN layer with a batch norm: the compiler takes R for speed (R=32 of 1 sample at
-  # batch 32, the reference CNN's plan), and the statistics are then each sample's own.
+  # A small CNN layer with a batch norm, forced to R=32 at batch 32: the statistics are then
+  # each sample's own, and the plan says so.
   g = ir.LayerGraph("cnn", (bn_cnn_layer,), 32)
   assert g.batch_norm_layers == ("bn0",)
-  plan, _ = run(g, cs2, "multi_replica", 32)
-  per = 32 // plan.num_replicas
+  plan, _ = run(g, cs2, "multi_replica", 32, num_replicas=32)
   (note,) = [n for n in plan.notes if n.startswith("batch normalization (bn0)")]
-  assert f"over one replica's {per} sample(s), not the batch of 32" in note
-  assert (": those of 1 sample are its own" in note) == (per == 1)
+  assert "over one replica's 1 sample(s), not the batch of 32: those of 1 sample are its own" \
+      in note
   plan, _ = run(g, cs2, "multi_replica", 32, num_replicas=1)
   assert not any(n.startswith("batch normalization") for n in plan.notes)
   # A graph without one says nothing of it.
   plan, _ = run(tiny(), cs2, "multi_replica", 64)
   assert not any(n.startswith("batch normalization") for n in plan.notes)
+
+
+@pytest.mark.parametrize("batch_norm", ["spatial", "dense"])
+def test_compiler_chosen_replicas_keep_batch_norm_16_samples(cs2, bn_cnn_layer, batch_norm):
+  # Without its batch norm the layer's best R at batch 32 is 32 replicas of 1 sample (a
+  # per-token-latency-bound pipeline: every copy gains). With it, R stops where a replica
+  # would see fewer than 16 samples (Wu & He 2018): 32 / 2 = 16, 32 / 4 = 8, so R <= 2, and
+  # the notes say why R=4 was not taken. A dense batch norm (no image op: `batch_norm` set by
+  # the lowering from its moving mean) is held to the same.
+  conv_only = dataclasses.replace(bn_cnn_layer, spatial=bn_cnn_layer.spatial[:1])
+  free, _ = run(ir.LayerGraph("cnn", (conv_only,), 32), cs2, "multi_replica", 32)
+  assert free.num_replicas == 32
+  layer = (bn_cnn_layer if batch_norm == "spatial"
+           else dataclasses.replace(conv_only, batch_norm=True))
+  g = ir.LayerGraph("cnn", (layer,), 32)
+  plan, _ = run(g, cs2, "multi_replica", 32)
+  assert plan.num_replicas == 2 and plan.batching.per_engine_replica == 16
+  (rejected,) = [n for n in plan.notes if n.startswith("larger R rejected")]
+  assert "R=4 batch norm: 8 sample(s) a replica, under 16" in rejected
+  assert "R=8" not in rejected  # and so for any larger R: said once
+  # The graph's round trip (compile cache) keeps the flag.
+  assert ir.LayerGraph.from_dict(g.to_dict()).batch_norm_layers == ("bn0",)
+  assert "batch_norm" not in conv_only.to_dict()  # graphs without one: fingerprints unchanged
+  # At batch 64, R=4 keeps 16 each.
+  plan, _ = run(ir.LayerGraph("cnn", (layer,), 64), cs2, "multi_replica", 64)
+  assert plan.num_replicas == 4
 
 
 @pytest.mark.parametrize("make,params", [(analytic.transformer_base, 63e6),

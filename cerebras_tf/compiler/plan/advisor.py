@@ -16,9 +16,6 @@ from cerebras_tf.engine import perf
 
 MIN_GAIN = 1.05   # suggest a change that buys at least 5% (or makes the model fit); auto's too
 MAX_ADVICE = 4
-# Batch norm's statistics degrade below about 16 samples a batch (Wu & He 2018, "Group
-# Normalization", Fig. 1: ImageNet error rises steeply from 16 images per worker down).
-BN_MIN_SAMPLES = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,18 +118,16 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
 
 
 def _batch_norm_replicas(graph: ir.LayerGraph, plan: plans.Plan) -> Optional[int]:
-  """For a multi_replica plan of a model with batch norm whose replicas see fewer than
-  BN_MIN_SAMPLES samples: the largest R dividing the batch that gives each replica at least
-  that many (1 when the batch itself is smaller); None otherwise."""
+  """For a multi_replica plan (a forced R) of a model with batch norm whose replicas see fewer
+  than batching.BATCH_NORM_MIN_SAMPLES samples: the largest R dividing the batch that gives
+  each replica at least that many (1 when the batch itself is smaller); None otherwise."""
   if plan.execution_strategy != plans.MULTI_REPLICA or plan.num_replicas <= 1:
     return None
-  if not graph.batch_norm_layers:
-    return None
   b = plan.batch_size
-  if plan.batching.per_engine_replica >= min(BN_MIN_SAMPLES, b):
+  if not graph.batch_norm_layers or batching.keeps_batch_norm(b, plan.num_replicas):
     return None
-  return max(r for r in range(1, plan.num_replicas) if b % r == 0
-             and (b // r >= BN_MIN_SAMPLES or r == 1))
+  return max(r for r in batching.divisors(b, plan.num_replicas - 1)
+             if batching.keeps_batch_norm(b, r))
 
 
 def report_lines(graph, plan, performance, engine, options, get_planner) -> List[str]:

@@ -11,7 +11,8 @@ the slab boundaries (`perf.allreduce_time_s`).
 
 Choosing R (unless `options.num_replicas` forces it): every R from 1 up to what the SRAM
 allows (each replica's state and in-flight activations must fit its slab) that divides the
-global batch is planned and simulated; R is the largest one that still gains at least
+global batch, and leaves a model with batch norm `batching.BATCH_NORM_MIN_SAMPLES` samples a
+replica (its statistics are one replica's), is planned and simulated; R is the largest one that still gains at least
 `MIN_GAIN` over the best smaller R on the wafer's time (a copy that buys less is not worth its
 memory and all-reduce; the host's per-step overhead, the same for every R, is left out of the
 comparison). The predicted speedup over one replica goes in `plan.notes`, and so does why
@@ -121,9 +122,15 @@ class MultiReplicaPlanner(base.Planner):
       max_r = min(limit, max(1, engine.usable_sram_bytes // max(need, 1)))
       chosen, sps, tried = one, one_sps, ["R=1 %.0f" % one_sps]
       refused = []  # (r, why) for every R > 1 that was not taken, in order
+      norms = bool(graph.batch_norm_layers)
       for r in range(2, max_r + 1):
         if not batching.divides(batch, r):
           continue
+        if norms and not batching.keeps_batch_norm(batch, r):
+          refused.append((r, f"batch norm: {batch // r} sample(s) a replica, under "
+                             f"{batching.BATCH_NORM_MIN_SAMPLES} (and so for any larger R; "
+                             f"csconfig.num_replicas forces it)"))
+          break
         p = _plan_r(graph, engine, options, r)
         s = rate(p)
         if not p.fits:
@@ -137,15 +144,16 @@ class MultiReplicaPlanner(base.Planner):
                              f"R={chosen.num_replicas}'s {sps:,.0f}"))
       # The first R past the SRAM bound (R copies need R x one replica's memory) is not
       # placed; name it so the user sees memory, not the compiler's taste, stopped there.
-      beyond = next((r for r in range(max_r + 1, limit + 1) if batching.divides(batch, r)),
-                    None)
+      beyond = next((r for r in range(max_r + 1, limit + 1) if batching.divides(batch, r)
+                     and (not norms or batching.keeps_batch_norm(batch, r))), None)
       if beyond is not None:
         refused.append((beyond, f"memory: {beyond} replicas of {need / _GB:.2f} GB need "
                                 f"{beyond * need / _GB:.2f} GB, the wafer has "
                                 f"{engine.usable_sram_bytes / _GB:.2f} GB (and so for any "
                                 f"larger R)"))
       notes.append(f"compiler chose R={chosen.num_replicas}: the largest R dividing batch "
-                   f"{batch} that fits and still gains >= {MIN_GAIN:.0%} (wafer samples/s, "
+                   f"{batch} that fits{', keeps batch norm its samples' if norms else ''} "
+                   f"and still gains >= {MIN_GAIN:.0%} (wafer samples/s, "
                    f"without the host's per-step overhead: {', '.join(tried)})")
       larger = [f"R={r} {why}" for r, why in refused if r > chosen.num_replicas]
       if larger:
