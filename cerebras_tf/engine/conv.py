@@ -230,7 +230,8 @@ def split_candidates(s: ir.Spatial, cores: int):
 
 
 # The planners and the advisor ask for the same ops on the same core counts many times (a
-# ResNet's repeated blocks, a binary search over regions): all arguments are values.
+# ResNet's repeated blocks, the planners' searches over core counts, the advisor's re-plans):
+# all arguments are values, and OpCost is frozen.
 @functools.lru_cache(maxsize=1 << 16)
 def best_op_cost(s: ir.Spatial, cores: int, engine, dtype_bytes: int, state_per_param: float,
                  budget: float, training: bool = True) -> Tuple[OpCost, bool]:
