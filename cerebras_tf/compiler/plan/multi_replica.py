@@ -15,10 +15,11 @@ global batch, and leaves a model with batch norm `batching.BATCH_NORM_MIN_SAMPLE
 replica (its statistics are one replica's), is planned and simulated; R is the largest one
 that still gains at least `MIN_GAIN` over the best smaller R on the wafer's time (a copy that
 buys less is not worth its memory and all-reduce; the host's per-step overhead, the same for
-every R, is left out of the comparison). The predicted speedup over one replica goes in `plan.notes`, and so does why
-each larger R was not taken: "memory" (R copies need more SRAM than the wafer, or one copy
-more than its slab), "layout" (the memory would fit but the slab's strips cannot be laid out,
-e.g. the slab is too narrow for the strips' rounding to whole rows) or "no gain".
+every R, is left out of the comparison). The predicted speedup over one replica goes in
+`plan.notes`, and so does why each larger R was not taken: "memory" (R copies need more SRAM
+than the wafer, or one copy more than its slab), "layout" (the memory would fit but the slab's
+strips cannot be laid out, e.g. the slab is too narrow for the strips' rounding to whole
+rows), "batch norm" (a replica would see fewer than 16 samples) or "no gain".
 """
 
 import dataclasses
