@@ -113,6 +113,12 @@ class Layer:
     """Bytes that live for the whole run: weights, gradients and optimizer state."""
     return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
+  @property
+  def has_batch_norm(self) -> bool:
+    """Whether the layer normalizes with its replica's batch statistics (flagged by the
+    lowering, or a batch-norm image op)."""
+    return self.batch_norm or any(s.op == "batchnorm" for s in self.spatial)
+
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)
     d["ops"] = [dataclasses.asdict(o) for o in self.ops]
@@ -170,8 +176,7 @@ class LayerGraph:
   @property
   def batch_norm_layers(self) -> Tuple[str, ...]:
     """Layers holding a batch norm (their statistics come from a replica's samples)."""
-    return tuple(l.name for l in self.layers
-                 if l.batch_norm or any(s.op == "batchnorm" for s in l.spatial))
+    return tuple(l.name for l in self.layers if l.has_batch_norm)
 
   def layer(self, name: str) -> Layer:
     for l in self.layers:

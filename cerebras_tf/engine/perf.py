@@ -18,6 +18,12 @@ Pipelined mode (one replica, layers side by side, samples streamed through):
     a round trip of one token hop per layer each way plus the whole per-sample time of every
     sequence barrier (attention needs a sample's whole sequence). The bubble is what makes
     samples/s grow with the batch; a fixed `pipelined_step_overhead_s` is added per step;
+  * batch norm in training is a batch barrier (`batch_barrier`): no sample leaves it before
+    the replica's whole batch has arrived (its statistics), and its backward waits for the
+    batch's sums of dy and dy * x_hat. The pipeline then runs as segments ending at each batch
+    norm, one after another: B / rate becomes B * sum over segments of the segment's slowest
+    per-sample time (`pipelined_busy_s`), and every layer up to the last barrier keeps all B
+    samples' activations. Per-sample norms (layer, group) are no barrier;
   * samples/s = min(B / step, io);
   * memory: a layer keeps the activations of the samples between its forward and its backward:
     1 + round trip / interval of them, at most B (`in_flight_samples`,
@@ -126,6 +132,31 @@ def sequence_barrier(layer: ir.Layer) -> bool:
   return layer.token_scaling == "quadratic" or layer.pair_share > 0
 
 
+def batch_barrier(layer: ir.Layer, options: Optional[plans.PlanOptions] = None) -> bool:
+  """True for a layer that needs the replica's whole batch before it hands any sample on: a
+  batch norm while training (forward-only steps normalize with the moving statistics)."""
+  return training(options) and layer.has_batch_norm
+
+
+def batch_segments(graph: ir.LayerGraph, options: Optional[plans.PlanOptions] = None
+                   ) -> List[range]:
+  """The layers' indices cut after each batch barrier: segments that run one after another."""
+  cuts = [i + 1 for i, l in enumerate(graph.layers) if batch_barrier(l, options)]
+  bounds = [0] + [c for c in cuts if c < len(graph.layers)] + [len(graph.layers)]
+  return [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def pipelined_busy_s(times: Sequence[float], graph: ir.LayerGraph, batch: float,
+                     options: Optional[plans.PlanOptions] = None) -> float:
+  """Seconds a pipeline needs for `batch` samples given its layers' per-sample `times`:
+  batch x the slowest time, or, cut by batch barriers, the segments' such times in turn."""
+  total = 0.0
+  for seg in batch_segments(graph, options):
+    slowest = max((times[i] for i in seg if times[i] > 0), default=0.0)
+    total += batch * slowest
+  return total
+
+
 def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, engine,
                           options: Optional[plans.PlanOptions] = None, vts: bool = True,
                           strategy: str = plans.PIPELINED) -> float:
@@ -186,11 +217,14 @@ def in_flight_samples(times: Sequence[float], graph: ir.LayerGraph, engine,
   n = len(graph.layers)
   if not training(options):
     return [1] * n
+  # Up to the last batch barrier, no backward starts before the whole batch went forward.
+  held = max((i + 1 for i, l in enumerate(graph.layers) if batch_barrier(l, options)), default=0)
   interval = max([t for t in times if math.isfinite(t)], default=0.0)
   if interval <= 0:
-    return [1] * n
+    return [int(batch) if i < held else 1 for i in range(n)]
   rt = round_trip_s(times, graph, engine, options)
-  return [max(1, min(int(batch), 1 + math.ceil(r / interval - 1e-9))) for r in rt]
+  return [int(batch) if i < held else max(1, min(int(batch), 1 + math.ceil(r / interval - 1e-9)))
+          for i, r in enumerate(rt)]
 
 
 def estimated_sample_times(graph: ir.LayerGraph, engine, options: Optional[plans.PlanOptions],
@@ -338,18 +372,41 @@ def allreduce_time_s(graph: ir.LayerGraph, engine, replicas: int) -> float:
 def pipelined_step_s(plan, graph, engine, options, vts=True) -> Tuple[float, float, int]:
   """(step seconds on the wafer, steady-state samples/s of one replica, slowest layer index).
 
-  step = per-replica batch / steady rate + drain (training) + all-reduce (R > 1) + the fixed
-  per-step overhead (`pipelined_step_overhead_s`).
+  step = per-replica batch / steady rate (`pipelined_busy_s`: segment by segment across batch
+  barriers) + drain (training) + all-reduce (R > 1) + the fixed per-step overhead
+  (`pipelined_step_overhead_s`).
   """
   r = max(1, plan.num_replicas)
   rate, slowest = pipeline_rate(plan, graph, engine, options, vts)
   if rate <= 0 or not math.isfinite(rate):
     return (0.0 if not math.isfinite(rate) else math.inf), rate, slowest
   per = plan.batch_size / r
-  step = (per / rate + drain_s(plan, graph, engine, options, vts) +
+  busy = pipelined_busy_s(placed_times(plan, graph, engine, options, vts), graph, per, options)
+  step = (busy + drain_s(plan, graph, engine, options, vts) +
           (allreduce_time_s(graph, engine, r) if training(options) else 0.0) +
           engine.pipelined_step_overhead_s)
   return step, rate, slowest
+
+
+def batch_barrier_notes(plan, graph, engine, options) -> List[str]:
+  """What batch norm's barriers cost a training pipeline, against streaming straight through."""
+  segments = batch_segments(graph, options)
+  if len(segments) <= 1:
+    return []
+  times = placed_times(plan, graph, engine, options)
+  per = plan.batch_size / max(1, plan.num_replicas)
+  busy = pipelined_busy_s(times, graph, per, options)
+  through = per * max((t for t in times if t > 0), default=0.0)
+  if busy <= 0 or through <= 0:
+    return []
+  norms = [l.name for l in graph.layers if batch_barrier(l, options)]
+  return [f"batch norm is a batch barrier in training ({', '.join(norms[:3])}"
+          f"{' ...' if len(norms) > 3 else ''}): no sample leaves it before the replica's "
+          f"{per:g} have all arrived (its statistics), and its backward waits for their sums; "
+          f"the pipeline runs as {len(segments)} segments one after another: "
+          f"{busy * 1e3:.3f} ms of work a step against {through * 1e3:.3f} ms streamed straight "
+          f"through ({busy / through:.1f}x); per-sample norms (LayerNormalization, "
+          f"GroupNormalization) keep one pipeline, and weight streaming runs layer by layer"]
 
 
 def _pipelined_like(plan, graph, engine, options, vts):
@@ -377,7 +434,10 @@ def simulate_pipelined(plan: plans.Plan, graph: ir.LayerGraph, engine,
     bottleneck = (f"per-step overhead ({fixed / step:.0%} of the step: the host's "
                   f"{fixed * 1e3:g} ms a step, assumed; slowest layer {slow})")
   elif compute_sps <= io_sps:
-    bottleneck = f"compute: {slow}"
+    segments = len(batch_segments(graph, options))
+    bottleneck = (f"compute: {slow}" if segments == 1 else
+                  f"compute: {segments} batch-norm segments one after another (slowest layer "
+                  f"{slow})")
     if plan.num_replicas > 1:
       bottleneck += f" (each of {plan.num_replicas} replicas)"
   else:
@@ -390,6 +450,7 @@ def simulate_pipelined(plan: plans.Plan, graph: ir.LayerGraph, engine,
     notes.append(f"pipeline drain at the end of each step: {drain * 1e3:.3f} ms "
                  f"({drain / step:.1%} of the step; the last sample's round trip through "
                  f"{sum(1 for l in graph.layers if sequence_barrier(l))} sequence barriers)")
+  notes.extend(batch_barrier_notes(plan, graph, engine, options))
   if plan.num_replicas > 1:
     notes.append(f"gradient all-reduce between {plan.num_replicas} replicas: "
                  f"{allreduce_time_s(graph, engine, plan.num_replicas) * 1e3:.3f} ms per step")

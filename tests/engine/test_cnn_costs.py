@@ -213,3 +213,60 @@ def test_keras_resnet50_compiles_with_conv_costs():
       (102, 48, 64, 2)
   assert result.plan.fits
   assert "conv 7x7/2 102x102x3->48x48x64" in report and "norm reduce" in report
+
+
+def _chain(*norms):
+  """Layers l0.. with the given batch-norm flags (FLOPs so every one works)."""
+  return ir.LayerGraph("chain", tuple(ir.Layer(f"l{i}", "elementwise", 1e3, 2e3, 0, 0, 0, 0,
+                                                100.0, batch_norm=bn)
+                                       for i, bn in enumerate(norms)), 10)
+
+
+def test_batch_norm_cuts_a_training_pipeline_into_segments_run_in_turn():
+  # l0 (batch norm), l1, l2 (batch norm), l3 at 1, 2, 3, 1 us a sample, batch 10. Streamed
+  # straight through, the slowest layer paces all: 10 x 3 = 30 us. A batch norm hands nothing
+  # on before the whole batch has arrived, so segments [l0], [l1 l2], [l3] run in turn:
+  # 10 x (1 + 3 + 1) = 50 us. Forward-only steps use the moving statistics: no barrier.
+  from cerebras_tf.core import plans  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
+  g = _chain(True, False, True, False)
+  times = [1e-6, 2e-6, 3e-6, 1e-6]
+  assert [list(s) for s in perf.batch_segments(g)] == [[0], [1, 2], [3]]
+  assert perf.pipelined_busy_s(times, g, 10) == pytest.approx(50e-6)
+  evaluation = plans.PlanOptions(batch_size=10, phase="eval")
+  assert perf.pipelined_busy_s(times, g, 10, evaluation) == pytest.approx(30e-6)
+  assert perf.pipelined_busy_s(times, _chain(False, False, False, False), 10) == \
+      pytest.approx(30e-6)
+  # Memory: no backward starts before the whole batch has passed the last batch norm, so
+  # l0..l2 keep all 10 samples' activations; l3, after it, only those in flight.
+  cs2 = spec.load_engine("cs2")
+  flight = perf.in_flight_samples(times, g, cs2, None, 10)
+  plain = perf.in_flight_samples(times, _chain(False, False, False, False), cs2, None, 10)
+  assert flight[:3] == [10, 10, 10] and flight[3] == plain[3] < 10
+
+
+def test_a_pipelined_batch_norm_cnn_pays_its_segments_and_says_so(cs2, bn_cnn_layer):
+  # The hand-built CNN layer (conv + batch norm) then the same conv without one: two
+  # segments. Its step is the segments' busy time + the drain + the host's per-step overhead,
+  # and the report names the barrier; the same graph without the norm streams through.
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.compiler.plan import get_planner  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.core import plans  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.engine import perf  # pylint: disable=import-outside-toplevel
+  conv_only = dataclasses.replace(bn_cnn_layer, name="c1", spatial=bn_cnn_layer.spatial[:1])
+  opts = plans.PlanOptions(batch_size=64, execution_strategy="pipelined")
+  results = {}
+  for name, first in (("bn", bn_cnn_layer), ("plain", dataclasses.replace(
+      bn_cnn_layer, spatial=bn_cnn_layer.spatial[:1]))):
+    g = ir.LayerGraph("cnn", (first, conv_only), 64)
+    plan = get_planner("pipelined").plan(g, cs2, opts)
+    pf = perf.simulate(plan, g, cs2, opts)
+    times = perf.placed_times(plan, g, cs2, opts)
+    busy = (times[0] + times[1]) * 64 if name == "bn" else max(times) * 64
+    assert pf.step_time_s == pytest.approx(busy + perf.drain_s(plan, g, cs2, opts) +
+                                           cs2.pipelined_step_overhead_s, rel=1e-9)
+    results[name] = pf
+  (note,) = [n for n in results["bn"].notes if n.startswith("batch norm is a batch barrier")]
+  assert "(bn0)" in note and "runs as 2 segments one after another" in note
+  assert not any(n.startswith("batch norm is") for n in results["plain"].notes)
+  assert results["bn"].samples_per_sec < results["plain"].samples_per_sec
