@@ -293,12 +293,12 @@ def pipelined_pe_utilization(plan: plans.Plan, graph: ir.LayerGraph, engine,
   """(per-layer PE utilization of one replica, their average over the cores they occupy).
 
   A layer's cores compute its FLOPs for flops / (cores x rate) of every pipeline interval (the
-  slowest layer's per-sample time) and wait the rest: token latency, or a faster layer waiting
-  for the slowest one.
+  slowest layer's per-sample time; across batch barriers, the segments' in turn) and wait the
+  rest: token latency, a faster layer waiting for the slowest one, or the other segments.
   """
   placed = replica_layers(plan, replica)
   times = placed_times(plan, graph, engine, options, replica=replica)
-  interval = max([t for t in times if math.isfinite(t)], default=0.0)
+  interval = pipelined_busy_s([t if math.isfinite(t) else 0.0 for t in times], graph, 1, options)
   per = [pe_utilization(layer_flops(l, options) * vts_scale(l, options)[0], p.cores, interval,
                         engine) for p, l in zip(placed, graph.layers)]
   cores = sum(p.cores for p in placed)

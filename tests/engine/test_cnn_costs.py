@@ -265,6 +265,11 @@ def test_a_pipelined_batch_norm_cnn_pays_its_segments_and_says_so(cs2, bn_cnn_la
     busy = (times[0] + times[1]) * 64 if name == "bn" else max(times) * 64
     assert pf.step_time_s == pytest.approx(busy + perf.drain_s(plan, g, cs2, opts) +
                                            cs2.pipelined_step_overhead_s, rel=1e-9)
+    # PE utilization: each layer computes for its own time out of the per-sample interval,
+    # which across the barrier is both segments' times in turn.
+    per, _ = perf.pipelined_pe_utilization(plan, g, cs2, opts)
+    for u, p, l in zip(per, perf.replica_layers(plan), g.layers):
+      assert u == pytest.approx(perf.pe_utilization(l.flops, p.cores, busy / 64, cs2))
     results[name] = pf
   (note,) = [n for n in results["bn"].notes if n.startswith("batch norm is a batch barrier")]
   assert "(bn0)" in note and "runs as 2 segments one after another" in note
