@@ -326,25 +326,41 @@ def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[plans.
   In the hardware a layer interleaves forward and backward work sample by sample; the trace
   draws each layer's per-step forward busy time, then its backward busy time, starting when the
   first sample reaches it (sum of the per-sample forward latencies of the layers before it).
-  Multi-replica: replica 0's layers (the copies run the same schedule).
+  Multi-replica: replica 0's layers (the copies run the same schedule). Across batch barriers
+  (`batch_barrier`) the segments' forward passes run in turn, then their backward passes in
+  reverse order, each segment taking the batch times its slowest layer's share.
   """
   batch = plan.batch_size // max(1, plan.num_replicas)
   events = [plans.TimelineEvent("step", "step", 0.0, step_s)]
   if math.isfinite(io_sps):
     events.append(plans.TimelineEvent("host input", "io", 0.0, plan.batch_size / io_sps))
-  offset = 0.0
-  for p, l in zip(replica_layers(plan, 0), graph.layers):
+  split = {}  # layer index -> (placement, forward, backward seconds per sample)
+  for i, (p, l) in enumerate(zip(replica_layers(plan, 0), graph.layers)):
     f = layer_flops(l, options)
-    if p.cores <= 0 or f <= 0:
-      continue
-    t = pipelined_sample_time(l, p.cores, graph, engine, options)
-    tf = t * l.fwd_flops / f
-    tb = t - tf
-    if tf > 0:
-      events.append(plans.TimelineEvent("fwd", p.name, offset, batch * tf))
-    if tb > 0:
-      events.append(plans.TimelineEvent("bwd", p.name, offset + batch * tf, batch * tb))
-    offset += tf
+    if p.cores > 0 and f > 0:
+      t = pipelined_sample_time(l, p.cores, graph, engine, options)
+      split[i] = (p, t * l.fwd_flops / f, t - t * l.fwd_flops / f)
+  segments = batch_segments(graph, options)
+  if len(segments) == 1:
+    offset = 0.0
+    for p, tf, tb in split.values():
+      if tf > 0:
+        events.append(plans.TimelineEvent("fwd", p.name, offset, batch * tf))
+      if tb > 0:
+        events.append(plans.TimelineEvent("bwd", p.name, offset + batch * tf, batch * tb))
+      offset += tf
+    return tuple(events)
+  clock = 0.0
+  for phase, order, part in (("fwd", segments, 1), ("bwd", segments[::-1], 2)):
+    for seg in order:
+      seg = [i for i in (seg if phase == "fwd" else reversed(seg)) if i in split]
+      fill = 0.0
+      for i in seg:
+        p, d = split[i][0], split[i][part]
+        if d > 0:
+          events.append(plans.TimelineEvent(phase, p.name, clock + fill, batch * d))
+        fill += d
+      clock += batch * max((split[i][part] for i in seg), default=0.0)
   return tuple(events)
 
 

@@ -271,6 +271,13 @@ def test_a_pipelined_batch_norm_cnn_pays_its_segments_and_says_so(cs2, bn_cnn_la
     for u, p, l in zip(per, perf.replica_layers(plan), g.layers):
       assert u == pytest.approx(perf.pe_utilization(l.flops, p.cores, busy / 64, cs2))
     results[name] = pf
+  # The trace: bn0's segment goes forward, then c1's; backward in reverse order (c1's first).
+  ev = {(e.name, e.track): e for e in results["bn"].timeline}
+  assert ev["fwd", "c1"].start_s >= ev["fwd", "bn0"].start_s + ev["fwd", "bn0"].dur_s
+  assert ev["bwd", "c1"].start_s >= ev["fwd", "c1"].start_s + ev["fwd", "c1"].dur_s
+  assert ev["bwd", "bn0"].start_s >= ev["bwd", "c1"].start_s + ev["bwd", "c1"].dur_s
+  assert max(e.start_s + e.dur_s for e in results["bn"].timeline) <= \
+      results["bn"].step_time_s * (1 + 1e-9)
   (note,) = [n for n in results["bn"].notes if n.startswith("batch norm is a batch barrier")]
   assert "(bn0)" in note and "runs as 2 segments one after another" in note
   assert not any(n.startswith("batch norm is") for n in results["plain"].notes)
