@@ -157,6 +157,13 @@ def pipelined_busy_s(times: Sequence[float], graph: ir.LayerGraph, batch: float,
   return total
 
 
+def pipeline_interval_s(times: Sequence[float], graph: ir.LayerGraph,
+                        options: Optional[plans.PlanOptions] = None) -> float:
+  """A pipeline's time per sample: its slowest layer's, or across batch barriers the
+  segments' slowest in turn (layers without cores, inf, left out)."""
+  return pipelined_busy_s([t if math.isfinite(t) else 0.0 for t in times], graph, 1, options)
+
+
 def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, engine,
                           options: Optional[plans.PlanOptions] = None, vts: bool = True,
                           strategy: str = plans.PIPELINED) -> float:
@@ -298,7 +305,7 @@ def pipelined_pe_utilization(plan: plans.Plan, graph: ir.LayerGraph, engine,
   """
   placed = replica_layers(plan, replica)
   times = placed_times(plan, graph, engine, options, replica=replica)
-  interval = pipelined_busy_s([t if math.isfinite(t) else 0.0 for t in times], graph, 1, options)
+  interval = pipeline_interval_s(times, graph, options)
   per = [pe_utilization(layer_flops(l, options) * vts_scale(l, options)[0], p.cores, interval,
                         engine) for p, l in zip(placed, graph.layers)]
   cores = sum(p.cores for p in placed)

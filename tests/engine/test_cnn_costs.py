@@ -270,6 +270,7 @@ def test_a_pipelined_batch_norm_cnn_pays_its_segments_and_says_so(cs2, bn_cnn_la
     per, _ = perf.pipelined_pe_utilization(plan, g, cs2, opts)
     for u, p, l in zip(per, perf.replica_layers(plan), g.layers):
       assert u == pytest.approx(perf.pe_utilization(l.flops, p.cores, busy / 64, cs2))
+      assert p.pe_utilization == pytest.approx(u)  # the report's column: the same figure
     results[name] = pf
   # The trace: bn0's segment goes forward, then c1's; backward in reverse order (c1's first).
   ev = {(e.name, e.track): e for e in results["bn"].timeline}
@@ -280,5 +281,10 @@ def test_a_pipelined_batch_norm_cnn_pays_its_segments_and_says_so(cs2, bn_cnn_la
       results["bn"].step_time_s * (1 + 1e-9)
   (note,) = [n for n in results["bn"].notes if n.startswith("batch norm is a batch barrier")]
   assert "(bn0)" in note and "runs as 2 segments one after another" in note
+  (flight,) = [n for n in get_planner("pipelined").plan(
+      ir.LayerGraph("cnn", (bn_cnn_layer, conv_only), 64), cs2, opts).notes
+      if n.startswith("in-flight")]
+  assert "layer 0 holds 64 samples" in flight and "the whole batch up to the last batch norm" \
+      in flight
   assert not any(n.startswith("batch norm is") for n in results["plain"].notes)
   assert results["bn"].samples_per_sec < results["plain"].samples_per_sec

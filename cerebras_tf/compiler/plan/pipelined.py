@@ -248,7 +248,7 @@ def place_pipeline(graph: ir.LayerGraph, engine, options: plans.PlanOptions, bat
   # report's detail says so.
   times = [perf.pipelined_sample_time(l, r.cores, graph, engine, options)
            for l, r in zip(layers, regions)]
-  interval = max([t for t in times if math.isfinite(t)], default=0.0)
+  interval = perf.pipeline_interval_s(times, graph, options)
   out = []
   for l, m, r, t, c in zip(layers, mem, regions, times, cnn):
     f = perf.layer_flops(l, options)
@@ -288,9 +288,11 @@ class PipelinedPlanner(base.Planner):
     total_cores = engine.usable_cores
     flight = perf.in_flight_samples(perf.estimated_sample_times(graph, engine, options), graph,
                                     engine, options, batch)
+    held = ("; the whole batch up to the last batch norm"
+            if len(perf.batch_segments(graph, options)) > 1 else "")
     notes = [f"in-flight activations: layer 0 holds {flight[0] if flight else 0} samples, the "
              f"last layer {flight[-1] if flight else 0} (1 + its round trip / the pipeline "
-             f"interval, at most the batch {batch})",
+             f"interval, at most the batch {batch}{held})",
              f"efficiency {engine.efficiency(plans.PIPELINED):.3f} of per-core peak, "
              f"{engine.pipelined_token_latency_cycles:g} cycles per token per layer (calibrated)"]
     if not perf.training(options):
