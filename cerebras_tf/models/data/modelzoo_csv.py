@@ -15,7 +15,9 @@ The MLM-only variants lack the NSP columns; those are read as segment 0 and labe
 
 import ast
 import csv
+import json
 import os
+import threading
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -99,9 +101,22 @@ def _header(path: str) -> Tuple[str, ...]:
   return tuple(row)
 
 
+# CPython 3.11's AST construction keeps its recursion depth in interpreter-wide state, so two
+# tf.py_function threads (a parallel map) parsing at once can fail with "SystemError: AST
+# constructor recursion depth mismatch" (python/cpython#106905): a CI run met it. Numbers and
+# lists of them (every numeric column) are JSON and skip the AST; the rest parse one at a time.
+_AST_LOCK = threading.Lock()
+
+
 def _cell(row: Dict[str, str], name: str, where: str):
+  text = row[name]
   try:
-    return ast.literal_eval(row[name])
+    return json.loads(text)
+  except ValueError:
+    pass  # Python's own spelling: 'quoted' tokens, tuples, True/False
+  try:
+    with _AST_LOCK:
+      return ast.literal_eval(text)
   except (ValueError, SyntaxError) as e:
     raise DataError(f"{where}: column {name} is not a Python literal ({e})") from e
 

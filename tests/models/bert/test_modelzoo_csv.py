@@ -161,3 +161,22 @@ class ModelzooCsvTest(base.BertTestCase):
     assert cli._user_facing_tf_error(raised.value) == (  # pylint: disable=protected-access
         f"train_input.data_dir {d}: column tokens is not a Python literal ('[' was never "
         f"closed (<unknown>, line 1))")
+
+
+def test_cells_read_as_python_wrote_them_numbers_without_the_ast(monkeypatch):
+  """Every cell is str() of a Python value. Numeric ones are JSON too and are read as such:
+  CPython 3.11's AST state is shared between threads, and a parallel map's py_functions
+  parsing at once failed a CI run with "AST constructor recursion depth mismatch"
+  (python/cpython#106905). Python's own spellings (quoted tokens, booleans, tuples) still
+  parse, and a cell that is no literal is one line naming its column."""
+  values = {"ids": [101, 7, 0], "w": [1.0, 0.5], "label": 1, "tokens": ["[CLS]", "it's", "a"],
+            "flag": True, "pair": (3, 4)}
+  line = ",".join('"' + str(v).replace('"', '""') + '"' for v in values.values()).encode()
+  parsed = []
+  real = modelzoo_csv.ast.literal_eval
+  monkeypatch.setattr(modelzoo_csv.ast, "literal_eval", lambda t: parsed.append(t) or real(t))
+  (row,) = modelzoo_csv.parse_lines([line], list(values), "train-1.csv:2")
+  assert row == values and isinstance(row["pair"], tuple)
+  assert parsed == [str(values[k]) for k in ("tokens", "flag", "pair")]  # numbers: JSON
+  with pytest.raises(DataError, match=r"^train-1.csv:2: column ids is not a Python literal"):
+    modelzoo_csv.parse_lines([b'"[1, 2",1'], ["ids", "label"], "train-1.csv:2")
