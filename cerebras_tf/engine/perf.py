@@ -261,17 +261,6 @@ def pipelined_layer_memory(graph: ir.LayerGraph, engine, options: Optional[plans
           for l, k in zip(graph.layers, flight)]
 
 
-def layer_rates(plan: plans.Plan, graph: ir.LayerGraph, engine,
-                options: Optional[plans.PlanOptions] = None, vts: bool = True,
-                replica: int = 0) -> List[float]:
-  """Samples/s each placed layer of one replica sustains (inf for layers without FLOPs)."""
-  out = []
-  for p, l in zip(replica_layers(plan, replica), graph.layers):
-    t = pipelined_sample_time(l, p.cores, graph, engine, options, vts)
-    out.append(1.0 / t if t > 0 else math.inf)
-  return out
-
-
 def replica_layers(plan: plans.Plan, replica: int = 0) -> List[plans.LayerPlacement]:
   """The placements of one replica, in program order."""
   return [p for p in plan.layers if p.replica == replica]
@@ -321,10 +310,17 @@ def drain_s(plan: plans.Plan, graph: ir.LayerGraph, engine,
   the last sample's backward has come back there. This is what makes pipelined samples/s grow
   with the batch (the bubble is amortized over more samples). Forward-only steps stream on.
   """
+  if not training(options):
+    return 0.0
+  return _drain_from_times(placed_times(plan, graph, engine, options, vts), graph, engine,
+                           options)
+
+
+def _drain_from_times(times, graph, engine, options) -> float:
+  """`drain_s` from the layers' per-sample times already at hand."""
   if not training(options) or not graph.layers:
     return 0.0
-  return round_trip_s(placed_times(plan, graph, engine, options, vts), graph, engine,
-                      options)[0]
+  return round_trip_s(times, graph, engine, options)[0]
 
 
 def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[plans.TimelineEvent, ...]:
@@ -371,13 +367,12 @@ def _timeline(plan, graph, engine, step_s, io_sps, options=None) -> Tuple[plans.
   return tuple(events)
 
 
-def pipeline_rate(plan: plans.Plan, graph: ir.LayerGraph, engine,
-                  options: Optional[plans.PlanOptions] = None, vts: bool = True,
-                  replica: int = 0) -> Tuple[float, int]:
-  """(samples/s of one replica's pipeline in steady state, index of its slowest layer)."""
-  rates = layer_rates(plan, graph, engine, options, vts, replica)
-  slowest = min(range(len(rates)), key=lambda i: (rates[i], i))
-  return rates[slowest], slowest
+def pipeline_rate(times: Sequence[float]) -> Tuple[float, int]:
+  """(samples/s of a pipeline in steady state, index of its slowest layer) from its layers'
+  per-sample `times` (a layer without FLOPs, time 0, sustains any rate)."""
+  slowest = min(range(len(times)), key=lambda i: (-times[i], i))
+  t = times[slowest]
+  return (1.0 / t if t > 0 else math.inf), slowest
 
 
 def allreduce_time_s(graph: ir.LayerGraph, engine, replicas: int) -> float:
@@ -400,12 +395,13 @@ def pipelined_step_s(plan, graph, engine, options, vts=True) -> Tuple[float, flo
   (`pipelined_step_overhead_s`).
   """
   r = max(1, plan.num_replicas)
-  rate, slowest = pipeline_rate(plan, graph, engine, options, vts)
+  times = placed_times(plan, graph, engine, options, vts)  # once: the searches call this a lot
+  rate, slowest = pipeline_rate(times)
   if rate <= 0 or not math.isfinite(rate):
     return (0.0 if not math.isfinite(rate) else math.inf), rate, slowest
   per = plan.batch_size / r
-  busy = pipelined_busy_s(placed_times(plan, graph, engine, options, vts), graph, per, options)
-  step = (busy + drain_s(plan, graph, engine, options, vts) +
+  step = (pipelined_busy_s(times, graph, per, options) +
+          _drain_from_times(times, graph, engine, options) +
           (allreduce_time_s(graph, engine, r) if training(options) else 0.0) +
           engine.pipelined_step_overhead_s)
   return step, rate, slowest
