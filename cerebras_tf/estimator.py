@@ -479,8 +479,7 @@ class _CerebrasMethods:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
       _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_per_replica_clipping(tf.compat.v1.get_default_graph(), self._train_distribution)
-      _say_batch_norm_per_replica(run["result"].graph.batch_norm_layers,
-                                  run["result"].plan.batching)
+      _say_batch_norm_statistics(run["result"].graph.batch_norm_layers, run["result"].plan)
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 
@@ -916,25 +915,45 @@ def _say_per_replica_variables(graph, distribution) -> None:
           v.name.split(":")[0], len(copies))
 
 
-def _say_batch_norm_per_replica(norms: Sequence[str], split: batching.Batching) -> None:
-  """Batch normalization takes its statistics over one replica's samples. A multi_replica plan
-  of R engine replicas normalizes over global / R samples, which the host, training fewer
-  replicas of more samples, does not reproduce; with 1 sample a replica the batch statistics
-  are that sample's own (a dense feature's variance is 0). Said once per training call, with
-  the num_replicas that makes the engine's replicas the host's. `norms`: the compiled graph's
-  batch-norm layers (`ir.LayerGraph.batch_norm_layers`)."""
-  if not norms or split.engine_replicas <= 1 or split.engine_replicas == split.host_replicas:
+def _say_batch_norm_statistics(norms: Sequence[str], plan: plans.Plan) -> None:
+  """Batch normalization takes its statistics over one group of samples: on the engine one
+  replica's (multi_replica) or one micro-batch of one system's (weight streaming), on the host
+  one host replica's. Said once per training call: the plan's own note when the engine's
+  groups have fewer than batching.BATCH_NORM_MIN_SAMPLES samples (with 1, a dense feature's
+  variance is 0), and, when the host groups the batch differently, both splits and the
+  setting that makes them one. `norms`: the compiled graph's batch-norm layers
+  (`ir.LayerGraph.batch_norm_layers`)."""
+  split = plan.batching
+  if not norms:
+    return
+  if not split.keeps_batch_norm:
+    note = next((n for n in plan.notes if n.startswith("batch normalization (")), None)
+    if note:
+      tf.compat.v1.logging.warning("cerebras_tf: %s", note)
+  engine, host = split.batch_norm_groups, split.host_replicas
+  if engine == host:
     return
   shown = ", ".join(norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
+  if plan.execution_strategy == plans.MULTI_REPLICA:
+    on_engine = (f"the multi_replica plan's {split.engine_replicas} engine replicas see "
+                 f"{split.per_engine_replica} sample(s) each")
+    fix = (f"csconfig.num_replicas={host} makes the engine's replicas the host's, or train "
+           f"pipelined (one replica, the whole batch of {split.global_batch})")
+  elif plan.execution_strategy == plans.WEIGHT_STREAMING:
+    on_engine = (f"the weight-streaming plan's {split.num_systems} system(s) x "
+                 f"{split.micro_batches} micro-batch(es) see {split.batch_norm_samples} "
+                 f"sample(s) each")
+    fix = (f"the host does not micro-batch: csconfig.micro_batch_size={split.per_system} (the "
+           f"whole per-system batch, if the wafer holds it) makes the engine's groups the host's")
+  else:
+    on_engine = f"the {plan.execution_strategy} plan normalizes over the whole batch"
+    fix = "training on one worker reproduces the engine's"
   tf.compat.v1.logging.warning(
-      "cerebras_tf: batch normalization (%s) takes its statistics over one replica's samples: "
-      "the multi_replica plan's %d engine replicas see %d sample(s) each, this host trains %d "
-      "replica(s) of %d, so these losses are not the engine's%s; "
-      "csconfig.num_replicas=%d makes the engine's replicas the host's, or train pipelined "
-      "(one replica, the whole batch of %d)", shown, split.engine_replicas,
-      split.per_engine_replica, split.host_replicas, split.per_host_replica,
-      " (the statistics of 1 sample are that sample's own)" if split.per_engine_replica == 1
-      else "", split.host_replicas, split.global_batch)
+      "cerebras_tf: batch normalization (%s) takes its statistics over one group of samples: "
+      "%s, this host trains %d replica(s) of %d, so these losses are not the engine's%s; %s",
+      shown, on_engine, host, split.per_host_replica,
+      " (the statistics of 1 sample are that sample's own)" if split.batch_norm_samples == 1
+      else "", fix)
 
 
 def _say_summed_loss_across_replicas(loss) -> None:

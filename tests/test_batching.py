@@ -14,6 +14,26 @@ def test_split_names_every_share():
   assert batching.Batching.from_dict(b.to_dict()) == b
 
 
+def test_micro_batches_and_the_groups_batch_norm_sees():
+  # Weight streaming: 4 systems of 50 samples, each in 3 micro-batches (17, 17, 16: they need
+  # not divide); batch norm's statistics are one micro-batch's, the fewest 50 // 3 = 16.
+  b = batching.split(200, num_systems=4, host_replicas=4, micro_batches=3)
+  assert (b.per_system, b.per_micro_batch, b.batch_norm_groups, b.batch_norm_samples) == \
+      (50, 16, 12, 16)
+  assert b.keeps_batch_norm
+  assert not batching.split(200, num_systems=4, micro_batches=4).keeps_batch_norm   # 12 each
+  # multi_replica: a replica's samples; one group is the whole batch, however small.
+  assert batching.split(64, engine_replicas=8).batch_norm_samples == 8
+  assert batching.split(8).keeps_batch_norm
+  assert batching.Batching.from_dict(b.to_dict()) == b
+  assert batching.Batching.from_dict({"global_batch": 8}).micro_batches == 1   # older caches
+  with pytest.raises(batching.BatchError, match="5 micro-batches of a per-system batch of 4 "
+                     r"leave some empty; use at most 4 \(one sample each\)"):
+    batching.split(8, num_systems=2, micro_batches=5)
+  with pytest.raises(batching.BatchError, match="micro-batches must be an int >= 1, got 0"):
+    batching.split(8, micro_batches=0)
+
+
 @pytest.mark.parametrize("kwargs,message", [
     (dict(engine_replicas=3), "250 does not split evenly over 3 replicas (num_replicas): each "
      "needs batch / 3 samples; use a multiple of 3 (e.g. 252)"),

@@ -801,13 +801,13 @@ def dense(features, zero=False):
 def sgd(loss, rate=0.1):
   return tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(
       loss, tf.compat.v1.train.get_global_step())
-def trial(name, model_fn, *steps, strategy="multi_replica", replicas=2, batch=20):
+def trial(name, model_fn, *steps, strategy="multi_replica", replicas=2, batch=20, **cs):
   # Trains to each of `steps` on a new model_dir; a refusal is printed, not raised.
   said.clear()
   est = CerebrasEstimator(model_fn, params={"batch_size": batch}, config=CSRunConfig(
       model_dir=f"{sys.argv[1]}/{name}", cs_config=CSConfig(
           execution_strategy=strategy,
-          num_replicas=replicas if strategy == "multi_replica" else None)))
+          num_replicas=replicas if strategy == "multi_replica" else None, **cs)))
   try:
     for s in steps:
       est.train(input_fn, max_steps=s, use_cs=True)
@@ -907,6 +907,10 @@ for REPLICAS in (None, 2):
   est = trial(f"bn/{REPLICAS}", model_fn, 1, replicas=REPLICAS, batch=64)
   print("bn", REPLICAS, "R", est.compile(input_fn).plan.num_replicas, "SAID",
         warned("batch normalization (norm)"))
+for BATCH, NUM_CSX, MICRO in ((16, 2, None), (32, 2, None), (32, 1, 8)):
+  est = trial(f"bn_ws/{BATCH}_{NUM_CSX}_{MICRO}", model_fn, 1, strategy="weight_streaming",
+              batch=BATCH, num_csx=NUM_CSX, micro_batch_size=MICRO)
+  print("bn_ws", BATCH, NUM_CSX, MICRO, "SAID", warned("batch normalization (norm)"))
 """
 
 
@@ -953,6 +957,25 @@ def test_batch_norm_on_more_engine_replicas_than_the_host_trains_is_named(replic
   assert ("multi_replica plan's 4 engine replicas see 16 sample(s) each, this host trains 2 "
           "replica(s) of 32") in chosen, chosen
   assert "csconfig.num_replicas=2 makes the engine's replicas the host's" in chosen
+
+
+def test_batch_norm_starved_or_split_otherwise_by_weight_streaming_is_named(replica_trials):
+  """The same dense batch norm in weight streaming. At batch 16 on 2 systems each normalizes
+  over 8 samples (as the host's 2 replicas do): the plan's note is said at train time, with
+  the num_csx that keeps 16. At batch 32 nothing is said. A forced micro-batch of 8 on one
+  system: the note, and that the host (which does not micro-batch) normalizes over all 32."""
+  starved, kept, micro = _trial_lines(replica_trials, "bn_ws")
+  assert starved.startswith("16 2 None SAID [") and \
+      starved.count("batch normalization (norm)") == 1, replica_trials[2]
+  assert ("takes its statistics over one micro-batch on one system: 8 sample(s), under 16 "
+          "(Wu & He 2018): training is noisier than batch 16 says; num_csx=2 leaves each "
+          "system 8: num_csx <= 1, or a global batch of 32") in starved
+  assert kept == "32 2 None SAID []", replica_trials[2]
+  assert micro.count("batch normalization (norm)") == 2, replica_trials[2]
+  assert "micro_batch_size=8 forces it: micro_batch_size >= 16" in micro
+  assert ("the weight-streaming plan's 1 system(s) x 4 micro-batch(es) see 8 sample(s) each, "
+          "this host trains 1 replica(s) of 32, so these losses are not the engine's; the host "
+          "does not micro-batch: csconfig.micro_batch_size=32") in micro
 
 
 def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(replica_trials):

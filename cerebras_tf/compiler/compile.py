@@ -228,7 +228,7 @@ def with_host(plan: plans.Plan, options: plans.PlanOptions) -> plans.Plan:
       devices_per_worker=options.host_devices, num_workers=options.num_workers)
   return dataclasses.replace(plan, batching=batching.split(
       b.global_batch, engine_replicas=b.engine_replicas, num_systems=b.num_systems,
-      host_replicas=hosts, num_workers=options.num_workers))
+      host_replicas=hosts, num_workers=options.num_workers, micro_batches=b.micro_batches))
 
 
 class Compiler:

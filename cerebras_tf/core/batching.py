@@ -6,6 +6,8 @@ in one optimizer step, all replicas, all systems, all workers together. Everythi
 derived here:
 
     per_system        = global / num_systems                (weight streaming: each CS system)
+    per_micro_batch   = per_system / micro_batches          (weight streaming: one pass of the
+                                                             layer loop; gradients accumulate)
     per_engine_replica = global / (num_systems x engine_replicas)   (multi_replica: each copy)
     per_worker        = global / num_workers                (each host of a TF_CONFIG cluster)
     per_host_replica  = global / host_replicas              (what each input_fn call returns)
@@ -52,10 +54,35 @@ class Batching:
   num_systems: int = 1       # weight streaming: CS systems (csconfig.num_csx)
   host_replicas: int = 1     # data-parallel replicas of the host runtime, all workers
   num_workers: int = 1       # hosts training together (TF_CONFIG chief + workers)
+  # Weight streaming: micro-batches each system runs per step, as equal as the per-system batch
+  # allows (the compiler's choice, engine/perf.py:ws_cost; need not divide it).
+  micro_batches: int = 1
 
   @property
   def per_system(self) -> int:
     return self.global_batch // self.num_systems
+
+  @property
+  def per_micro_batch(self) -> int:
+    """Samples in each system's smallest micro-batch (the whole per-system batch without
+    micro-batching)."""
+    return self.per_system // self.micro_batches
+
+  @property
+  def batch_norm_groups(self) -> int:
+    """The groups of samples batch norm takes separate statistics over on the engine: every
+    replica's (multi_replica), every system's micro-batches (weight streaming)."""
+    return self.engine_replicas * self.num_systems * self.micro_batches
+
+  @property
+  def batch_norm_samples(self) -> int:
+    """The fewest samples one batch norm's statistics cover on the engine."""
+    return self.global_batch // self.batch_norm_groups
+
+  @property
+  def keeps_batch_norm(self) -> bool:
+    """Whether every batch-norm statistic on the engine covers BATCH_NORM_MIN_SAMPLES."""
+    return keeps_batch_norm(self.global_batch, self.batch_norm_groups)
 
   @property
   def per_engine_replica(self) -> int:
@@ -76,7 +103,8 @@ class Batching:
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)
     d.update(per_system=self.per_system, per_engine_replica=self.per_engine_replica,
-             per_worker=self.per_worker, per_host_replica=self.per_host_replica)
+             per_worker=self.per_worker, per_host_replica=self.per_host_replica,
+             per_micro_batch=self.per_micro_batch)
     return d
 
   @classmethod
@@ -86,7 +114,8 @@ class Batching:
 
 
 def split(global_batch: int, *, engine_replicas: int = 1, num_systems: int = 1,
-          host_replicas: Optional[int] = None, num_workers: int = 1) -> Batching:
+          host_replicas: Optional[int] = None, num_workers: int = 1,
+          micro_batches: int = 1) -> Batching:
   """The one divisibility check of the batch.
 
   Args:
@@ -95,14 +124,18 @@ def split(global_batch: int, *, engine_replicas: int = 1, num_systems: int = 1,
     num_systems: CS systems (weight streaming); 1 otherwise.
     host_replicas: host data-parallel replicas across all workers (None: one per worker).
     num_workers: hosts of the cluster.
+    micro_batches: weight streaming's micro-batches per system and step (need not divide the
+      per-system batch; at most one per sample).
 
   Raises:
-    BatchError: a count is not a positive int, or the global batch does not divide by the
-      product it must split into (one line naming the numbers and a batch that would).
+    BatchError: a count is not a positive int, the global batch does not divide by the
+      product it must split into (one line naming the numbers and a batch that would), or
+      more micro-batches than a system has samples.
   """
   host_replicas = num_workers if host_replicas is None else host_replicas
   counts = {"engine replicas (R)": engine_replicas, "CS systems (num_csx)": num_systems,
-            "host replicas": host_replicas, "workers": num_workers}
+            "host replicas": host_replicas, "workers": num_workers,
+            "micro-batches": micro_batches}
   for what, n in counts.items():
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
       raise BatchError(f"the number of {what} must be an int >= 1, got {n!r}")
@@ -122,7 +155,12 @@ def split(global_batch: int, *, engine_replicas: int = 1, num_systems: int = 1,
           f"global batch size {global_batch} does not split evenly over {what}: each needs "
           f"batch / {n} samples; use a multiple of {n} (e.g. {_round_up(global_batch, n)}) "
           f"in train_input.batch_size")
-  return Batching(global_batch, engine_replicas, num_systems, host_replicas, num_workers)
+  if micro_batches > global_batch // num_systems:
+    raise BatchError(f"{micro_batches} micro-batches of a per-system batch of "
+                     f"{global_batch // num_systems} leave some empty; use at most "
+                     f"{global_batch // num_systems} (one sample each)")
+  return Batching(global_batch, engine_replicas, num_systems, host_replicas, num_workers,
+                  micro_batches)
 
 
 def divides(global_batch: int, count: int) -> bool:
@@ -152,10 +190,11 @@ def host_replicas(engine_replicas: int, num_systems: int, global_batch: int, *,
   return per_worker * num_workers
 
 
-def keeps_batch_norm(global_batch: int, replicas: int) -> bool:
-  """Whether `replicas` replicas each see BATCH_NORM_MIN_SAMPLES samples (one replica always
-  does: its statistics are the whole batch's, however small)."""
-  return replicas == 1 or global_batch // replicas >= BATCH_NORM_MIN_SAMPLES
+def keeps_batch_norm(global_batch: int, groups: int) -> bool:
+  """Whether a batch split into `groups` equal groups (replicas, systems' micro-batches) gives
+  each group's batch-norm statistics BATCH_NORM_MIN_SAMPLES samples (one group always does:
+  its statistics are the whole batch's, however small)."""
+  return groups == 1 or global_batch // groups >= BATCH_NORM_MIN_SAMPLES
 
 
 def divisors(global_batch: int, limit: int) -> List[int]:

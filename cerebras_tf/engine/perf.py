@@ -742,16 +742,41 @@ def _has_work(l: ir.Layer) -> bool:
   return l.flops > 0 or l.num_params > 0
 
 
+# The most a weight-streaming step may slow down to keep batch norm's micro-batch statistics
+# at batching.BATCH_NORM_MIN_SAMPLES (when the larger micro-batches' activations must leave the
+# wafer): past it the faster micro-batches are taken, and the plan's note and the advisor say
+# what keeping them costs. A policy, not a measurement: under 16 samples the statistics are
+# noisier (Wu & He 2018, Table 3: ResNet-50's ImageNet error with BN is 23.6% at 32 images a
+# worker, 24.8% at 8, 34.7% at 2), not useless, while a spilling step can be orders of
+# magnitude slower.
+BATCH_NORM_PRICE_LIMIT = 2.0
+
+
+def ws_max_micro_batch(graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> int:
+  """The batch limit: the most samples a micro-batch can have while the largest layer's
+  working set (x samples) fits the wafer beside the double-buffered weights (0: not one; the
+  per-system batch when no layer states a working set)."""
+  act = ws_activations(graph, options)
+  if act.working <= 0:
+    return batching.split(int(options.batch_size), num_systems=int(options.num_csx)).per_system
+  room = float(engine.usable_sram_bytes) - ws_weight_buffer_bytes(graph, options.sparsity)
+  return int(room // act.working)
+
+
 def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
-            micro_batch: Optional[int] = None) -> WSCost:
+            micro_batch: Optional[int] = None, keep_batch_norm: bool = True) -> WSCost:
   """The weight-streaming step (see the comment block above). Pure.
 
   Micro-batching: the per-system batch b runs as k = ceil(b / m) equal micro-batches
   (gradients accumulate; weights stream again for each). With `options.micro_batch_size` None
   the compiler takes the fastest of: the largest m whose kept activations all fit the wafer,
   the largest m whose block checkpoints fit (each block recomputed in backward: a third more
-  forward FLOPs, fewer micro-batches), and m = b with the kept activations that do not fit
-  held off the wafer (`spill`). `micro_batching=False` runs m = b; a forced m (the option, or
+  forward FLOPs, fewer micro-batches), and the largest m the batch limit allows (m = b when
+  it can) with the kept activations that do not fit held off the wafer (`spill`). A training
+  step of a model with batch norm takes only micro-batches that leave its statistics
+  batching.BATCH_NORM_MIN_SAMPLES samples when one of those does at most
+  BATCH_NORM_PRICE_LIMIT times slower than the fastest (`keep_batch_norm`; the most
+  micro-batches that keep them is a candidate too). `micro_batching=False` runs m = b; a forced m (the option, or
   `micro_batch` here) is taken as given. A micro-batch whose working set (the largest layer's
   input, output and transient bytes, x m, beside the double-buffered weights) does not fit
   the wafer gives fits=False and `why`: that is the batch limit.
@@ -761,7 +786,7 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
   act = ws_activations(graph, options)
   wbuf = ws_weight_buffer_bytes(graph, options.sparsity)
   sram = float(engine.usable_sram_bytes)
-  m_work = int((sram - wbuf) // act.working) if act.working > 0 else b
+  m_work = ws_max_micro_batch(graph, engine, options)
   depth = math.ceil(math.log2(n)) if n > 1 else 0
   hop = depth * engine.swarmx_hop_latency_s
   working = sum(1 for l in graph.layers if _has_work(l))
@@ -831,15 +856,29 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
     return min(cands, key=lambda c: c.step_s)
   if m_work < 1:
     return _ws_refused(schedule(1, True), 1, act, wbuf, engine, options, m_work)
-  cands = [schedule(b, False)]
+  top = min(b, m_work)  # the largest micro-batch whose working set fits: the batch limit
+  cands = [schedule(top, False)]
   m_full = fit_m(act.full)
-  if 1 <= m_full < b:
+  if 1 <= m_full < top:
     cands.append(schedule(m_full, False))
   if act.blocks:
-    cands.append(schedule(b, True))
+    cands.append(schedule(top, True))
     m_min = fit_m(act.minimum)
-    if 1 <= m_min < b:
+    if 1 <= m_min < top:
       cands.append(schedule(m_min, True))
+  if keep_batch_norm and training(options) and graph.batch_norm_layers:
+    # Batch norm's statistics are one micro-batch's: keep them batching.BATCH_NORM_MIN_SAMPLES
+    # when any candidate does, faster or not (the planner notes the price, or that none can).
+    most = b // batching.BATCH_NORM_MIN_SAMPLES
+    if most > 1 and -(-b // most) <= top:
+      cands.append(schedule(-(-b // most), False))
+      if act.blocks:
+        cands.append(schedule(-(-b // most), True))
+    kept = [c for c in cands if batching.keeps_batch_norm(n * b, n * c.num_micro)]
+    if kept:
+      best = min(kept, key=lambda c: (c.step_s, c.num_micro))
+      if best.step_s <= BATCH_NORM_PRICE_LIMIT * min(c.step_s for c in cands):
+        return best
   return min(cands, key=lambda c: (c.step_s, c.num_micro))
 
 

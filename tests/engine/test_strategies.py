@@ -13,7 +13,7 @@ import pytest
 from cerebras_tf.analysis import analytic
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
-from cerebras_tf.compiler.plan import get_planner
+from cerebras_tf.compiler.plan import advisor, get_planner
 from cerebras_tf.analysis import scaling
 from cerebras_tf.engine import perf, report, spec
 from cerebras_tf.errors import ParamsError
@@ -124,6 +124,92 @@ def test_compiler_chosen_replicas_keep_batch_norm_16_samples(cs2, bn_cnn_layer, 
   # At batch 64, R=4 keeps 16 each.
   plan, _ = run(ir.LayerGraph("cnn", (layer,), 64), cs2, "multi_replica", 64)
   assert plan.num_replicas == 4
+
+
+def deep_graph(cs2, fwd_flops, batch_norm):
+  """10 layers whose kept activations fit 8.5 samples of weight streaming's micro-batch: each
+  keeps A = SRAM / (12 x 8.5) bytes a sample, so all ten and the largest working set (a
+  layer's input + output, 2A) take 12A a sample: micro-batches of 8 keep everything on the
+  wafer, 16 spill; the working set alone allows SRAM / 2A = 51. A batch norm on layer 0."""
+  a = cs2.usable_sram_bytes / (12 * 8.5)
+  return ir.LayerGraph("deep", tuple(
+      ir.Layer(f"l{i}", "matmul", fwd_flops, 2 * fwd_flops, 1000, 2000, 2000, 4000, a,
+               batch_norm=batch_norm and i == 0) for i in range(10)), 1)
+
+
+def test_weight_streaming_micro_batches_keep_batch_norm_16_samples_at_a_price(cs2):
+  # Heavy layers (1e13 forward FLOPs a sample): without a norm, per-system batch 32 runs as 4
+  # micro-batches of 8 (nothing spills). Batch norm's statistics are one micro-batch's, so
+  # with one the compiler takes 2 of 16 (Wu & He 2018: 16 trains as well as 32) and pays
+  # the spill: 2 micro-batches x (out + back) x the 16 x 12A - SRAM = 0.882 x 37.06 GB that
+  # do not fit, over the 150 GB/s host links = 0.872 s, on top of 32 x 10 x 3e13 FLOPs /
+  # 1.5015e15 FLOP/s (753,972 cores x 8.8 GFLOP/s x 0.2263) = 6.39 s: 1.14x, under
+  # perf.BATCH_NORM_PRICE_LIMIT (2x). The note says what the fast split would have bought.
+  heavy = [run(deep_graph(cs2, 1e13, bn), cs2, "weight_streaming", 32) for bn in (False, True)]
+  (free, free_pf), (kept, kept_pf) = heavy
+  assert (free.batching.micro_batches, free.batching.per_micro_batch) == (4, 8)
+  assert (kept.batching.micro_batches, kept.batching.per_micro_batch) == (2, 16)
+  assert kept.batching.keeps_batch_norm
+  assert kept_pf.step_time_s - free_pf.step_time_s == pytest.approx(
+      2 * 2 * (16 * 12 / (12 * 8.5) - 1) * cs2.usable_sram_bytes / 150e9, rel=1e-3)
+  (note,) = [n for n in kept.notes if n.startswith("batch normalization (l0)")]
+  assert ("over one micro-batch on one system: 16 sample(s) (the per-system batch of 32 runs "
+          "as 2 micro-batches); micro-batches of 8 would run 1.14x faster") in note
+  # Light layers (1e6 FLOPs: the step is ~1.4 ms of per-token latency): spilling would cost
+  # over 600x, past the limit, so the fast split stays and the note and the advisor say what
+  # keeping 16 costs; the advice, compiled, keeps them and predicts what it says.
+  g = deep_graph(cs2, 1e6, True)
+  opts = plans.PlanOptions(batch_size=32, execution_strategy="weight_streaming")
+  light = get_planner("weight_streaming").plan(g, cs2, opts)
+  light_pf = perf.simulate(light, g, cs2, opts)
+  assert light.batching.per_micro_batch == 8 and not light.batching.keeps_batch_norm
+  (note,) = [n for n in light.notes if n.startswith("batch normalization (l0)")]
+  assert "8 sample(s), under 16" in note and "micro-batches of 16 would keep them but run " \
+      "605.1x slower" in note and note.endswith("csconfig.micro_batch_size=16 forces them")
+  first = advisor.advise(g, cs2, opts, light, light_pf, get_planner)[0]
+  assert first.label == "micro_batch_size: 16"
+  assert first.why == "batch norm over 16 samples a micro-batch, not 8"
+  assert first.line().startswith("micro_batch_size: 16 -> 36.6 samples/s (605x slower)")
+  again, again_pf = run(g, cs2, "weight_streaming", 32, micro_batch_size=16)
+  assert again.batching.keeps_batch_norm
+  assert again_pf.samples_per_sec == pytest.approx(first.samples_per_sec, rel=1e-9)
+
+
+def test_weight_streaming_systems_and_micro_batches_that_starve_batch_norm_say_so(
+    cs2, bn_cnn_layer):
+  # The small BN CNN layer at batch 32: 4 systems leave 8 samples each. The note names
+  # num_csx as the cause and the most systems that keep 16 (2); the advisor puts that first.
+  g = ir.LayerGraph("cnn", (bn_cnn_layer,), 32)
+  opts = plans.PlanOptions(batch_size=32, execution_strategy="weight_streaming", num_csx=4)
+  plan = get_planner("weight_streaming").plan(g, cs2, opts)
+  assert plan.batching.batch_norm_samples == 8
+  (note,) = [n for n in plan.notes if n.startswith("batch normalization (bn0)")]
+  assert note.endswith("num_csx=4 leaves each system 8: num_csx <= 2, or a global batch of 64")
+  first = advisor.advise(g, cs2, opts, plan, perf.simulate(plan, g, cs2, opts), get_planner)[0]
+  assert (first.label, first.why) == ("num_csx: 2",
+                                      "batch norm over 16 samples a micro-batch, not 8")
+  # The heavy deep graph on 2 systems (16 each, kept): 4 systems would run each step twice
+  # as fast, and are advised without the norm; with it they would leave 8 a system: not
+  # advised.
+  def labels(graph):
+    o = plans.PlanOptions(batch_size=32, execution_strategy="weight_streaming", num_csx=2)
+    p = get_planner("weight_streaming").plan(graph, cs2, o)
+    return [a.label for a in advisor.advise(graph, cs2, o, p, perf.simulate(p, graph, cs2, o),
+                                            get_planner)]
+  assert "num_csx: 4" in labels(deep_graph(cs2, 1e13, False))
+  assert "num_csx: 4" not in labels(deep_graph(cs2, 1e13, True))
+  # A forced micro-batch of 4: the note names it; the advisor's fix is the largest micro-batch
+  # the wafer holds (32: one pass, nothing spills).
+  plan, pf = run(g, cs2, "weight_streaming", 32, micro_batch_size=4)
+  (note,) = [n for n in plan.notes if n.startswith("batch normalization (bn0)")]
+  assert "micro_batch_size=4 forces it: micro_batch_size >= 16 (the wafer holds 32)" in note
+  opts = plans.PlanOptions(batch_size=32, execution_strategy="weight_streaming",
+                           micro_batch_size=4)
+  first = advisor.advise(g, cs2, opts, plan, pf, get_planner)[0]
+  assert first.label == "micro_batch_size: 32"
+  # Forward-only steps use the moving statistics: no note.
+  plan, _ = run(g, cs2, "weight_streaming", 32, num_csx=4, phase="eval")
+  assert not any(n.startswith("batch normalization") for n in plan.notes)
 
 
 @pytest.mark.parametrize("make,params", [(analytic.transformer_base, 63e6),

@@ -9,7 +9,7 @@ gets the lines without the engine knowing a planner.
 
 import dataclasses
 import math
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from cerebras_tf.core import batching, ir, plans
 from cerebras_tf.engine import perf
@@ -30,7 +30,8 @@ class Advice:
   why: str = ""
 
   def line(self) -> str:
-    gain = (f"{self.speedup:.2f}x" if math.isfinite(self.speedup) else "fits")
+    gain = ("fits" if not math.isfinite(self.speedup) else f"{self.speedup:.2f}x"
+            if self.speedup >= 0.1 else f"{1 / self.speedup:,.0f}x slower")
     return (f"{self.label} -> {self.samples_per_sec:,.1f} samples/s ({gain})"
             + (f"; {self.why}" if self.why else ""))
 
@@ -92,19 +93,28 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
                   dataclasses.replace(options, vts=True, token_fraction=0.5,
                                       token_sq_fraction=0.3),
                   "costs only real tokens; the compiler measures the fractions from the data"))
-  kept = _batch_norm_replicas(graph, plan)   # a correctness change: shown even when slower
-  if kept is not None:
-    cands.append((f"num_replicas: {kept}", dataclasses.replace(options, num_replicas=kept),
-                  f"batch norm over {b // kept} samples a replica, not "
-                  f"{plan.batching.per_engine_replica}"))
+  fix = _batch_norm_fix(graph, engine, plan, options)   # correctness: shown even when slower
+  if fix is not None:
+    cands.append((*fix, ""))
+  norms = bool(graph.batch_norm_layers) and perf.training(options)
 
   def for_batch_norm(opts):
-    return kept is not None and opts.num_replicas == kept
+    return fix is not None and opts is fix[1]
   out = []
   for label, opts, why in cands:
     p = _try(graph, engine, opts, get_planner)
     if p is None or not p.fits:
       continue
+    if (p.execution_strategy == plans.MULTI_REPLICA and p.num_replicas == 1
+        and not for_batch_norm(opts)):
+      continue  # one replica is the pipelined plan, suggested (or current) as itself
+    if norms and not p.batching.keeps_batch_norm and (
+        for_batch_norm(opts) or plan.batching.keeps_batch_norm):
+      continue  # speed bought with batch-norm statistics of a few samples is not advice
+    if for_batch_norm(opts):
+      group = "a replica" if p.execution_strategy == plans.MULTI_REPLICA else "a micro-batch"
+      why = (f"batch norm over {p.batching.batch_norm_samples} samples {group}, not "
+             f"{plan.batching.batch_norm_samples}")
     sps = perf.simulate(p, graph, engine, opts).samples_per_sec
     if p.execution_strategy == plans.MULTI_REPLICA:
       label = label.replace(plans.MULTI_REPLICA, f"{plans.MULTI_REPLICA} (R={p.num_replicas})", 1)
@@ -117,17 +127,41 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
   return out[:MAX_ADVICE]
 
 
-def _batch_norm_replicas(graph: ir.LayerGraph, plan: plans.Plan) -> Optional[int]:
-  """For a multi_replica plan (a forced R) of a model with batch norm whose replicas see fewer
-  than batching.BATCH_NORM_MIN_SAMPLES samples: the largest R dividing the batch that gives
-  each replica at least that many (1 when the batch itself is smaller); None otherwise."""
-  if plan.execution_strategy != plans.MULTI_REPLICA or plan.num_replicas <= 1:
+def _batch_norm_fix(graph: ir.LayerGraph, engine, plan: plans.Plan,
+                    options: plans.PlanOptions) -> Optional[Tuple[str, plans.PlanOptions]]:
+  """For a training plan whose batch-norm statistics cover fewer than
+  batching.BATCH_NORM_MIN_SAMPLES samples on the engine: (label, options) of the setting
+  that gives them that many, or None. A forced multi_replica R: the largest R dividing the
+  batch that keeps 16 a replica (1 when the batch itself is smaller). Weight streaming: the
+  most systems that keep 16 each when num_csx is the cause, else the largest micro-batch
+  whose statistics keep 16 and whose working set fits."""
+  if not graph.batch_norm_layers or not perf.training(options) or not plan.fits:
     return None
-  b = plan.batch_size
-  if not graph.batch_norm_layers or batching.keeps_batch_norm(b, plan.num_replicas):
+  split, b = plan.batching, plan.batch_size
+  if split.keeps_batch_norm:
     return None
-  return max(r for r in batching.divisors(b, plan.num_replicas - 1)
-             if batching.keeps_batch_norm(b, r))
+  if plan.execution_strategy == plans.MULTI_REPLICA:
+    r = max(r for r in batching.divisors(b, plan.num_replicas - 1)
+            if batching.keeps_batch_norm(b, r))
+    return f"num_replicas: {r}", dataclasses.replace(options, num_replicas=r)
+  if plan.execution_strategy != plans.WEIGHT_STREAMING:
+    return None
+  low = batching.BATCH_NORM_MIN_SAMPLES
+  if split.num_systems > 1 and split.per_system < low:
+    n = max(n for n in batching.divisors(b, split.num_systems - 1)
+            if batching.keeps_batch_norm(b, n))
+    return f"num_csx: {n}", dataclasses.replace(options, num_csx=n)
+  # The largest micro-batch the wafer holds (fewest per-layer costs) and the smallest that
+  # keeps 16 (least spilled activations): whichever runs faster.
+  per = split.per_system
+  limit = perf.ws_max_micro_batch(graph, engine, options)
+  sizes = {m for m in (min(per, limit), -(-per // max(1, per // low)))
+           if 1 <= m <= limit and per // -(-per // m) >= low}
+  if not sizes:
+    return None   # nothing the wafer holds keeps 16: the plan's note says what would
+  m = min(sizes, key=lambda m: perf.ws_cost(
+      graph, engine, dataclasses.replace(options, micro_batch_size=m)).step_s)
+  return f"micro_batch_size: {m}", dataclasses.replace(options, micro_batch_size=m)
 
 
 def report_lines(graph, plan, performance, engine, options, get_planner) -> List[str]:

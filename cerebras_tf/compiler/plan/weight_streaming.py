@@ -113,6 +113,7 @@ class WeightStreamingPlanner(base.Planner):
                            plans.BATCH, cost.memory_bytes, avail))
     need = int(cost.memory_bytes)
     k = cost.num_micro
+    split = batching.split(batch, num_systems=n, micro_batches=k)
     placements = tuple(
         plans.LayerPlacement(
             name=c.name, cores=engine.usable_cores, region=None,
@@ -138,9 +139,56 @@ class WeightStreamingPlanner(base.Planner):
       notes.append(f"unstructured sparsity {options.sparsity:.0%}: zero weights skipped and not "
                    f"streamed; the {engine.sparsity_partial_sum_cycles:g}-cycle partial sum per "
                    f"output feature and attention/elementwise work are not (Amdahl)")
+    if perf.training(options) and graph.batch_norm_layers:
+      notes.append(_batch_norm_note(graph, engine, options, split, cost))
     reason = (f"fits: {state / _GB:,.1f} GB of state in MemoryX; {n} x {engine.name}, "
               f"micro-batch {cost.micro_batch} of per-system batch {split.per_system}")
     return plans.Plan(execution_strategy=plans.WEIGHT_STREAMING, engine=engine.name, fits=True,
                      batching=split, memory_needed_bytes=need,
                      memory_available_bytes=avail, layers=placements, reason=reason,
                      notes=tuple(notes))
+
+
+def _batch_norm_note(graph: ir.LayerGraph, engine, options: plans.PlanOptions,
+                     split: batching.Batching, cost: perf.WSCost) -> str:
+  """What batch norm's statistics cover on the engine: one micro-batch of one system. Kept at
+  batching.BATCH_NORM_MIN_SAMPLES or more: what that costs against the fastest micro-batch.
+  Under it: the setting that caused it, and what keeping it would take."""
+  low = batching.BATCH_NORM_MIN_SAMPLES
+  norms = graph.batch_norm_layers
+  shown = ", ".join(norms[:3]) + (" ..." if len(norms) > 3 else "")
+  per, b = split.batch_norm_samples, split.per_system
+  head = (f"batch normalization ({shown}) takes its statistics over one micro-batch on one "
+          f"system: {per} sample(s)")
+  if split.keeps_batch_norm:
+    head += (f" (the per-system batch of {b} runs as {split.micro_batches} micro-batches)"
+             if split.micro_batches > 1 else "")
+    free = perf.ws_cost(graph, engine, options, keep_batch_norm=False)
+    if free.fits and free.step_s < cost.step_s:
+      head += (f"; micro-batches of {free.micro_batch} would run "
+               f"{cost.step_s / free.step_s:.2f}x faster ({free.samples_per_sec:,.1f} "
+               f"samples/s) with statistics of {b // free.num_micro} sample(s): "
+               f"csconfig.micro_batch_size={free.micro_batch} forces them")
+    return head
+  head += (f", under {low} (Wu & He 2018): training is noisier than batch "
+           f"{split.global_batch} says")
+  if b < low and split.num_systems > 1:
+    fewer = max(s for s in batching.divisors(split.global_batch, split.num_systems)
+                if batching.keeps_batch_norm(split.global_batch, s))
+    return (head + f"; num_csx={split.num_systems} leaves each system {b}: num_csx <= {fewer}, "
+            f"or a global batch of {low * split.num_systems}")
+  if options.micro_batch_size is not None and cost.max_micro_batch >= low:
+    return head + (f"; micro_batch_size={options.micro_batch_size} forces it: "
+                   f"micro_batch_size >= {low} (the wafer holds {cost.max_micro_batch}), or "
+                   f"leave it to the compiler")
+  m = -(-b // max(1, b // low))   # the smallest micro-batch whose statistics keep `low`
+  if b >= low and m <= cost.max_micro_batch:
+    kept = perf.ws_cost(graph, engine, options, micro_batch=m)
+    return head + (f"; micro-batches of {m} would keep them but run "
+                   f"{kept.step_s / cost.step_s:.1f}x slower ({kept.samples_per_sec:,.1f} "
+                   f"samples/s: their activations do not all fit the wafer, over "
+                   f"{perf.BATCH_NORM_PRICE_LIMIT:g}x is not taken unasked): "
+                   f"csconfig.micro_batch_size={m} forces them")
+  return head + (f"; the wafer holds at most {cost.max_micro_batch} sample(s) of the largest "
+                 f"layer's working set a micro-batch: smaller inputs, or a norm without batch "
+                 f"statistics (GroupNormalization, LayerNormalization)")
