@@ -42,6 +42,10 @@ from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, logs, strat
                                  tf_config)
 from cerebras_tf.runtime.hooks import BatchProgressHook, CSProgressHook, GracefulInterrupt
 
+# While TensorFlow's runtime has not started: a Keras model built after this import (as
+# from_keras_model needs) would otherwise fix the process at one CPU device.
+strategies.reserve_default_cpus()
+
 ModeKeys = tf.estimator.ModeKeys
 _SECTION = {ModeKeys.TRAIN: "train_input", ModeKeys.EVAL: "eval_input",
             ModeKeys.PREDICT: "eval_input"}
@@ -480,6 +484,7 @@ class _CerebrasMethods:
       _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_per_replica_clipping(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_batch_norm_statistics(run["result"].graph.batch_norm_layers, run["result"].plan)
+      strategies.drop_wrapped_duplicates(tf.compat.v1.get_default_graph())
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 
@@ -943,8 +948,15 @@ def _say_batch_norm_statistics(norms: Sequence[str], plan: plans.Plan) -> None:
     on_engine = (f"the weight-streaming plan's {split.num_systems} system(s) x "
                  f"{split.micro_batches} micro-batch(es) see {split.batch_norm_samples} "
                  f"sample(s) each")
-    fix = (f"the host does not micro-batch: csconfig.micro_batch_size={split.per_system} (the "
-           f"whole per-system batch, if the wafer holds it) makes the engine's groups the host's")
+    fixes = []
+    if split.micro_batches > 1:
+      fixes.append(f"the host does not micro-batch: csconfig.micro_batch_size="
+                   f"{split.per_system} (the whole per-system batch, if the wafer holds it)")
+    if split.num_systems != host:
+      fixes.append(f"{split.num_systems} host replicas (one a system: run in a fresh process, "
+                   f"or call cerebras_tf.runtime.strategies.reserve_logical_cpus("
+                   f"{split.num_systems}) before building the model)")
+    fix = " and ".join(fixes) + " make the engine's groups the host's"
   else:
     on_engine = f"the {plan.execution_strategy} plan normalizes over the whole batch"
     fix = "training on one worker reproduces the engine's"

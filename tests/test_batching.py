@@ -70,7 +70,10 @@ def test_host_replicas_cannot_spread_over_workers():
     (2, 1, 16, False, 8, 1, 2),     # never more than the plan's R
     (8, 1, 16, True, 2, 1, 8),      # csconfig.num_replicas: the user's number on the host too
     (1, 1, 16, False, 2, 1, 1),     # pipelined
-    (1, 2, 16, False, 2, 1, 2),     # weight streaming: one device per system
+    (1, 2, 16, False, 2, 1, 2),     # weight streaming: one device per system while it has them
+    (1, 8, 16, False, 2, 1, 2),     # 8 systems' shares on 2 devices
+    (1, 2, 16, False, 1, 1, 1),     # TensorFlow started with one CPU device
+    (1, 4, 16, True, 2, 1, 2),      # `forced` is num_replicas', not num_csx's
     (1, 1, 16, False, 1, 3, 3),     # three workers, one replica each
     (64, 1, 64, False, 1, 2, 2),    # multi_replica over 2 workers of one device
 ])

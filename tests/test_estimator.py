@@ -168,8 +168,9 @@ def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, capl
   """auto picks multi_replica for this MLP at batch 256 (R copies fit the wafer and gain 12%,
   more than the 5% auto asks; at batch 16 they gain 0.7% and auto keeps pipelined); the host asks
   for 2 logical CPUs. When TensorFlow already runs with one CPU (a notebook), auto plans the
-  host side for one device, with an INFO line, and trains; an explicit multi_replica keeps the
-  error. The plan carries the host's numbers (plan.batching), the runtime reads them."""
+  host side for one device, with an INFO line, and trains; so does an explicit multi_replica
+  (the host's replica count is the user's only with csconfig.num_replicas, which keeps the
+  error). The plan carries the host's numbers (plan.batching), the runtime reads them."""
   asked = []
 
   def no_devices(count):
@@ -193,10 +194,17 @@ def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, capl
   assert "TensorFlow already started with 1 CPU device(s); if auto picks a data-parallel " \
          "mode the host trains on the devices it has" in logged
   assert "for 2 host replicas, run in a fresh process" in logged
+  caplog.clear()
   explicit = CerebrasEstimator(model_fn, config=_config(
       tmp_path / "mr", cs_config=CSConfig(execution_strategy="multi_replica")), params=params)
+  explicit.train(_train_input, max_steps=2, use_cs=True)
+  assert explicit.compile(_train_input).plan.batching.host_replicas == 1
+  assert "the multi_replica plan is data-parallel: the host trains on the devices it has" \
+      in caplog.text
+  forced = CerebrasEstimator(model_fn, config=_config(tmp_path / "mr2", cs_config=CSConfig(
+      execution_strategy="multi_replica", num_replicas=2)), params=params)
   with pytest.raises(ConfigError, match="needs 2 CPU devices"):
-    explicit.train(_train_input, max_steps=2, use_cs=True)
+    forced.train(_train_input, max_steps=2, use_cs=True)
 
 
 def test_our_lines_show_at_tensorflows_default_verbosity(tmp_path, caplog):

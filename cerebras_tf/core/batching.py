@@ -173,18 +173,18 @@ def host_replicas(engine_replicas: int, num_systems: int, global_batch: int, *,
                   num_workers: int = 1) -> int:
   """How many data-parallel replicas the host trains the plan with, across all workers.
 
-  Weight streaming computes on one device per system. multi_replica with a forced R (the
-  user's csconfig.num_replicas) runs exactly R on one worker; with a compiler-chosen R, each
-  worker runs the largest count <= min(R, devices_per_worker) that keeps the batch divisible.
-  Anything else is one replica per worker.
+  multi_replica with a forced R (the user's csconfig.num_replicas) runs exactly R on one
+  worker. A compiler-chosen R, or weight streaming's systems: each worker runs the largest
+  count <= min(R or num_csx, devices_per_worker) that keeps the batch divisible (the same
+  synchronous update on the same global batch; batch norm's groups may differ, which
+  training says). Anything else is one replica per worker.
   """
-  if num_systems > 1:
-    return num_systems
-  if engine_replicas <= 1:
+  shares = max(engine_replicas, num_systems)
+  if shares <= 1:
     return num_workers
-  if forced and num_workers == 1:
+  if forced and num_workers == 1 and engine_replicas > 1:
     return engine_replicas
-  per_worker = min(engine_replicas, max(1, devices_per_worker))
+  per_worker = min(shares, max(1, devices_per_worker))
   while per_worker > 1 and not divides(global_batch, per_worker * num_workers):
     per_worker -= 1
   return per_worker * num_workers

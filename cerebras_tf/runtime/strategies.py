@@ -56,11 +56,12 @@ def host_devices(cs_config) -> dict:
   """What this host can train with: {"num_workers", "host_devices"} for the compiler.
 
   Reserves the logical CPUs the configured strategy may use first (so call it before anything
-  starts TensorFlow's runtime; CerebrasEstimator.compile does). `auto` that cannot get them
-  (TensorFlow already started with one CPU, as in a notebook) plans for the devices there are,
-  with an INFO line; an explicit multi_replica or weight_streaming plans for the devices it asked
-  for, so compiling works anywhere and training it raises the ConfigError that says how to fix
-  it.
+  starts TensorFlow's runtime; CerebrasEstimator.compile does). A plan that cannot get them
+  (TensorFlow already started with one CPU: a notebook, a Keras model built first) is planned
+  for the devices there are, with an INFO line: the host's replica count is an implementation
+  detail (the same update on the same global batch) unless the user set
+  csconfig.num_replicas, which plans for the devices it asked for, so compiling works anywhere
+  and training raises the ConfigError that says how to fix it.
   """
   cluster = tf_config.current()
   workers = cluster.num_workers if cluster is not None and cluster.multi_worker else 1
@@ -84,17 +85,29 @@ def host_devices(cs_config) -> dict:
     try:
       reserve_logical_cpus(want)
     except ConfigError:
-      if strategy != plans.AUTO:
+      if cs_config.num_replicas is not None and strategy != plans.WEIGHT_STREAMING:
         return {"num_workers": 1, "host_devices": want}
       # INFO, not WARNING: the update is the same on any number of host devices, and most
-      # plans auto picks here (pipelined) use one; a data-parallel pick logs its own line.
+      # plans auto picks here (pipelined) use one; a data-parallel plan logs its own line.
       have = logical_cpu_count()
       tf.compat.v1.logging.info(
-          "cerebras_tf: TensorFlow already started with %d CPU device(s); if auto picks a "
-          "data-parallel mode the host trains on the devices it has (the same update on the "
-          "same global batch); for %d host replicas, run in a fresh process or call "
-          "cerebras_tf.runtime.strategies.reserve_logical_cpus(%d) first", have, want, want)
+          "cerebras_tf: TensorFlow already started with %d CPU device(s); %s the host trains "
+          "on the devices it has (the same update on the same global batch); for %d host "
+          "replicas, run in a fresh process or call "
+          "cerebras_tf.runtime.strategies.reserve_logical_cpus(%d) first", have,
+          "if auto picks a data-parallel mode" if strategy == plans.AUTO
+          else f"the {strategy} plan is data-parallel:", want, want)
   return {"num_workers": 1, "host_devices": logical_cpu_count()}
+
+
+def reserve_default_cpus() -> None:
+  """Reserves batching.HOST_CPU_REPLICAS logical CPUs while TensorFlow's runtime has not
+  started (nothing once it has). Called when the estimator module is imported: a script that
+  imports cerebras_tf and then builds its Keras model (from_keras_model needs it built, and
+  building it starts the runtime) still trains data-parallel plans on as many host replicas
+  as a fresh process would. Ops run on the first CPU device unless placed."""
+  with contextlib.suppress(ConfigError):
+    reserve_logical_cpus(batching.HOST_CPU_REPLICAS)
 
 
 def form_cluster(cs_config=None) -> None:
@@ -108,6 +121,25 @@ def form_cluster(cs_config=None) -> None:
   if (cluster is not None and cluster.multi_worker
       and getattr(cs_config, "execution_strategy", None) != plans.WEIGHT_STREAMING):
     multiworker.strategy(cluster)
+
+
+def drop_wrapped_duplicates(graph: tf.Graph) -> int:
+  """Leaves each variable once in `graph`'s global-variables collection; the count dropped.
+
+  Weight streaming on several systems trains under CentralStorageStrategy, whose variables
+  with an aggregation are `AggregatingVariable` wrappers of a variable on the weight server.
+  A Keras model's legacy optimizer (CerebrasEstimator.from_keras_model) leaves both the wrapper
+  and the variable it wraps in the collection for its slots, and the Saver refuses the pair
+  ("At least two variables have the same name: training/Adam/dense/bias/m"). The wrapper
+  stays: it saves and restores the same variable.
+  """
+  coll = graph.get_collection_ref(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+  wrapped = {id(v._v) for v in coll if hasattr(v, "_v") and hasattr(  # pylint: disable=protected-access
+      v._v, "_aggregating_container")}  # pylint: disable=protected-access
+  kept = [v for v in coll if id(v) not in wrapped]
+  dropped = len(coll) - len(kept)
+  coll[:] = kept
+  return dropped
 
 
 def logical_cpu_count() -> int:
@@ -184,6 +216,11 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
         "trains them as %d replica(s) of %d samples: the same global batch %d and synchronous "
         "update (csconfig.num_replicas fixes R on both)", b.engine_replicas, chosen_by,
         b.host_replicas, b.per_host_replica, b.global_batch)
+  if strategy == plans.WEIGHT_STREAMING and b.num_systems != b.host_replicas:
+    tf.compat.v1.logging.info(
+        "cerebras_tf: weight-streaming plan: %d systems on the engine; the host trains their "
+        "shares as %d replica(s) of %d samples: the same global batch %d and synchronous "
+        "update", b.num_systems, b.host_replicas, b.per_host_replica, b.global_batch)
   multi_worker = b.num_workers > 1
   sess = session_config(local, config.session_config)
   scope = contextlib.nullcontext

@@ -461,3 +461,64 @@ def test_a_mixed_precision_policy_trains_or_says_why_not_in_multi_replica(tmp_pa
   out = proc.stdout + proc.stderr[-4000:]
   for case, expected in cases.items():
     assert f"CASE {case} {expected}" in out, (case, out)
+
+
+_WS_SCRIPT = """
+import sys, numpy as np, tensorflow as tf
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+import logging
+said = []
+logging.getLogger("tensorflow").addHandler(type("H", (logging.Handler,), {
+    "emit": lambda self, r: said.append(r.getMessage())})())
+L = tf.keras.layers
+def build():  # the model is built first: from_keras_model needs it, and it starts TF's runtime
+  x = L.Input((8, 8, 1), name="image")
+  h = L.ReLU()(L.BatchNormalization()(L.Conv2D(4, 3, padding="same")(x)))
+  out = L.Dense(3)(L.GlobalAveragePooling2D()(h))
+  model = tf.keras.Model(x, out)
+  model.compile(optimizer=tf.keras.optimizers.Adam(1e-2),
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+def input_fn(params):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(128, 8, 8, 1)).astype(np.float32)
+  y = rng.integers(0, 3, 128).astype(np.int32)
+  return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(params["batch_size"])
+for name, systems, steps in (("two", 2, (3, 5)), ("four", 4, (2,))):
+  said.clear()
+  est = CerebrasEstimator.from_keras_model(build(), params={"batch_size": 32}, config=CSRunConfig(
+      model_dir=f"{sys.argv[1]}/{name}", cs_config=CSConfig(
+          execution_strategy="weight_streaming", num_csx=systems)))
+  for s in steps:
+    est.train(input_fn, max_steps=s, use_cs=True)
+  plan = est.compile(input_fn).plan
+  print("CASE", name, "STEP", est.get_variable_value("global_step"), "HOST",
+        plan.batching.host_replicas, "EVAL", est.evaluate(input_fn, steps=1)["loss"] > 0,
+        "SAID", [m for m in said if "batch normalization" in m or "host trains" in m])
+"""
+
+
+@pytest.mark.slow
+def test_a_keras_cnn_trains_weight_streaming_on_several_systems(tmp_path):
+  """A hurried user's Keras CNN (conv, batch norm, the new Adam) through from_keras_model in
+  weight streaming on 2 systems: building the model first left TensorFlow one CPU device
+  ("this run needs 2 CPU devices but TensorFlow already started with 1"), and with two the
+  Saver refused the Keras optimizer's slots, wrapped and unwrapped by CentralStorageStrategy
+  ("At least two variables have the same name: training/Adam/conv2d/bias/m"). Now importing
+  the estimator reserves 2 CPU devices, the pair is saved once, and training resumes and
+  evaluates. On 4 systems the host trains the shares on its 2 devices and says so; batch
+  norm over 8 samples a system is named with the num_csx that keeps 16, and that the host's
+  2 replicas of 16 normalize otherwise."""
+  proc = subprocess.run([sys.executable, "-c", _WS_SCRIPT, str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=600, check=False)
+  out = proc.stdout + proc.stderr[-4000:]
+  two = next(l for l in proc.stdout.splitlines() if l.startswith("CASE two"))
+  assert two == "CASE two STEP 5 HOST 2 EVAL True SAID []", out
+  four = next(l for l in proc.stdout.splitlines() if l.startswith("CASE four"))
+  assert four.startswith("CASE four STEP 2 HOST 2 EVAL True SAID ["), out
+  assert ("weight-streaming plan: 4 systems on the engine; the host trains their shares as 2 "
+          "replica(s) of 16 samples") in four
+  assert "8 sample(s), under 16 (Wu & He 2018)" in four and "num_csx <= 2" in four
+  assert ("4 host replicas (one a system: run in a fresh process, or call "
+          "cerebras_tf.runtime.strategies.reserve_logical_cpus(4) before building the model)"
+          ) in four
