@@ -774,10 +774,10 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
   forward FLOPs, fewer micro-batches), and the largest m the batch limit allows (m = b when
   it can) with the kept activations that do not fit held off the wafer (`spill`). A training
   step of a model with batch norm takes only micro-batches that leave its statistics
-  batching.BATCH_NORM_MIN_SAMPLES samples when one of those does at most
+  batching.BATCH_NORM_MIN_SAMPLES samples when one of those runs at most
   BATCH_NORM_PRICE_LIMIT times slower than the fastest (`keep_batch_norm`; the most
-  micro-batches that keep them is a candidate too). `micro_batching=False` runs m = b; a forced m (the option, or
-  `micro_batch` here) is taken as given. A micro-batch whose working set (the largest layer's
+  micro-batches that keep them is a candidate too). `micro_batching=False` runs m = b; a
+  forced m (the option, or `micro_batch` here) is taken as given. A micro-batch whose working set (the largest layer's
   input, output and transient bytes, x m, beside the double-buffered weights) does not fit
   the wafer gives fits=False and `why`: that is the batch limit.
   """
@@ -868,7 +868,8 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
       cands.append(schedule(m_min, True))
   if keep_batch_norm and training(options) and graph.batch_norm_layers:
     # Batch norm's statistics are one micro-batch's: keep them batching.BATCH_NORM_MIN_SAMPLES
-    # when any candidate does, faster or not (the planner notes the price, or that none can).
+    # when a candidate that does costs at most BATCH_NORM_PRICE_LIMIT x the fastest (the
+    # planner's note says what it paid, or what keeping them would cost).
     most = b // batching.BATCH_NORM_MIN_SAMPLES
     if most > 1 and -(-b // most) <= top:
       cands.append(schedule(-(-b // most), False))

@@ -133,8 +133,8 @@ def _batch_norm_fix(graph: ir.LayerGraph, engine, plan: plans.Plan,
   batching.BATCH_NORM_MIN_SAMPLES samples on the engine: (label, options) of the setting
   that gives them that many, or None. A forced multi_replica R: the largest R dividing the
   batch that keeps 16 a replica (1 when the batch itself is smaller). Weight streaming: the
-  most systems that keep 16 each when num_csx is the cause, else the largest micro-batch
-  whose statistics keep 16 and whose working set fits."""
+  most systems that keep 16 each when num_csx is the cause, else the faster of the largest
+  micro-batch the wafer holds and the smallest whose statistics keep 16."""
   if not graph.batch_norm_layers or not perf.training(options) or not plan.fits:
     return None
   split, b = plan.batching, plan.batch_size
