@@ -484,7 +484,7 @@ class _CerebrasMethods:
       _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_per_replica_clipping(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_batch_norm_statistics(run["result"].graph.batch_norm_layers, run["result"].plan)
-      strategies.drop_wrapped_duplicates(tf.compat.v1.get_default_graph())
+      checkpoints.keep_one_per_variable(tf.compat.v1.get_default_graph())
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
 

@@ -340,10 +340,47 @@ def mismatches(checkpoint: str, variables: Iterable[Tuple[str, List[int]]]):
   return out
 
 
+def _wrapped(variables) -> Set[int]:
+  """ids of the variables that another variable of `variables` wraps: an
+  `AggregatingVariable`'s (CentralStorageStrategy: weight streaming on several systems) and a
+  `MirroredVariable`'s per-device copies (multi_replica)."""
+  out = set()
+  for v in variables:
+    inner = getattr(v, "_v", None)
+    if inner is not None and hasattr(inner, "_aggregating_container"):
+      out.add(id(inner))
+    if isinstance(v, tf.distribute.DistributedValues):
+      out.update(id(c) for c in getattr(v, "_values", ()))
+  return out
+
+
+def keep_one_per_variable(graph: tf.Graph) -> int:
+  """Leaves each variable once in `graph`'s global-variables collection (what the Saver saves);
+  returns how many entries it dropped.
+
+  A Keras model's legacy optimizer (CerebrasEstimator.from_keras_model) puts its slots in the
+  collection both as the strategy's wrapper and as the variables it wraps: under
+  CentralStorageStrategy the Saver refused the pair ("At least two variables have the same
+  name: training/Adam/dense/bias/m"); under MirroredStrategy it saved each replica's copy
+  ("training/Adam/.../m/replica_1"), which a checkpoint written in another mode lacks. The
+  wrapper stays: it saves and restores under the one name every mode writes.
+  """
+  coll = graph.get_collection_ref(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+  wrapped = _wrapped(coll)
+  kept = [v for v in coll if id(v) not in wrapped]
+  dropped = len(coll) - len(kept)
+  coll[:] = kept
+  return dropped
+
+
 def graph_variables(graph: tf.Graph) -> List[Tuple[str, List[int]]]:
   """(checkpoint name, shape) of the variables a Saver of `graph` would restore."""
   out = {}
-  for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+  coll = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+  wrapped = _wrapped(coll)
+  for v in coll:
+    if id(v) in wrapped:
+      continue
     name = v.name.split(":")[0]
     shape = v.shape.as_list() if v.shape.rank is not None else None
     if shape is not None and None not in shape:

@@ -123,25 +123,6 @@ def form_cluster(cs_config=None) -> None:
     multiworker.strategy(cluster)
 
 
-def drop_wrapped_duplicates(graph: tf.Graph) -> int:
-  """Leaves each variable once in `graph`'s global-variables collection; the count dropped.
-
-  Weight streaming on several systems trains under CentralStorageStrategy, whose variables
-  with an aggregation are `AggregatingVariable` wrappers of a variable on the weight server.
-  A Keras model's legacy optimizer (CerebrasEstimator.from_keras_model) leaves both the wrapper
-  and the variable it wraps in the collection for its slots, and the Saver refuses the pair
-  ("At least two variables have the same name: training/Adam/dense/bias/m"). The wrapper
-  stays: it saves and restores the same variable.
-  """
-  coll = graph.get_collection_ref(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-  wrapped = {id(v._v) for v in coll if hasattr(v, "_v") and hasattr(  # pylint: disable=protected-access
-      v._v, "_aggregating_container")}  # pylint: disable=protected-access
-  kept = [v for v in coll if id(v) not in wrapped]
-  dropped = len(coll) - len(kept)
-  coll[:] = kept
-  return dropped
-
-
 def logical_cpu_count() -> int:
   return len(tf.config.list_logical_devices("CPU"))
 
