@@ -986,6 +986,31 @@ def test_batch_norm_starved_or_split_otherwise_by_weight_streaming_is_named(repl
           "does not micro-batch: csconfig.micro_batch_size=32") in micro
 
 
+def test_batch_norm_on_workers_is_named_against_the_pipelined_engine(caplog):
+  """A pipelined plan normalizes over the whole batch on the engine; on 2 workers each host
+  replica normalizes its own half (Keras and tf.compat.v1 batch norms are per replica). The
+  warning names both; on one worker nothing is said."""
+  from cerebras_tf import estimator as estimator_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.compiler import compile as compile_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.compiler.plan import get_planner  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.core import ir, plans  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.engine import spec  # pylint: disable=import-outside-toplevel
+  layer = ir.Layer("bn0", "elementwise", 2.0e5, 4.0e5, 80, 320, 640, 1280, 8192.0,
+                   batch_norm=True)
+  g = ir.LayerGraph("cnn", (layer,), 32)
+  caplog.set_level(logging.WARNING, logger="tensorflow")
+  for workers in (1, 2):
+    opts = plans.PlanOptions(batch_size=32, num_workers=workers)
+    plan = compile_lib.with_host(get_planner("pipelined").plan(g, spec.load_engine("cs2"), opts),
+                                 opts)
+    estimator_lib._say_batch_norm_statistics(g.batch_norm_layers, plan)  # pylint: disable=protected-access
+  said = [r.getMessage() for r in caplog.records if "batch normalization" in r.getMessage()]
+  assert said == ["cerebras_tf: batch normalization (bn0) takes its statistics over one group of "
+                  "samples: the pipelined plan normalizes over the whole batch, this host trains "
+                  "2 replica(s) of 16, so these losses are not the engine's; training on one "
+                  "worker reproduces the engine's"]
+
+
 def test_a_scaffold_saver_is_not_taken_for_a_per_replica_counter(replica_trials):
   """A Saver made in the model_fn (after minimize) restores into every variable, and its
   restore writes named each of Adam's slots "written by the training step with aggregation
