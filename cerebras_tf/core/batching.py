@@ -197,6 +197,18 @@ def keeps_batch_norm(global_batch: int, groups: int) -> bool:
   return groups == 1 or global_batch // groups >= BATCH_NORM_MIN_SAMPLES
 
 
+def most_groups_keeping_batch_norm(global_batch: int, limit: int) -> int:
+  """The most groups (replicas, systems), at most `limit`, that split the batch evenly and
+  keep BATCH_NORM_MIN_SAMPLES samples each (1 when the batch itself is smaller)."""
+  return max(n for n in divisors(global_batch, limit) if keeps_batch_norm(global_batch, n))
+
+
+def smallest_micro_batch_keeping_batch_norm(per_system: int) -> int:
+  """The smallest micro-batch whose equal split of `per_system` keeps BATCH_NORM_MIN_SAMPLES
+  samples in each (the whole per-system batch when it has fewer)."""
+  return -(-per_system // max(1, per_system // BATCH_NORM_MIN_SAMPLES))
+
+
 def divisors(global_batch: int, limit: int) -> List[int]:
   """Replica counts from 1 to `limit` that split the batch evenly."""
   return [r for r in range(1, max(1, limit) + 1) if divides(global_batch, r)]

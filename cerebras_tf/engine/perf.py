@@ -756,11 +756,15 @@ def ws_max_micro_batch(graph: ir.LayerGraph, engine, options: plans.PlanOptions)
   """The batch limit: the most samples a micro-batch can have while the largest layer's
   working set (x samples) fits the wafer beside the double-buffered weights (0: not one; the
   per-system batch when no layer states a working set)."""
-  act = ws_activations(graph, options)
+  per_system = batching.split(int(options.batch_size), num_systems=int(options.num_csx)).per_system
+  return _micro_batch_limit(ws_activations(graph, options),
+                            ws_weight_buffer_bytes(graph, options.sparsity), engine, per_system)
+
+
+def _micro_batch_limit(act: WSActivations, wbuf: float, engine, per_system: int) -> int:
   if act.working <= 0:
-    return batching.split(int(options.batch_size), num_systems=int(options.num_csx)).per_system
-  room = float(engine.usable_sram_bytes) - ws_weight_buffer_bytes(graph, options.sparsity)
-  return int(room // act.working)
+    return per_system
+  return int((float(engine.usable_sram_bytes) - wbuf) // act.working)
 
 
 def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
@@ -786,7 +790,7 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
   act = ws_activations(graph, options)
   wbuf = ws_weight_buffer_bytes(graph, options.sparsity)
   sram = float(engine.usable_sram_bytes)
-  m_work = ws_max_micro_batch(graph, engine, options)
+  m_work = _micro_batch_limit(act, wbuf, engine, b)
   depth = math.ceil(math.log2(n)) if n > 1 else 0
   hop = depth * engine.swarmx_hop_latency_s
   working = sum(1 for l in graph.layers if _has_work(l))
@@ -870,11 +874,11 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
     # Batch norm's statistics are one micro-batch's: keep them batching.BATCH_NORM_MIN_SAMPLES
     # when a candidate that does costs at most BATCH_NORM_PRICE_LIMIT x the fastest (the
     # planner's note says what it paid, or what keeping them would cost).
-    most = b // batching.BATCH_NORM_MIN_SAMPLES
-    if most > 1 and -(-b // most) <= top:
-      cands.append(schedule(-(-b // most), False))
+    m_bn = batching.smallest_micro_batch_keeping_batch_norm(b)
+    if m_bn < top:
+      cands.append(schedule(m_bn, False))
       if act.blocks:
-        cands.append(schedule(-(-b // most), True))
+        cands.append(schedule(m_bn, True))
     kept = [c for c in cands if batching.keeps_batch_norm(n * b, n * c.num_micro)]
     if kept:
       best = min(kept, key=lambda c: (c.step_s, c.num_micro))

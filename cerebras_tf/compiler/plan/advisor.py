@@ -141,21 +141,19 @@ def _batch_norm_fix(graph: ir.LayerGraph, engine, plan: plans.Plan,
   if split.keeps_batch_norm:
     return None
   if plan.execution_strategy == plans.MULTI_REPLICA:
-    r = max(r for r in batching.divisors(b, plan.num_replicas - 1)
-            if batching.keeps_batch_norm(b, r))
+    r = batching.most_groups_keeping_batch_norm(b, plan.num_replicas - 1)
     return f"num_replicas: {r}", dataclasses.replace(options, num_replicas=r)
   if plan.execution_strategy != plans.WEIGHT_STREAMING:
     return None
   low = batching.BATCH_NORM_MIN_SAMPLES
   if split.num_systems > 1 and split.per_system < low:
-    n = max(n for n in batching.divisors(b, split.num_systems - 1)
-            if batching.keeps_batch_norm(b, n))
+    n = batching.most_groups_keeping_batch_norm(b, split.num_systems - 1)
     return f"num_csx: {n}", dataclasses.replace(options, num_csx=n)
   # The largest micro-batch the wafer holds (fewest per-layer costs) and the smallest that
   # keeps 16 (least spilled activations): whichever runs faster.
   per = split.per_system
   limit = perf.ws_max_micro_batch(graph, engine, options)
-  sizes = {m for m in (min(per, limit), -(-per // max(1, per // low)))
+  sizes = {m for m in (min(per, limit), batching.smallest_micro_batch_keeping_batch_norm(per))
            if 1 <= m <= limit and per // -(-per // m) >= low}
   if not sizes:
     return None   # nothing the wafer holds keeps 16: the plan's note says what would

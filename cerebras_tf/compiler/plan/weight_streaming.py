@@ -173,15 +173,14 @@ def _batch_norm_note(graph: ir.LayerGraph, engine, options: plans.PlanOptions,
   head += (f", under {low} (Wu & He 2018): training is noisier than batch "
            f"{split.global_batch} says")
   if b < low and split.num_systems > 1:
-    fewer = max(s for s in batching.divisors(split.global_batch, split.num_systems)
-                if batching.keeps_batch_norm(split.global_batch, s))
+    fewer = batching.most_groups_keeping_batch_norm(split.global_batch, split.num_systems)
     return (head + f"; num_csx={split.num_systems} leaves each system {b}: num_csx <= {fewer}, "
             f"or a global batch of {low * split.num_systems}")
   if options.micro_batch_size is not None and cost.max_micro_batch >= low:
     return head + (f"; micro_batch_size={options.micro_batch_size} forces it: "
                    f"micro_batch_size >= {low} (the wafer holds {cost.max_micro_batch}), or "
                    f"leave it to the compiler")
-  m = -(-b // max(1, b // low))   # the smallest micro-batch whose statistics keep `low`
+  m = batching.smallest_micro_batch_keeping_batch_norm(b)
   if b >= low and m <= cost.max_micro_batch:
     kept = perf.ws_cost(graph, engine, options, micro_batch=m)
     return head + (f"; micro-batches of {m} would keep them but run "
