@@ -47,6 +47,13 @@ HOST_BOUND = {
                                                 "ALCF page, contention (registry notes)",
     "alcf-vit-base-pt-r240-cs2-ws": "ViT: input-pipeline bound, 5 steps (registry notes)",
     "alcf-vit-base-pt-r25-cs3-ws": "ViT: input-pipeline bound (registry notes)",
+    # The registry's flag_rule (session 29): per-interval rates spanning more than 1.5x.
+    "student-bert-large-pt-r211-b512-sarora39-cs2-ws": "UNSTEADY: per-interval rate 535-1730 "
+                                                        "(3.2x; registry flag_rule)",
+    "student-bert-large-pt-r211-b1024-sarora39-cs2-ws": "UNSTEADY: per-interval rate 3108-4898 "
+                                                         "(1.58x; registry flag_rule)",
+    "student-bert-large-pt-r211-b2048-sarora39-cs2-ws": "UNSTEADY: per-interval rate 4485-9958 "
+                                                         "(2.2x; registry flag_rule)",
 }
 
 # What the registry leaves open, and the value used here (with why).
