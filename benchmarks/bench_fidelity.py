@@ -117,14 +117,24 @@ def main(argv=None) -> int:
               ["class", "n", "median |error|", "lowest", "highest"],
               [[b["class"], b["n"], f"{b['median_abs']:.1%}", f"{b['lowest']:+.1%}",
                 f"{b['highest']:+.1%}"] for b in bands])
+  sweeps = fidelity.batch_sweeps(rows)
+  print_table("What batch buys: published sweeps (steady runs, median per batch) vs the simulator",
+              ["model", "system / mode", "release", "batches", "runs", "published", "predicted",
+               "published gain", "predicted gain"],
+              [[w["model"], f"{w['system']} {w['mode']}", w["release"],
+                " / ".join(str(b) for b in w["batches"]), " / ".join(str(n) for n in w["runs"]),
+                " / ".join(fmt(v) for v in w["published"]),
+                " / ".join(fmt(v) for v in w["predicted"]), f"{w['published_gain']:.2f}x",
+                f"{w['predicted_gain']:.2f}x"] for w in sweeps])
   if a.write_bands:
     import yaml  # pylint: disable=import-outside-toplevel
     from cerebras_tf.engine import report  # pylint: disable=import-outside-toplevel
     with open(report.BANDS_PATH, "w") as fh:
       fh.write("# Validation-set throughput errors by class of model, for report.txt's band.\n"
                "# Written by `python benchmarks/bench_fidelity.py --write-bands`; checked by\n"
-               "# tests/engine/test_fidelity.py. error = predicted / published - 1.\n")
-      yaml.safe_dump({"classes": bands}, fh, sort_keys=False)
+               "# tests/engine/test_fidelity.py. error = predicted / published - 1. sweeps: what\n"
+               "# batch buys in published runs (either set) against the simulator.\n")
+      yaml.safe_dump({"classes": bands, "sweeps": sweeps}, fh, sort_keys=False)
   v = s["validation"]["throughput"]
   print(f"\nacceptance (issue 16): validation throughput mean |error| {v['mean_abs']:.1%} "
         f"(goal <= 20%), worst {v['max_factor']:.2f}x off (goal <= 2x); wafer-bound: "

@@ -560,6 +560,44 @@ def fixed_cost_profile(constant: str, values, eng: str = "cs2",
 # Error bands by class of model, for report.txt (engine/specs/fidelity_bands.yaml).
 # ---------------------------------------------------------------------------------------------
 
+def batch_sweeps(rows: List[Row], figs=None) -> List[dict]:
+  """What batch buys, published and predicted: per sweep (one model, system, mode, framework,
+  release and system count; steady throughputs at two or more batches, either set), the
+  median published rate at each batch and the simulator's, and the gain from the smallest
+  batch to the largest. report.txt quotes these beside a weight-streaming plan."""
+  figs = load() if figs is None else figs
+  by_row = {r.id: r for r in rows}
+  groups: Dict[tuple, Dict[int, List[Tuple[float, float]]]] = {}
+  for f in figs:
+    r = by_row.get(f["id"])
+    if (r is None or f["kind"] != "throughput" or f["unit"] != "samples_per_sec" or
+        r.host_bound or not r.predicted):
+      continue
+    key = (f["model"]["name"], f["system"], f["mode"], f["framework"], f.get("release"),
+           f["num_systems"])
+    groups.setdefault(key, {}).setdefault(_batch(f), []).append((f["value"], r.predicted))
+  out = []
+  for (name, system, mode, framework, release, n), at in sorted(
+      groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+    if len(at) < 2:
+      continue
+    batches = sorted(at)
+    pub = [_median([v for v, _ in at[b]]) for b in batches]
+    pred = [_median([p for _, p in at[b]]) for b in batches]
+    out.append({"model": name, "system": system, "mode": mode, "framework": framework,
+                "release": release, "num_systems": n, "batches": batches,
+                "runs": [len(at[b]) for b in batches],
+                "published": [round(v, 2) for v in pub], "predicted": [round(v, 2) for v in pred],
+                "published_gain": round(pub[-1] / pub[0], 4),
+                "predicted_gain": round(pred[-1] / pred[0], 4)})
+  return out
+
+
+def _median(xs: List[float]) -> float:
+  xs = sorted(xs)
+  return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2.0
+
+
 BAND_CLASSES = (
     ("pipelined", (plans.PIPELINED, plans.MULTI_REPLICA), 0.0, math.inf),
     ("weight_streaming, under 1B params", (plans.WEIGHT_STREAMING,), 0.0, 1e9),

@@ -58,6 +58,31 @@ def load_bands(path: str = BANDS_PATH) -> List[dict]:
     return (yaml.safe_load(fh) or {}).get("classes", [])
 
 
+def load_sweeps(path: str = BANDS_PATH) -> List[dict]:
+  """Published batch sweeps against the simulator (fidelity.batch_sweeps, written with the
+  bands)."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as fh:
+    return (yaml.safe_load(fh) or {}).get("sweeps", [])
+
+
+def batch_effect_line(plan: plans.Plan, sweeps: Optional[List[dict]] = None) -> List[str]:
+  """One line when published sweeps in the plan's mode gained more from batch than the
+  simulator predicts for them (more than 10% apart): its batch advice is then a floor."""
+  under = [w for w in (load_sweeps() if sweeps is None else sweeps)
+           if w["mode"] == plan.execution_strategy and
+           w["published_gain"] > 1.1 * w["predicted_gain"]]
+  if not under:
+    return []
+  runs = ", ".join(f"{w['model']} on {w['system']} {w['published_gain']:.2f}x from batch "
+                   f"{w['batches'][0]} to {w['batches'][-1]} (predicted "
+                   f"{w['predicted_gain']:.2f}x)" for w in under)
+  return [f"batch effect:     published {plan.execution_strategy} runs gained more from batch "
+          f"than this model predicts for them: {runs}; read its batch advice as a floor "
+          f"(validation/README.md)"]
+
+
 def band(plan: plans.Plan, graph: ir.LayerGraph, performance: plans.Performance,
          bands: Optional[List[dict]] = None) -> Optional[dict]:
   """{"class", "n", "low", "high", ...}: where the measurement would fall, from the validation
@@ -345,6 +370,7 @@ def prediction_lines(graph, plan, perf, engine, options=None, advice=True) -> Li
                   "layers' costs are checked by hand calculations only"
                   if any(l.spatial for l in graph.layers) else ""))
   out.extend(time_line(graph, plan, perf))
+  out.extend(batch_effect_line(plan))
   sens = sensitivity(plan, graph, engine, options)
   if sens:
     out.append("sensitive to:     " + ", ".join(

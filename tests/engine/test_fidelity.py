@@ -134,3 +134,34 @@ def test_the_loss_layer_holds_one_token_block_of_logits():
   assert act.working == pytest.approx(2 * 8192 * 14336 * 2)
   ok, why = fidelity.predict_fit(fig)
   assert ok, why
+
+
+def test_report_sweeps_are_the_current_ones(rows):
+  # report.txt's "batch effect" line quotes engine/specs/fidelity_bands.yaml's sweeps; they must
+  # be today's (refresh with `python benchmarks/bench_fidelity.py --write-bands`).
+  from cerebras_tf.engine import report  # pylint: disable=import-outside-toplevel
+  stored, fresh = report.load_sweeps(), fidelity.batch_sweeps(rows)
+  assert [(w["model"], w["system"], w["batches"], w["runs"]) for w in stored] == \
+      [(w["model"], w["system"], w["batches"], w["runs"]) for w in fresh]
+  for a, b in zip(stored, fresh):
+    for k in ("published_gain", "predicted_gain"):
+      assert a[k] == pytest.approx(b[k], abs=1e-3), (a["model"], k)
+
+
+def test_a_sweep_is_steady_runs_of_one_configuration_at_two_or_more_batches():
+  # Hand-built rows: two batches of one configuration (the 512 one has two runs, median 2,900),
+  # one unsteady run left out, and a configuration seen at a single batch (no sweep).
+  def fig(i, batch, value, release="R2.1.1"):
+    return dict(id=i, kind="throughput", unit="samples_per_sec", system="cs2",
+                mode="weight_streaming", framework="pytorch", release=release, num_systems=1,
+                batch_size=batch, value=value, model=dict(name="BERT-Large"))
+  figs = [fig("a", 512, 2800.0), fig("b", 512, 3000.0), fig("c", 2048, 6700.0),
+          fig("d", 2048, 9000.0), fig("e", 1024, 4000.0, release="R2.0.3")]
+  rows = [fidelity.Row(f["id"], "throughput", "calibration", "cs2", "weight_streaming",
+                       "bert", f["value"], predicted=3300.0,
+                       host_bound="UNSTEADY" if f["id"] == "d" else "") for f in figs]
+  (w,) = fidelity.batch_sweeps(rows, figs)
+  assert w["batches"] == [512, 2048] and w["runs"] == [2, 1]
+  assert w["published"] == [2900.0, 6700.0]
+  assert w["published_gain"] == pytest.approx(6700.0 / 2900.0, abs=1e-4)
+  assert w["predicted_gain"] == pytest.approx(1.0)

@@ -6,6 +6,7 @@ suggestions are planned again with the options they name and must predict what t
 
 import dataclasses
 import math
+import types
 
 import pytest
 
@@ -303,3 +304,29 @@ def test_a_move_off_weight_streaming_says_which_settings_go_back(cs2):
     o = a.options
     assert plans.option_conflict(o.execution_strategy, o.num_csx, None, o.max_wgt_servers,
                                  o.sparsity) is None
+
+
+def test_a_weight_streaming_report_says_published_batch_sweeps_gained_more(cs2):
+  # The shipped sweeps (engine/specs/fidelity_bands.yaml, from validation/published.yaml):
+  # BERT-Large on CS-2 ran 2,922.6 -> 6,731.5 samples/s from batch 512 to 2048 (medians of
+  # 10 and 9 steady runs): 6,731.5 / 2,922.6 = 2.30x, where the simulator predicts ~1.03x.
+  g = analytic.bert_large()
+  opts, plan, pf = compile_(g, cs2, batch_size=1024, execution_strategy="weight_streaming")
+  text = report.report_text(g, plan, pf, cs2, opts)
+  (line,) = [l for l in text.splitlines() if l.startswith("batch effect:")]
+  assert "BERT-Large on cs2 2.30x from batch 512 to 2048" in line
+  assert "read its batch advice as a floor" in line
+  # A pipelined plan gets no such line: no published pipelined sweep is in the file.
+  opts, plan, pf = compile_(g, cs2, batch_size=1024)
+  assert "batch effect:" not in report.report_text(g, plan, pf, cs2, opts)
+
+
+def test_the_batch_effect_line_needs_a_gain_the_model_misses_by_over_10_percent():
+  ws = types.SimpleNamespace(execution_strategy="weight_streaming")  # all the line reads
+  sweep = dict(model="M", system="cs2", mode="weight_streaming", batches=[32, 128],
+               published_gain=1.10, predicted_gain=1.0)
+  assert report.batch_effect_line(ws, [sweep]) == []          # 1.10 is not over 1.1 x 1.0
+  sweep["published_gain"] = 1.2
+  (line,) = report.batch_effect_line(ws, [sweep])
+  assert "M on cs2 1.20x from batch 32 to 128 (predicted 1.00x)" in line
+  assert report.batch_effect_line(ws, [dict(sweep, mode="pipelined")]) == []
