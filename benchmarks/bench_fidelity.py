@@ -118,7 +118,8 @@ def main(argv=None) -> int:
               [[b["class"], b["n"], f"{b['median_abs']:.1%}", f"{b['lowest']:+.1%}",
                 f"{b['highest']:+.1%}"] for b in bands])
   sweeps = fidelity.batch_sweeps(rows)
-  print_table("What batch buys: published sweeps (steady runs, median per batch) vs the simulator",
+  print_table("What batch buys: published sweeps (steady runs, median per batch) vs the "
+              "simulator",
               ["model", "system / mode", "release", "batches", "runs", "published", "predicted",
                "published gain", "predicted gain"],
               [[w["model"], f"{w['system']} {w['mode']}", w["release"],

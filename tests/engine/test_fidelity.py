@@ -16,7 +16,7 @@ from cerebras_tf.analysis import fidelity
 # Measured at this commit (benchmarks/bench_fidelity.py; BENCHMARKS.md), rounded up. Before
 # issue 16's model changes (validation/baseline_09edcf7.csv): median 23.6%, mean 131.5%,
 # worst 9.80x; ratios worst 15.8%; 8 of 12 verdicts.
-VALIDATION_WAFER_MEDIAN_ABS = 0.18      # measured 16.6% (26 figures since session 29's student runs)
+VALIDATION_WAFER_MEDIAN_ABS = 0.18      # measured 16.6% (26 figures with session 29's runs)
 VALIDATION_WAFER_MEAN_ABS = 0.22        # measured 20.8% (22.4% on the 16 figures before them)
 VALIDATION_WAFER_MAX_FACTOR = 2.05      # measured 2.00x: BERT-Large weight streaming at batch
 #                                         2048 (-50%; the simulator's batch curve is flat there)
