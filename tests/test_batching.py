@@ -46,6 +46,8 @@ def test_one_check_one_message(kwargs, message):
   with pytest.raises(batching.BatchError) as e:
     batching.split(250, **kwargs)
   assert message in str(e.value)
+  # Named both ways: a YAML user sets train_input.batch_size, a Python user params['batch_size'].
+  assert "(train_input.batch_size, or params['batch_size'] in Python)" in str(e.value)
   assert isinstance(e.value, ParamsError)  # the CLI's exit 2, one line
 
 

@@ -154,7 +154,7 @@ def split(global_batch: int, *, engine_replicas: int = 1, num_systems: int = 1,
       raise BatchError(
           f"global batch size {global_batch} does not split evenly over {what}: each needs "
           f"batch / {n} samples; use a multiple of {n} (e.g. {_round_up(global_batch, n)}) "
-          f"in train_input.batch_size")
+          f"as the global batch (train_input.batch_size, or params['batch_size'] in Python)")
   if micro_batches > global_batch // num_systems:
     raise BatchError(f"{micro_batches} micro-batches of a per-system batch of "
                      f"{global_batch // num_systems} leave some empty; use at most "
