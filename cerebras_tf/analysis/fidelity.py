@@ -21,6 +21,7 @@ import dataclasses
 import math
 import os
 import re
+import statistics
 from typing import Dict, List, Optional, Tuple
 
 import yaml
@@ -392,9 +393,9 @@ def stats(rows: List[Row]) -> Dict[str, float]:
     return {"n": 0}
   absrel = sorted(abs(r.error) for r in errs)
   logs = sorted(log_error(r) for r in errs)
-  mid = lambda xs: (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2.0
-  return {"n": len(errs), "median_abs": mid(absrel), "mean_abs": sum(absrel) / len(absrel),
-          "max_abs": absrel[-1], "median_log": mid(logs), "max_log": logs[-1],
+  return {"n": len(errs), "median_abs": statistics.median(absrel),
+          "mean_abs": sum(absrel) / len(absrel), "max_abs": absrel[-1],
+          "median_log": statistics.median(logs), "max_log": logs[-1],
           "max_factor": math.exp(logs[-1])}
 
 
@@ -582,8 +583,8 @@ def batch_sweeps(rows: List[Row], figs=None) -> List[dict]:
     if len(at) < 2:
       continue
     batches = sorted(at)
-    pub = [_median([v for v, _ in at[b]]) for b in batches]
-    pred = [_median([p for _, p in at[b]]) for b in batches]
+    pub = [statistics.median(v for v, _ in at[b]) for b in batches]
+    pred = [statistics.median(p for _, p in at[b]) for b in batches]
     out.append({"model": name, "system": system, "mode": mode, "framework": framework,
                 "release": release, "num_systems": n, "batches": batches,
                 "runs": [len(at[b]) for b in batches],
@@ -591,11 +592,6 @@ def batch_sweeps(rows: List[Row], figs=None) -> List[dict]:
                 "published_gain": round(pub[-1] / pub[0], 4),
                 "predicted_gain": round(pred[-1] / pred[0], 4)})
   return out
-
-
-def _median(xs: List[float]) -> float:
-  xs = sorted(xs)
-  return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2.0
 
 
 BAND_CLASSES = (
@@ -617,11 +613,10 @@ def bands(rows: List[Row]) -> List[dict]:
     errs = sorted(r.error for r in mine)
     if not errs:
       continue
-    mid = (errs[(len(errs) - 1) // 2] + errs[len(errs) // 2]) / 2.0
     out.append({"class": name, "modes": list(modes), "min_params": lo,
                 "max_params": None if math.isinf(hi) else hi, "n": len(errs),
                 "median_abs": round(sorted(abs(e) for e in errs)[(len(errs) - 1) // 2], 4),
-                "median": round(mid, 4), "lowest": round(errs[0], 4),
+                "median": round(statistics.median(errs), 4), "lowest": round(errs[0], 4),
                 "highest": round(errs[-1], 4), "figures": [r.id for r in mine],
                 "families": sorted({r.family for r in mine})})
   return out
