@@ -17,7 +17,9 @@ Assumptions the registry leaves open (a batch it does not print, a shape it does
 in `ASSUMED` with their reasons, and printed beside the figure.
 """
 
+import collections
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -85,11 +87,39 @@ ASSUMED = {
 RUN_CONFIG = {
     "alcf-esm2-35m-pt-r230-cs2-ws": dict(
         micro_batch_size=64, why="log: 'Gradient accumulation picked micro batch size 64'"),
+    "alcf-esm2-35m-pt-r25-cs3-ws": dict(
+        micro_batch_size=64,
+        why="ASSUMED: the same params file as the R2.3.0 CS-2 run, whose compile tried only 64 "
+            "('Gradient accumulation trying micro batch size 64...'), as for a size the file "
+            "sets; this log prints no compile lines. Chosen after seeing the prediction both "
+            "ways (+325% with the simulator's own choice, 3 micro-batches)"),
     "modelzoo-r24-llama3p1-8b-msl8k-microbatch20-fits": dict(
         micro_batch_size=20, why="config: 'csx.performance.micro_batch_size: 20'"),
     "modelzoo-r24-llama3p1-8b-msl128k-fits": dict(
         micro_batch_size=1, why="config: 'csx.performance.micro_batch_size: 1'"),
 }
+
+# A compile that kept the whole per-system batch says so; a run of the same model, system,
+# release and batch (the course runs share their compile hashes) compiles the same way.
+_ONE_MICRO_BATCH = re.compile(r"per-box batch size (\d+)")
+
+
+def stated_micro_batches(figs) -> Dict[str, int]:
+  """{figure id: micro-batch} for single-system runs whose compile log (quoted in the registry's
+  notes) kept the whole per-system batch, and for runs of the same configuration."""
+  stated = {}
+  for f in figs:
+    m = _ONE_MICRO_BATCH.search(str(f.get("notes", "")))
+    if m and f.get("num_systems") == 1 and f.get("kind") == "throughput":
+      stated[_config_key(f)] = int(m.group(1))
+  return {f["id"]: stated[_config_key(f)] for f in figs
+          if f.get("kind") == "throughput" and _config_key(f) in stated}
+
+
+def _config_key(f) -> tuple:
+  return (f.get("model", {}).get("name"), f.get("system"), f.get("release"),
+          f.get("batch_size"), f.get("num_systems"), f.get("mode"))
+
 
 _PIPELINED, _WS = plans.PIPELINED, plans.WEIGHT_STREAMING
 # Figures that are a ratio of two runs: more systems, CS-3 over CS-2, a release over the last.
@@ -207,12 +237,16 @@ class Row:
 _ENGINES: Dict[str, object] = {}
 
 
-def engine(name: str, overrides: Optional[dict] = None):
-  """A cached EngineSpec, with calibration overrides (for fitting) applied."""
+def engine(name: str, overrides: Optional[dict] = None, release: Optional[str] = None):
+  """A cached EngineSpec, with calibration overrides (for fitting) applied; for an R1.x
+  `release`, with R1's weight-streaming efficiency (`weight_streaming_efficiency_r1`)."""
   if name not in _ENGINES:
     _ENGINES[name] = spec.load_engine(name)
   e = _ENGINES[name]
-  return dataclasses.replace(e, **overrides) if overrides else e
+  e = dataclasses.replace(e, **overrides) if overrides else e
+  if str(release or "").startswith("R1.") and e.weight_streaming_efficiency_r1 > 0:
+    e = dataclasses.replace(e, weight_streaming_efficiency=e.weight_streaming_efficiency_r1)
+  return e
 
 
 def _options(**kw) -> plans.PlanOptions:
@@ -235,13 +269,20 @@ def _release_options(fig) -> dict:
   """R1.x weight streaming did not micro-batch by default (gradient accumulation was opt-in,
   modelzoo RELEASE-NOTES 1.7.0/1.8.0; the R1.7.1 GPT-J config: 'batch size 512 doesn't fit');
   R2.x picks micro-batches automatically ('Gradient accumulation picked micro batch size').
-  A micro-batch the log states is passed as given."""
+  A micro-batch the log states is passed as given (`RUN_CONFIG`, `stated_micro_batches`)."""
   rel = str(fig.get("release") or "")
   out = {"micro_batching": not rel.startswith("R1.")}
   run = RUN_CONFIG.get(fig["id"], {})
   if "micro_batch_size" in run:
     out["micro_batch_size"] = run["micro_batch_size"]
+  elif fig["id"] in _stated():
+    out["micro_batch_size"] = _stated()[fig["id"]]
   return out
+
+
+@functools.lru_cache(maxsize=None)
+def _stated() -> Dict[str, int]:
+  return stated_micro_batches(load())
 
 
 def predict_throughput(fig, overrides=None) -> Tuple[float, str]:
@@ -251,8 +292,8 @@ def predict_throughput(fig, overrides=None) -> Tuple[float, str]:
   g = graph_for(model, batch)
   eval_ = fig["unit"] == "samples_per_sec_eval"
   kw = dict(_release_options(fig), phase="eval" if eval_ else "train")
-  plan, pf = run(g, engine(fig["system"], (overrides or {}).get(fig["system"])), fig["mode"],
-                 batch, fig["num_systems"], **kw)
+  eng = engine(fig["system"], (overrides or {}).get(fig["system"]), fig.get("release"))
+  plan, pf = run(g, eng, fig["mode"], batch, fig["num_systems"], **kw)
   if pf is None:
     return 0.0, f"does not fit: {plan.reason}"
   return pf.samples_per_sec, pf.bottleneck
@@ -269,10 +310,10 @@ def predict_release_ratio(fig, overrides=None) -> Tuple[float, str]:
   newer, older = (r.strip() for r in str(fig["release"]).split(" vs "))
   model, batch = _shape(fig), _batch(fig)
   g = graph_for(model, batch)
-  eng = engine(fig["system"], (overrides or {}).get(fig["system"]))
   rates = []
   for rel in (newer, older):
     opts = _release_options(dict(fig, release=rel))
+    eng = engine(fig["system"], (overrides or {}).get(fig["system"]), rel)
     _, pf = run(g, eng, fig["mode"], batch, fig["num_systems"], **opts)
     rates.append(pf.samples_per_sec if pf else 0.0)
   return ((rates[0] / rates[1] if rates[1] > 0 else math.inf),
@@ -420,34 +461,51 @@ def summary(rows: List[Row]) -> Dict[str, Dict[str, Dict[str, float]]]:
 # ---------------------------------------------------------------------------------------------
 
 # engine -> {constant: the calibration figures it is fitted to}. Constants of one group are
-# fitted jointly, minimizing the sum of squared ln(predicted / published) over the group's
-# figures; constants not listed are taken as they are in the engine YAML. Only constants the
-# calibration set determines are here: the fixed per-step and per-layer costs are not (see
-# `fixed_cost_profile`; cs2.yaml derives and assumes them). The batch sweeps the registry's
-# sweep_rule made calibration (session 29: BERT-Large on CS-2, Llama2-7B on CS-3) are in no
-# group yet: they do see the weight-streaming fixed cost, but this step's structure cannot fit
-# them together with GPT-J and ESM-2 (validation/README.md, "batch dependence"); they are
-# reported with the error they have rather than bent into the constants.
+# fitted jointly, minimizing the weighted sum of squared ln(predicted / published) over the
+# group's figures (`_fit_group`); constants not listed are taken as they are in the engine
+# YAML. Each engine's weight-streaming group is joined by its batch-sweep calibration runs
+# (`fit_groups`: those the registry's sweep_rule made calibration), the only runs that separate
+# the step's fixed part (the per-layer cost, fitted on CS-2) from its per-sample part. Only
+# constants the calibration set determines are here: the per-step costs are not (see
+# `fixed_cost_profile`; cs2.yaml derives and assumes them).
 FIT_GROUPS = {
     "cs2": (
         (("pipelined_efficiency", "pipelined_token_latency_cycles"),
          ("alcf-bert-large-pt-r180-cs2-pipelined", "alcf-bert-large-tf-r180-cs2-pipelined",
           "seed004-bert-base-multireplica-1p7x")),
-        (("weight_streaming_efficiency",),
-         ("alcf-bert-large-pt-r203-cs2-ws", "alcf-gptj-tf-r171-2cs2-ws",
-          "alcf-gptj-pt-r203-2cs2-ws")),
+        (("weight_streaming_efficiency", "weight_streaming_layer_overhead_s"),
+         ("alcf-bert-large-pt-r203-cs2-ws", "alcf-gptj-pt-r203-2cs2-ws")),
+        (("weight_streaming_efficiency_r1",), ("alcf-gptj-tf-r171-2cs2-ws",)),
     ),
     "cs3": (
         (("weight_streaming_efficiency",), ("alcf-gptj-pt-r25-cs3-ws",)),
     ),
 }
 
-# Assumed, never fitted: the calibration runs (42 ms - 6 s a step) cannot see them.
-ASSUMED_FIXED_COSTS = ("pipelined_step_overhead_s", "weight_streaming_step_overhead_s",
-                       "weight_streaming_layer_overhead_s")
+# Assumed, never fitted: the calibration runs (42 ms - 60 s a step) cannot see them.
+ASSUMED_FIXED_COSTS = ("pipelined_step_overhead_s", "weight_streaming_step_overhead_s")
 
-# Constants cs3.yaml (and cs1.yaml) take "as CS-2": no measurement of their own.
-INHERITED = ("pipelined_efficiency", "pipelined_token_latency_cycles")
+# Constants cs3.yaml (and cs1.yaml) take "as CS-2": no measurement of their own (CS-3's sweep
+# calibration runs, 512-2048 samples of 60 s steps, cannot see a per-layer cost).
+INHERITED = ("pipelined_efficiency", "pipelined_token_latency_cycles",
+             "weight_streaming_layer_overhead_s")
+
+
+def sweep_calibration_ids(figs, system: str) -> Tuple[str, ...]:
+  """The calibration runs on `system` that the registry's sweep_rule governs."""
+  return tuple(f["id"] for f in figs if f["set"] == "calibration" and f["system"] == system
+               and f["mode"] == _WS and "sweep_rule" in str(f.get("notes", "")))
+
+
+def fit_groups(figs=None) -> Dict[str, tuple]:
+  """`FIT_GROUPS` with each engine's weight-streaming group joined by its sweep runs."""
+  figs = load() if figs is None else figs
+  out = {}
+  for eng, groups in FIT_GROUPS.items():
+    out[eng] = tuple((names, ids + sweep_calibration_ids(figs, eng))
+                     if "weight_streaming_efficiency" in names else (names, ids)
+                     for names, ids in groups)
+  return out
 
 
 def _nelder_mead(f, x0, steps, iters=1000, tol=1e-12):
@@ -499,37 +557,51 @@ def _group_residuals(eng, names, ids, x, overrides, by_id) -> Dict[str, float]:
 
 
 def _fit_group(eng, names, ids, overrides, by_id) -> Tuple[Dict[str, float], Dict[str, float]]:
-  """({constant: fitted value}, {figure: residual}) for one group, the rest as `overrides`."""
+  """({constant: fitted value}, {figure: residual}) for one group, the rest as `overrides`.
+
+  Runs of one configuration (model, system, release, batch, systems, mode) are one
+  measurement: each weighs 1 / their number, so nine students' runs of one course config count
+  as much as one other figure, not nine times as much."""
   base = engine(eng, overrides.get(eng))
   x0 = [math.log(getattr(base, k)) for k in names]
+  same = collections.Counter(_config_key(by_id[i]) for i in ids)
+  weight = {i: 1.0 / same[_config_key(by_id[i])] for i in ids}
   x, _ = _nelder_mead(
-      lambda x: sum(r * r for r in _group_residuals(eng, names, ids, x, overrides,
-                                                    by_id).values()),
+      lambda x: sum(weight[i] * r * r for i, r in _group_residuals(eng, names, ids, x, overrides,
+                                                                   by_id).items()),
       x0, [0.05] * len(x0), tol=1e-9)
   return ({k: math.exp(v) for k, v in zip(names, x)},
           _group_residuals(eng, names, ids, x, overrides, by_id))
 
 
-def fit_constants(figs=None) -> Dict[str, Dict[str, float]]:
-  """The calibration constants fitted on the calibration figures only (`FIT_GROUPS`).
+def fit_constants(figs=None, groups=None, held=None,
+                  inherited=INHERITED) -> Dict[str, Dict[str, float]]:
+  """The calibration constants fitted on the calibration figures only.
 
-  Returns {engine: {constant: value}}; the residual ln errors are in the "_residuals" key of
-  each engine's dict. Fitted in log space (constants stay positive).
+  `groups` ({engine: ((constants, figure ids), ...)}, default `fit_groups()`) says what is fitted
+  to what; `held` ({engine: {constant: value}}) sets constants that are not fitted but differ
+  from the YAML; `inherited` names the constants the other engines take from CS-2's fit. The
+  defaults are the product's calibration; the others are for weighing alternatives
+  (benchmarks/bench_ws_structure.py).
+
+  Returns {engine: {constant: value}} (held ones included); the residual ln errors are in the
+  "_residuals" key of each engine's dict. Fitted in log space (constants stay positive).
   """
   figs = load() if figs is None else figs
+  groups = fit_groups(figs) if groups is None else groups
   by_id = {f["id"]: f for f in figs}
-  for group in FIT_GROUPS.values():
+  for group in groups.values():
     for _, ids in group:
       for i in ids:
         assert by_id[i]["set"] == "calibration", f"{i} is not a calibration figure"
-  overrides: Dict[str, Dict[str, float]] = {}
+  overrides: Dict[str, Dict[str, float]] = {e: dict(v) for e, v in (held or {}).items()}
   residuals: Dict[str, Dict[str, float]] = {}
-  for eng, groups in FIT_GROUPS.items():
+  for eng, eng_groups in groups.items():
     if eng != "cs2":  # constants its YAML assumes "as CS-2" follow CS-2's fitted values
-      for k in INHERITED:
+      for k in inherited:
         if k in overrides.get("cs2", {}):
           overrides.setdefault(eng, {})[k] = overrides["cs2"][k]
-    for names, ids in groups:
+    for names, ids in eng_groups:
       values, res = _fit_group(eng, names, ids, overrides, by_id)
       overrides.setdefault(eng, {}).update(values)
       residuals.setdefault(eng, {}).update(res)
@@ -549,7 +621,8 @@ def fixed_cost_profile(constant: str, values, eng: str = "cs2",
   figs = load() if figs is None else figs
   by_id = {f["id"]: f for f in figs}
   mode = "pipelined" if constant.startswith("pipelined") else "weight_streaming"
-  names, ids = next((n, i) for n, i in FIT_GROUPS[eng] if n[0].startswith(mode))
+  names, ids = next((n, i) for n, i in fit_groups(figs)[eng] if n[0].startswith(mode))
+  names = tuple(n for n in names if n != constant)
   out = []
   for v in values:
     _, res = _fit_group(eng, names, ids, {eng: {constant: v}}, by_id)

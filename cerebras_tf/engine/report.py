@@ -26,8 +26,8 @@ from cerebras_tf.engine import perf as perf_model
 _GB = 1e9
 BANDS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs",
                           "fidelity_bands.yaml")
-# Calibration constants, assumed fixed costs and engine figures the sensitivity analysis
-# perturbs (the fixed per-step and per-layer costs are what a small model's step is made of).
+# Calibration constants, the assumed per-step costs and engine figures the sensitivity analysis
+# perturbs (the per-step and per-layer costs are what a small model's step is made of).
 SENSITIVE = ("pipelined_efficiency", "pipelined_token_latency_cycles",
              "weight_streaming_efficiency", "memoryx_bandwidth_bytes_per_s",
              "sparsity_partial_sum_cycles", "io_link_bits_per_s", "swarmx_hop_latency_s",

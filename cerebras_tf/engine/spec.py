@@ -90,6 +90,8 @@ class EngineSpec:
   weight_streaming_layer_overhead_s: float = 0.0  # per layer, per micro-batch: see cs2.yaml
   pipelined_step_overhead_s: float = 0.0          # per step: see cs2.yaml
   weight_streaming_step_overhead_s: float = 0.0   # per step: see cs2.yaml
+  # R1.x releases' weight-streaming efficiency, for reading historical figures (0: as R2).
+  weight_streaming_efficiency_r1: float = 0.0
 
   @property
   def usable_cores(self) -> int:
@@ -314,4 +316,6 @@ def load_engine(name_or_path: str) -> EngineSpec:
       pipelined_step_overhead_s=r.number("calibration.pipelined_step_overhead_s",
                                          positive=False, default=0.0),
       weight_streaming_step_overhead_s=r.number("calibration.weight_streaming_step_overhead_s",
-                                                positive=False, default=0.0))
+                                                positive=False, default=0.0),
+      weight_streaming_efficiency_r1=r.number("calibration.weight_streaming_efficiency_r1",
+                                              positive=False, default=0.0))

@@ -113,9 +113,11 @@ def test_report_has_band_sensitivity_eval_and_advice(cs2):
   (top, e), *_ = report.sensitivity(plan, g, cs2, opts)
   assert top == "weight_streaming_efficiency" and 0.8 < e <= 1.0
   assert "sensitive to:     weight_streaming_efficiency" in text
-  # Eval: the same plan forward only: about 3x the FLOPs-bound training rate.
+  # Eval: the same plan forward only. Training runs 60 a system as 2 micro-batches of 30 with
+  # each block recomputed (forward, dX, dW and the forward again: 4x the forward FLOPs, and 2
+  # x the per-layer cost); eval runs 1 of 60: between 3x and 4x the training rate.
   ev = report.eval_performance(plan, g, cs2, opts)
-  assert 2.5 < ev.samples_per_sec / p < 3.5
+  assert 3.0 < ev.samples_per_sec / p < 4.0
   assert "eval samples/s:" in text and "advice: " in text
   assert "PE utilization:" in text and "PE util" in text
 
@@ -186,14 +188,15 @@ def test_eval_phase_costs_forward_only(cs2):
   # Weight streaming forward only streams each weight once and keeps no activations.
   assert perf.ws_activations(g, ev_opts).full == 0.0
   assert dataclasses.replace(ev_opts, phase="train").phase == "train"
-  # The per-layer fixed cost is cs2.yaml's 11 us for the 3 training passes; forward only
-  # pays one pass: (layers with work) x 11 us / 3 per micro-batch.
+  # The per-layer fixed cost (cs2.yaml, fitted) is paid per micro-batch whatever the passes:
+  # the published CS-3 eval runs are as far from their FLOPs as training runs.
   ws = dict(batch_size=1024, execution_strategy="weight_streaming", micro_batch_size=1024)
   costs = {phase: dict(perf.ws_cost(g, cs2, plans.PlanOptions(phase=phase, **ws)).time_by_bound)
            for phase in ("train", "eval")}
   working = sum(1 for l in g.layers if l.flops > 0 or l.num_params > 0)
-  assert costs["train"]["per-layer overhead"] == pytest.approx(working * 11e-6)
-  assert costs["eval"]["per-layer overhead"] == pytest.approx(working * 11e-6 / 3)
+  for phase in ("train", "eval"):
+    assert costs[phase]["per-layer overhead"] == pytest.approx(
+        working * cs2.weight_streaming_layer_overhead_s)
 
 
 def test_a_short_step_is_caveated_once(cs2):
