@@ -70,7 +70,9 @@ def main(argv=None) -> int:
     if r.kind == "fit":
       continue
     body.append([r.id, r.set[:3], f"{r.system} {r.mode}", fmt(r.published), fmt(r.predicted),
-                 pct(r.error), "host-bound" if r.host_bound else "", r.detail[:90]])
+                 pct(r.error), ", ".join(flag for flag, on in (("host-bound", r.host_bound),
+                                                                ("seen", r.id in fidelity.CHOICES_SEEN))
+                                      if on), r.detail[:90]])
   print_table("Published throughputs and ratios vs the simulator",
               ["figure", "set", "system / mode", "published", "predicted", "error", "flag",
                "bottleneck / detail"], body)
@@ -83,13 +85,18 @@ def main(argv=None) -> int:
   for name in ("calibration", "validation"):
     for key, label in (("throughput", "throughput, all"),
                        ("throughput_wafer", "throughput, wafer-bound"),
+                       ("throughput_wafer_unseen", "throughput, wafer-bound, no choice seen"),
                        ("ratio", "scaling / CS-3:CS-2 / release ratios")):
+      if key == "throughput_wafer_unseen" and name == "calibration":
+        continue  # every calibration figure was seen: it was fitted to
       table.append([name, label] + stat_cells(s[name][key]))
     f = s[name]["fit"]
     table.append([name, "fit verdicts agree", str(f["n"]), f"{f['agree']} of {f['n']}", "", "",
                   ""])
   print_table("Error by set (error = predicted / published - 1; 'wafer-bound' leaves out the "
-              "figures the registry flagged host-/input-bound before fitting)",
+              "figures the registry flagged host-/input-bound before fitting; 'no choice seen' "
+              "also the validation figures a modelling choice was made looking at, flagged "
+              "'seen' above: fidelity.CHOICES_SEEN)",
               ["set", "figures", "n", "median abs", "mean abs", "max abs", "max factor off"],
               table)
   if os.path.exists(BASELINE):
