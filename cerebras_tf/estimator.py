@@ -231,6 +231,7 @@ class _CerebrasMethods:
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
     _raise_unless_host_holds(result)
+    input_rate = self._time_input(input_fn, result)
     # Only a single-replica pipelined run saves its input pipeline's position (below): on
     # several workers tf.estimator's distributed loop refuses saving listeners ("Saving
     # listenor is not supported by the current Distribution Strategies"), which a pipelined
@@ -250,7 +251,8 @@ class _CerebrasMethods:
       last_step = current + steps
     self._log_engine_time(result, current, run_max_steps or last_step)
     self._cs_run = {"result": result, "last_step": run_max_steps or last_step,
-                    "every": self._config.log_step_count_steps or 100}
+                    "every": self._config.log_step_count_steps or 100,
+                    "input_rate": input_rate}
     try:
       with self._runtime_for(result.plan) as (runtime, runtime_hooks):
         hooks = list(hooks or []) + runtime_hooks
@@ -281,6 +283,34 @@ class _CerebrasMethods:
       raise NonFiniteLossError(float("nan"), hook.last_run_step()) from None
     finally:
       self._cs_run = None
+
+  def _time_input(self, input_fn, result):
+    """Times the input_fn alone (half a second after warm-up) and says, in the log and
+    report.txt's "input:" line, whether it could feed the simulated systems. Returns the
+    InputRate (None if not timed)."""
+    batch = batch_size_for_mode(self.params, ModeKeys.TRAIN)
+    fn = self._per_replica_input_fn(input_fn, batch) if batch else input_fn
+    try:
+      rate = capture_lib.measure_input_rate(lambda: self._call_input_fn(fn, ModeKeys.TRAIN),
+                                            seed=self.config.tf_random_seed)
+    except tf.errors.OpError as e:
+      # Training runs the same pipeline next and reports what is wrong with it in full.
+      text = e.message or type(e).__name__
+      raised = re.findall(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): (.+)$", text, re.M)
+      tf.compat.v1.logging.info("cerebras_tf: input not timed: %s",
+                                raised[-1] if raised else text.strip().splitlines()[-1])
+      return None
+    if rate is None:
+      return None
+    text = report.input_line(rate.samples_per_sec, rate.batches, rate.seconds, result.plan,
+                             result.performance)
+    short = rate.samples_per_sec < result.performance.samples_per_sec
+    (tf.compat.v1.logging.warning if short else tf.compat.v1.logging.info)(
+        "cerebras_tf: input: %s", text)
+    path = result.report_paths.get("report")
+    if path and os.path.exists(path):
+      report.put_input_line(path, text)
+    return rate
 
   def _say_warm_start_skipped(self) -> None:
     """A warm start applies only to a model_dir without checkpoints (tf.estimator skips it
@@ -804,7 +834,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
         simulated_samples_per_sec=result.performance.samples_per_sec,
         utilization=result.performance.utilization, summary_dir=self.model_dir,
         last_step=run["last_step"], every_n_steps=run["every"],
-        wafer_png=png, model_dir=self.model_dir)
+        wafer_png=png, model_dir=self.model_dir,
+        input_samples_per_sec=run["input_rate"] and run["input_rate"].samples_per_sec)
     return run["hook"]
 
   # --- compile ----------------------------------------------------------------------------

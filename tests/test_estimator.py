@@ -128,7 +128,10 @@ def test_use_cs_true_trains_evaluates_predicts_exports(tmp_path):
   assert ("cerebras/simulated_samples_per_sec", "simple_value") in tags
   assert ("cerebras/simulated_utilization", "simple_value") in tags
   assert ("cerebras/host_examples_per_sec", "simple_value") in tags
+  assert ("cerebras/host_input_samples_per_sec", "simple_value") in tags
   assert ("cerebras/wafer_placement", "image") in tags
+  with open(os.path.join(est.compile_dir, "report.txt")) as fh:
+    assert re.search(r"^input: +this host's input_fn delivered [\d,]+ samples/s", fh.read(), re.M)
   metrics = est.evaluate(_eval_input, steps=8, use_cs=True)
   # 4 classes: chance loss is ln 4 = 1.386; a learned model is far below it.
   assert metrics["loss"] < 1.0 and metrics["accuracy"] > 0.6

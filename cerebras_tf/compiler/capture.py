@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -406,6 +407,37 @@ def _recording_optimizers():
         tf.compat.v1.train.Optimizer.apply_gradients = _ORIGINAL_APPLY
 
 
+@contextlib.contextmanager
+def _input_session(call_input_fn: Callable[[], object], seed: Optional[int]):
+  """(session, features, labels) over one call of the input_fn in a fresh graph: a Dataset's
+  iterator initialized, tables and local variables too, and queue runners started for the
+  tensors an old-style input_fn (numpy_input_fn) returns."""
+  with tf.Graph().as_default() as graph:
+    if seed is not None:
+      tf.compat.v1.set_random_seed(seed)
+    result = call_input_fn()
+    init = []
+    if isinstance(result, tf.data.Dataset):
+      it = tf.compat.v1.data.make_initializable_iterator(result)
+      result, init = it.get_next(), [it.initializer]
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+      features, labels = result
+    else:
+      features, labels = result, None
+    with tf.compat.v1.Session(graph=graph) as sess:
+      sess.run([tf.compat.v1.tables_initializer(),
+                tf.compat.v1.local_variables_initializer()])
+      sess.run(init)
+      coord = tf.compat.v1.train.Coordinator()
+      threads = (tf.compat.v1.train.start_queue_runners(sess, coord=coord)
+                 if graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS) else [])
+      try:
+        yield sess, features, labels
+      finally:
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=5, ignore_live_threads=True)
+
+
 def measure_tokens(call_input_fn: Callable[[], object], sources: Sequence[tokens.LengthSource],
                    max_sequences: int = tokens.MAX_SEQUENCES,
                    max_batches: int = tokens.MAX_BATCHES,
@@ -423,18 +455,7 @@ def measure_tokens(call_input_fn: Callable[[], object], sources: Sequence[tokens
     One TokenStats per source.
   """
   totals = [tokens.TokenStats() for _ in sources]
-  with tf.Graph().as_default() as graph:
-    if seed is not None:
-      tf.compat.v1.set_random_seed(seed)
-    result = call_input_fn()
-    init = []
-    if isinstance(result, tf.data.Dataset):
-      it = tf.compat.v1.data.make_initializable_iterator(result)
-      result, init = it.get_next(), [it.initializer]
-    if isinstance(result, (tuple, list)) and len(result) == 2:
-      features, labels = result
-    else:
-      features, labels = result, None
+  with _input_session(call_input_fn, seed) as (sess, features, labels):
     named: Dict[str, object] = {}
 
     def keep(prefix):
@@ -445,17 +466,55 @@ def measure_tokens(call_input_fn: Callable[[], object], sources: Sequence[tokens
     _map_with_path(keep("features"), features)
     _map_with_path(keep("labels"), labels)
     fetch = [named[s.feature] for s in sources]
-    with tf.compat.v1.Session(graph=graph) as sess:
-      sess.run([tf.compat.v1.tables_initializer(),
-                tf.compat.v1.local_variables_initializer()])
-      sess.run(init)
-      batches = 0
-      while batches < max_batches and (not totals or totals[0].sequences < max_sequences):
-        try:
-          values = sess.run(fetch)
-        except tf.errors.OutOfRangeError:
-          break
-        batches += 1
-        totals = [t + tokens.stats_from_lengths(tokens.lengths_of(s, v), s.seq_len)
-                  for t, s, v in zip(totals, sources, values)]
+    batches = 0
+    while batches < max_batches and (not totals or totals[0].sequences < max_sequences):
+      try:
+        values = sess.run(fetch)
+      except tf.errors.OutOfRangeError:
+        break
+      batches += 1
+      totals = [t + tokens.stats_from_lengths(tokens.lengths_of(s, v), s.seq_len)
+                for t, s, v in zip(totals, sources, values)]
   return totals
+
+
+@dataclasses.dataclass(frozen=True)
+class InputRate:
+  """What one process running the input_fn delivered, after its warm-up batches."""
+
+  samples: int
+  batches: int
+  seconds: float
+
+  @property
+  def samples_per_sec(self) -> float:
+    return self.samples / self.seconds if self.seconds > 0 else float("inf")
+
+
+def measure_input_rate(call_input_fn: Callable[[], object], warmup_batches: int = 2,
+                       max_batches: int = 200, max_seconds: float = 0.5,
+                       seed: Optional[int] = None) -> Optional[InputRate]:
+  """Times the input_fn alone on this host: every feature and label of up to `max_batches`
+  batches or `max_seconds`, after `warmup_batches` untimed ones (a shuffle buffer filling, a
+  vocabulary loading). Samples are counted by the first tensor's leading dimension. Batches
+  a prefetch buffer already holds flatter the rate a little; 200 of them make that small.
+
+  Returns:
+    The rate, or None when the data ended before one timed batch.
+  """
+  with _input_session(call_input_fn, seed) as (sess, features, labels):
+    fetch = [t for t in tf.nest.flatten((features, labels)) if isinstance(t, tf.Tensor)]
+    samples = batches = 0
+    seconds = 0.0
+    try:
+      for _ in range(warmup_batches):
+        sess.run(fetch)
+      t0 = time.perf_counter()
+      while batches < max_batches and seconds < max_seconds:
+        values = sess.run(fetch)
+        seconds = time.perf_counter() - t0
+        samples += int(np.shape(values[0])[0]) if np.ndim(values[0]) else 1
+        batches += 1
+    except tf.errors.OutOfRangeError:
+      pass
+  return InputRate(samples, batches, seconds) if batches else None

@@ -247,6 +247,42 @@ def host_may_pace(perf) -> bool:
   return perf is not None and 0 < perf.step_time_s < HOST_STEP_S[1]
 
 
+# Published runs the input set the pace of (validation/published.yaml, flagged input-bound):
+# ViT-Base decoding raw ImageNet JPEGs ran 776 samples/s on a CS-3 the simulator puts at
+# about 20,000. The wafer cannot see a pipeline; the host that runs it can time it.
+INPUT_LABEL = "input:"
+
+
+def input_line(host_samples_per_sec: float, batches: int, seconds: float,
+               plan: plans.Plan, perf: plans.Performance) -> str:
+  """report.txt's "input:" line: what one process running the input_fn delivered on this
+  host against what the simulated systems consume, and, when it is short, by how much."""
+  need = perf.samples_per_sec
+  got = (f"this host's input_fn delivered {host_samples_per_sec:,.0f} samples/s (one process, "
+         f"{batches} batch(es) in {seconds:.2f} s after warm-up)")
+  systems = f"{plan.num_csx} x {plan.engine} in {plan.execution_strategy}"
+  if host_samples_per_sec >= need:
+    return (f"{got}, {host_samples_per_sec / need:.1f}x the {need:,.0f} samples/s {systems} "
+            f"takes: not the bound")
+  return (f"{got}; {systems} takes {need:,.0f}, so input this fast would pace the run at "
+          f"{host_samples_per_sec / need:.0%} of the engine's rate: feed it from "
+          f"{math.ceil(need / host_samples_per_sec)} processes like this one (one per input "
+          f"worker) or make the pipeline cheaper (pre-processed records, a parallel map, cache)")
+
+
+def put_input_line(report_path: str, text: str) -> None:
+  """Writes the "input:" line into report.txt after "bottleneck:", replacing an older one
+  (a cached compile's report is reused by the next run, whose input is timed again)."""
+  with open(report_path) as fh:
+    lines = [l for l in fh.read().split("\n") if not l.startswith(INPUT_LABEL)]
+  at = next((i + 1 for i, l in enumerate(lines) if l.startswith("bottleneck:")), len(lines))
+  lines.insert(at, f"{INPUT_LABEL:<18}{text}")
+  tmp = f"{report_path}.{os.getpid()}.tmp"  # the workers of a multi-worker run share it
+  with open(tmp, "w") as fh:
+    fh.write("\n".join(lines))
+  os.replace(tmp, report_path)
+
+
 def host_lines(perf) -> List[str]:
   """The "host:" caveat for a short step, unless the model's own short-step note (perf.py
   `short_step_note`, which also gives the assumed fixed cost's share) already says it: one

@@ -59,7 +59,8 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
   def __init__(self, loss: tf.Tensor, batch_size: int, simulated_samples_per_sec: float,
                utilization: float, summary_dir: Optional[str], last_step: Optional[int],
                every_n_steps: int = 100, wafer_png: Optional[bytes] = None,
-               model_dir: Optional[str] = None, log_fn=None):
+               model_dir: Optional[str] = None, log_fn=None,
+               input_samples_per_sec: Optional[float] = None):
     self._loss = loss
     self._batch = batch_size
     self._sim_sps = simulated_samples_per_sec
@@ -70,6 +71,7 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
     self._wafer_png = wafer_png
     self._model_dir = model_dir
     self._log = log_fn or tf.compat.v1.logging.info
+    self._input_sps = input_samples_per_sec
 
   def begin(self):
     self._global_step = tf.compat.v1.train.get_global_step()
@@ -128,7 +130,8 @@ class CSProgressHook(tf.compat.v1.train.SessionRunHook):
           tf.compat.v1.Summary.Value(tag="cerebras/simulated_samples_per_sec", simple_value=self._sim_sps),
           tf.compat.v1.Summary.Value(tag="cerebras/simulated_utilization", simple_value=self._util),
           tf.compat.v1.Summary.Value(tag="cerebras/host_examples_per_sec", simple_value=host_eps),
-      ])
+      ] + ([tf.compat.v1.Summary.Value(tag="cerebras/host_input_samples_per_sec",
+                                       simple_value=self._input_sps)] if self._input_sps else []))
       self._writer.add_summary(summary, step)
     self._since_t, self._since_step = now, step
 

@@ -1,0 +1,142 @@
+"""The input pipeline timed on this host against what the simulated systems consume.
+
+Published runs the input set the pace of are the simulator's largest misses (ViT-Base on raw
+ImageNet JPEGs: 776 samples/s on a CS-3 the wafer model puts near 20,000; validation/
+published.yaml, flagged input-bound). The wafer cannot see a pipeline, so training times the
+user's input_fn alone first and says whether it could keep the systems fed.
+"""
+
+import logging
+import os
+import time
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
+from cerebras_tf.compiler import capture
+from cerebras_tf.core import plans
+from cerebras_tf.engine import report
+from cerebras_tf.models.mlp.model import input_fn as mlp_input_fn, model_fn as mlp_model_fn
+
+PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [64, 64],
+          "learning_rate": 1e-2, "num_examples": 512}
+SLEEP_S = 0.02
+
+
+def _slow(params):
+  """The MLP's input, each batch held SLEEP_S in Python (a decode, a tokenizer, a disk)."""
+  def wait(x):
+    time.sleep(SLEEP_S)
+    return x
+  def hold(f, l):
+    x = tf.numpy_function(wait, [f["x"]], tf.float32)
+    x.set_shape(f["x"].shape)
+    return {"x": x}, l
+  return mlp_input_fn(params, tf.estimator.ModeKeys.TRAIN).map(hold)
+
+
+def test_rate_is_samples_over_time_after_warm_up():
+  # 16 samples a batch, each batch at least 20 ms: at most 800 samples/s, whatever the host.
+  # (A lower bound would time the machine, not the code: a loose one only.)
+  rate = capture.measure_input_rate(lambda: _slow(PARAMS), max_batches=10, max_seconds=5.0)
+  assert rate.batches == 10 and rate.samples == 160
+  assert 0.1 * 800 < rate.samples_per_sec <= 800 * 1.02
+
+
+def test_time_budget_stops_a_slow_pipeline():
+  rate = capture.measure_input_rate(lambda: _slow(PARAMS), max_batches=1000, max_seconds=0.1)
+  # The loop stops at the first batch past 0.1 s: 0.1 / 0.02 = 5 batches, give or take one.
+  assert 4 <= rate.batches <= 7 and rate.seconds < 0.5
+
+
+def test_data_that_ends_in_the_warm_up_is_not_timed():
+  one = lambda: tf.data.Dataset.from_tensors(({"x": tf.zeros([4, 3])}, tf.zeros([4])))  # noqa: E731
+  assert capture.measure_input_rate(one, warmup_batches=2) is None
+  # One timed batch of 4 after one warm-up batch: counted by the leading dimension.
+  two = lambda: one().repeat(2)  # noqa: E731
+  rate = capture.measure_input_rate(two, warmup_batches=1)
+  assert rate.batches == 1 and rate.samples == 4
+
+
+def test_an_old_style_queue_input_fn_is_timed_not_hung():
+  # numpy_input_fn returns tensors fed by queue runners: without them the first run waits
+  # forever.
+  fn = tf.compat.v1.estimator.inputs.numpy_input_fn(
+      {"x": np.zeros((64, 3), np.float32)}, np.zeros(64, np.int32), batch_size=8,
+      num_epochs=None, shuffle=False)
+  rate = capture.measure_input_rate(fn, max_batches=5)
+  assert rate.batches == 5 and rate.samples == 40
+
+
+def _plan_perf(samples_per_sec):
+  # Only what the line reads of a plan and its performance.
+  plan = types.SimpleNamespace(execution_strategy=plans.WEIGHT_STREAMING, engine="cs2",
+                               num_csx=1)
+  return plan, types.SimpleNamespace(samples_per_sec=samples_per_sec)
+
+
+def test_input_line_says_how_many_such_processes_would_feed_the_systems():
+  # 24,000 samples/s consumed, 1,000 delivered: 1,000 / 24,000 = 4% of the engine's rate;
+  # 24 processes like this one keep up. 1,681 delivered: ceil(24,000 / 1,681) = 15.
+  plan, perf = _plan_perf(24_000.0)
+  line = report.input_line(1_000.0, 20, 1.28, plan, perf)
+  assert "delivered 1,000 samples/s (one process, 20 batch(es) in 1.28 s" in line
+  assert "1 x cs2 in weight_streaming takes 24,000" in line
+  assert "pace the run at 4% of the engine's rate" in line and "from 24 processes" in line
+  assert "from 15 processes" in report.input_line(1_681.0, 27, 1.03, plan, perf)
+  # Faster than the systems take it: 50,000 / 24,000 = 2.1x, not the bound.
+  fast = report.input_line(50_000.0, 50, 0.5, plan, perf)
+  assert fast.endswith("2.1x the 24,000 samples/s 1 x cs2 in weight_streaming takes: not the bound")
+
+
+def test_the_input_line_replaces_the_last_runs(tmp_path):
+  path = tmp_path / "report.txt"
+  path.write_text("model:            m\nbottleneck:       compute\nnote:             n\n")
+  report.put_input_line(str(path), "first")
+  report.put_input_line(str(path), "second")
+  lines = path.read_text().splitlines()
+  assert lines == ["model:            m", "bottleneck:       compute",
+                   "input:            second", "note:             n"]
+
+
+def _estimator(tmp_path, name):
+  return CerebrasEstimator(mlp_model_fn, params=PARAMS, config=CSRunConfig(
+      model_dir=str(tmp_path / name), tf_random_seed=7, log_step_count_steps=1,
+      cs_config=CSConfig(execution_strategy="pipelined")))
+
+
+def test_training_says_when_its_input_could_not_feed_the_wafer(tmp_path, caplog):
+  # The pipelined MLP is predicted at hundreds of thousands of samples/s; a pipeline of 20 ms
+  # a batch of 16 delivers at most 800.
+  est = _estimator(tmp_path, "slow")
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    est.train(_slow, max_steps=2, use_cs=True)
+  said = [r.getMessage() for r in caplog.records if "cerebras_tf: input:" in r.getMessage()]
+  assert len(said) == 1 and "so input this fast would pace the run at" in said[0]
+  assert [r.levelno for r in caplog.records if "cerebras_tf: input:" in r.getMessage()] == [
+      logging.WARNING]
+  with open(os.path.join(est.compile_dir, "report.txt")) as fh:
+    text = fh.read()
+  assert text.count("\ninput:") == 1 and "processes like this one" in text
+  assert est.get_variable_value("global_step") == 2
+
+
+def test_a_pipeline_that_fails_is_left_to_training_to_report(tmp_path, caplog):
+  # The timing must not replace training's own error (and its messages) with another.
+  def broken(params):
+    def fail(x):
+      raise ValueError("cannot read shard 3")
+    def hold(f, l):
+      x = tf.numpy_function(fail, [f["x"]], tf.float32)
+      x.set_shape(f["x"].shape)
+      return {"x": x}, l
+    return mlp_input_fn(params, tf.estimator.ModeKeys.TRAIN).map(hold)
+  est = _estimator(tmp_path, "broken")
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    with pytest.raises(Exception, match="cannot read shard 3"):
+      est.train(broken, max_steps=2, use_cs=True)
+  assert any("cerebras_tf: input not timed:" in r.getMessage() and "cannot read shard 3" in
+             r.getMessage() for r in caplog.records)
