@@ -300,6 +300,9 @@ class _CerebrasMethods:
       tf.compat.v1.logging.info("cerebras_tf: input not timed: %s",
                                 raised[-1] if raised else text.strip().splitlines()[-1])
       return None
+    except capture_lib.NotTimed as e:
+      tf.compat.v1.logging.info("cerebras_tf: input not timed: %s", e)
+      return None
     if rate is None:
       return None
     text = report.input_line(rate.samples_per_sec, rate.batches, rate.seconds, result.plan,

@@ -140,3 +140,22 @@ def test_a_pipeline_that_fails_is_left_to_training_to_report(tmp_path, caplog):
       est.train(broken, max_steps=2, use_cs=True)
   assert any("cerebras_tf: input not timed:" in r.getMessage() and "cannot read shard 3" in
              r.getMessage() for r in caplog.records)
+
+
+def test_a_generator_is_not_timed_since_it_may_be_one_pass(tmp_path, caplog):
+  # A callable handing out one shared iterator is a one-pass source: timing it would use up
+  # batches training then never sees. Training takes every one of its 6 batches (steps).
+  rows = iter([np.full((16, 32), i, np.float32) for i in range(6)])
+  def gen_input(params):
+    del params
+    ds = tf.data.Dataset.from_generator(lambda: rows, output_signature=tf.TensorSpec(
+        (16, 32), tf.float32))
+    return ds.map(lambda x: ({"x": x}, tf.zeros([16], tf.int32)))
+  with pytest.raises(capture.NotTimed, match="from_generator"):
+    capture.measure_input_rate(lambda: gen_input({}))
+  est = _estimator(tmp_path, "gen")
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    est.train(gen_input, max_steps=100, use_cs=True)
+  assert est.get_variable_value("global_step") == 6
+  assert any("input not timed: it reads Dataset.from_generator" in r.getMessage()
+             for r in caplog.records)

@@ -478,6 +478,10 @@ def measure_tokens(call_input_fn: Callable[[], object], sources: Sequence[tokens
   return totals
 
 
+class NotTimed(Exception):
+  """The input_fn was not timed, and why (not an error: training goes on without it)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class InputRate:
   """What one process running the input_fn delivered, after its warm-up batches."""
@@ -501,8 +505,16 @@ def measure_input_rate(call_input_fn: Callable[[], object], warmup_batches: int 
 
   Returns:
     The rate, or None when the data ended before one timed batch.
+
+  Raises:
+    NotTimed: the dataset reads a Python generator, which may be a one-pass source (an
+      iterator the callable hands out again): timing would take batches training never sees.
   """
   with _input_session(call_input_fn, seed) as (sess, features, labels):
+    if any("from_generator" in f.signature.name
+           for f in sess.graph.as_graph_def().library.function):
+      raise NotTimed("it reads Dataset.from_generator, which may be a one-pass source that "
+                     "timing would use up")
     fetch = [t for t in tf.nest.flatten((features, labels)) if isinstance(t, tf.Tensor)]
     samples = batches = 0
     seconds = 0.0
