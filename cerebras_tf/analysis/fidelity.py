@@ -20,6 +20,7 @@ in `ASSUMED` with their reasons, and printed beside the figure.
 import collections
 import dataclasses
 import functools
+import json
 import math
 import os
 import re
@@ -256,9 +257,10 @@ _ENGINES: Dict[str, object] = {}
 
 # Where an R1.x release sits between R1's calibration run (R1.7.1) and R2.0, the first release
 # of the R2 fits: the vendor's releases ran R1.7, R1.8, R1.9, R2.0, and its R2.0 post says
-# training got "almost six times faster than a year ago" in steps, R2.0's the largest. With no
-# R1.8 or R1.9 figure in calibration, those two take equal geometric steps between the fitted
-# ends (R1.8: r1 x (r2 / r1)^(1/3)); earlier releases take R1.7.1's.
+# training got "almost six times faster than a year ago", release by release. With no R1.8 or
+# R1.9 figure in calibration, those two take equal geometric steps between the fitted ends
+# (R1.8: r1 x (r2 / r1)^(1/3)); earlier releases take R1.7.1's. Chosen after seeing R1.8 and
+# R1.9 at -35% / -45% with R1.7.1's efficiency (CHOICES_SEEN lists what it touches).
 R1_RELEASE_STEPS = {"R1.8": 1 / 3, "R1.9": 2 / 3}
 
 
@@ -584,10 +586,15 @@ def _group_residuals(eng, names, ids, x, overrides, by_id) -> Dict[str, float]:
   trial = dict(overrides)
   trial[eng] = dict(trial.get(eng, {}), **{k: math.exp(v) for k, v in zip(names, x)})
   out = {}
+  same: Dict[str, float] = {}  # replicate runs (the sweeps' students) predict alike: once
   for i in ids:
     fig = by_id[i]
     if fig["kind"] == "throughput":
-      pred = predict_throughput(fig, trial)[0]
+      key = json.dumps([fig["model"], _config_key(fig), fig["unit"], _release_options(fig)],
+                       sort_keys=True)
+      if key not in same:
+        same[key] = predict_throughput(fig, trial)[0]
+      pred = same[key]
     else:
       pred = predict_ratio(fig, by_id, trial)[0]
     out[i] = math.log(pred / fig["value"]) if pred > 0 else 10.0
