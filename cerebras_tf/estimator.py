@@ -292,7 +292,7 @@ class _CerebrasMethods:
     fn = self._per_replica_input_fn(input_fn, batch) if batch else input_fn
     try:
       rate = capture_lib.measure_input_rate(lambda: self._call_input_fn(fn, ModeKeys.TRAIN),
-                                            seed=self.config.tf_random_seed)
+                                            batch_size=batch, seed=self.config.tf_random_seed)
     except tf.errors.OpError as e:
       # Training runs the same pipeline next and reports what is wrong with it in full.
       text = e.message or type(e).__name__

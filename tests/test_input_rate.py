@@ -59,6 +59,14 @@ def test_data_that_ends_in_the_warm_up_is_not_timed():
   two = lambda: one().repeat(2)  # noqa: E731
   rate = capture.measure_input_rate(two, warmup_batches=1)
   assert rate.batches == 1 and rate.samples == 4
+  # A scalar first (a dict's keys sort "step" before "x") is not the batch: the first batched
+  # tensor is; the batch the input_fn was given, when known, is taken as it is.
+  scalar = lambda: tf.data.Dataset.from_tensors(  # noqa: E731
+      ({"a_step": tf.constant(7), "x": tf.zeros([4, 3])}, tf.zeros([4]))).repeat(3)
+  assert capture.measure_input_rate(scalar, warmup_batches=1).samples == 8
+  assert capture.measure_input_rate(scalar, batch_size=5, warmup_batches=1).samples == 10
+  # Nothing to fetch (an input_fn of Python values): not timed.
+  assert capture.measure_input_rate(lambda: ({"x": 1.0}, 2.0)) is None
 
 
 def test_an_old_style_queue_input_fn_is_timed_not_hung():

@@ -495,16 +495,18 @@ class InputRate:
     return self.samples / self.seconds if self.seconds > 0 else float("inf")
 
 
-def measure_input_rate(call_input_fn: Callable[[], object], warmup_batches: int = 2,
-                       max_batches: int = 200, max_seconds: float = 0.5,
+def measure_input_rate(call_input_fn: Callable[[], object], batch_size: Optional[int] = None,
+                       warmup_batches: int = 2, max_batches: int = 200,
+                       max_seconds: float = 0.5,
                        seed: Optional[int] = None) -> Optional[InputRate]:
   """Times the input_fn alone on this host: every feature and label of up to `max_batches`
   batches or `max_seconds`, after `warmup_batches` untimed ones (a shuffle buffer filling, a
-  vocabulary loading). Samples are counted by the first tensor's leading dimension. Batches
-  a prefetch buffer already holds flatter the rate a little; 200 of them make that small.
+  vocabulary loading). A batch holds `batch_size` samples (the batch the input_fn was given,
+  which the compile checked), else the first batched tensor's leading dimension. Batches a
+  prefetch buffer already holds flatter the rate a little; 200 of them make that small.
 
   Returns:
-    The rate, or None when the data ended before one timed batch.
+    The rate, or None when the data ended before one timed batch (or holds no tensor).
 
   Raises:
     NotTimed: the dataset reads a Python generator, which may be a one-pass source (an
@@ -516,6 +518,8 @@ def measure_input_rate(call_input_fn: Callable[[], object], warmup_batches: int 
       raise NotTimed("it reads Dataset.from_generator, which may be a one-pass source that "
                      "timing would use up")
     fetch = [t for t in tf.nest.flatten((features, labels)) if isinstance(t, tf.Tensor)]
+    if not fetch:
+      return None
     samples = batches = 0
     seconds = 0.0
     try:
@@ -525,7 +529,7 @@ def measure_input_rate(call_input_fn: Callable[[], object], warmup_batches: int 
       while batches < max_batches and seconds < max_seconds:
         values = sess.run(fetch)
         seconds = time.perf_counter() - t0
-        samples += int(np.shape(values[0])[0]) if np.ndim(values[0]) else 1
+        samples += batch_size or next((len(v) for v in values if np.ndim(v)), 1)
         batches += 1
     except tf.errors.OutOfRangeError:
       pass
