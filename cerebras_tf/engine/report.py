@@ -278,9 +278,13 @@ def put_input_line(report_path: str, text: str) -> None:
   at = next((i + 1 for i, l in enumerate(lines) if l.startswith("bottleneck:")), len(lines))
   lines.insert(at, f"{INPUT_LABEL:<18}{text}")
   tmp = f"{report_path}.{os.getpid()}.tmp"  # the workers of a multi-worker run share it
-  with open(tmp, "w") as fh:
-    fh.write("\n".join(lines))
-  os.replace(tmp, report_path)
+  try:
+    with open(tmp, "w") as fh:
+      fh.write("\n".join(lines))
+    os.replace(tmp, report_path)
+  finally:
+    if os.path.exists(tmp):  # a full disk: no half-written file left beside the report
+      os.remove(tmp)
 
 
 def host_lines(perf) -> List[str]:
