@@ -52,6 +52,28 @@ def test_time_budget_stops_a_slow_pipeline():
   assert 4 <= rate.batches <= 7 and rate.seconds < 0.5
 
 
+def test_a_very_slow_pipeline_costs_two_batches():
+  # Each batch at least 0.3 s, a 0.1 s budget: one warm-up batch (past the budget, so the
+  # second is skipped) and one timed batch; the run pays for two batches, not three.
+  pulled = []
+  def wait(x):
+    pulled.append(1)
+    time.sleep(0.3)
+    return x
+  def slow(f, l):
+    x = tf.numpy_function(wait, [f["x"]], tf.float32)
+    x.set_shape(f["x"].shape)
+    return {"x": x}, l
+  def pipeline():
+    ds = mlp_input_fn(PARAMS, tf.estimator.ModeKeys.TRAIN).map(slow)
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False  # pulled exactly when asked
+    return ds.with_options(options)
+  rate = capture.measure_input_rate(pipeline, max_seconds=0.1)
+  assert rate.batches == 1 and len(pulled) == 2
+  assert rate.samples_per_sec <= 16 / 0.3
+
+
 def test_data_that_ends_in_the_warm_up_is_not_timed():
   one = lambda: tf.data.Dataset.from_tensors(({"x": tf.zeros([4, 3])}, tf.zeros([4])))  # noqa: E731
   assert capture.measure_input_rate(one, warmup_batches=2) is None

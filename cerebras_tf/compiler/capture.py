@@ -501,7 +501,7 @@ def measure_input_rate(call_input_fn: Callable[[], object], batch_size: Optional
                        seed: Optional[int] = None) -> Optional[InputRate]:
   """Times the input_fn alone on this host: every feature and label of up to `max_batches`
   batches or `max_seconds`, after `warmup_batches` untimed ones (a shuffle buffer filling, a
-  vocabulary loading). A batch holds `batch_size` samples (the batch the input_fn was given,
+  vocabulary loading; only one if it alone takes `max_seconds`). A batch holds `batch_size` samples (the batch the input_fn was given,
   which the compile checked), else the first batched tensor's leading dimension. Batches a
   prefetch buffer already holds flatter the rate a little; 200 of them make that small.
 
@@ -523,8 +523,11 @@ def measure_input_rate(call_input_fn: Callable[[], object], batch_size: Optional
     samples = batches = 0
     seconds = 0.0
     try:
+      t0 = time.perf_counter()
       for _ in range(warmup_batches):
         sess.run(fetch)
+        if time.perf_counter() - t0 > max_seconds:
+          break  # a slow pipeline: one warm-up batch will do, each costs the run its time
       t0 = time.perf_counter()
       while batches < max_batches and seconds < max_seconds:
         values = sess.run(fetch)
