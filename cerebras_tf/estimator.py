@@ -231,7 +231,7 @@ class _CerebrasMethods:
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
     _raise_unless_host_holds(result)
-    input_rate = self._time_input(input_fn, result)
+    input_rate = self.time_input(input_fn, result)
     # Only a single-replica pipelined run saves its input pipeline's position (below): on
     # several workers tf.estimator's distributed loop refuses saving listeners ("Saving
     # listenor is not supported by the current Distribution Strategies"), which a pipelined
@@ -284,10 +284,15 @@ class _CerebrasMethods:
     finally:
       self._cs_run = None
 
-  def _time_input(self, input_fn, result):
-    """Times the input_fn alone (half a second after warm-up) and says, in the log and
-    report.txt's "input:" line, whether it could feed the simulated systems. Returns the
-    InputRate (None if not timed)."""
+  def time_input(self, input_fn, result):
+    """Times the TRAIN input_fn alone on this host (half a second after warm-up) and says, in
+    the log and report.txt's "input:" line, whether it could feed the simulated systems of
+    `result` (a `compile` result that fits). Training calls it first; `--compile_only` too.
+
+    Returns:
+      The capture.InputRate, or None if not timed (a from_generator dataset, a pipeline that
+      fails: training reports that itself, data that ends in the warm-up).
+    """
     batch = batch_size_for_mode(self.params, ModeKeys.TRAIN)
     fn = self._per_replica_input_fn(input_fn, batch) if batch else input_fn
     try:

@@ -151,6 +151,9 @@ def run(params: dict, opts: RunOptions,
     if plan is not None and max_steps and result.performance is not None:
       summary["engine_time"] = engine_report.engine_time(plan, result.graph, result.performance,
                                                          max_steps)
+    if plan is not None and result.performance is not None:
+      # How fast it would train includes whether this input could keep the systems fed.
+      summary["input_rate"] = est.time_input(input_for(TRAIN), result)
     return summary
 
   use_cs = opts.use_cs and rc["use_cs"]

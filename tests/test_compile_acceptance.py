@@ -94,7 +94,14 @@ def test_a_micro_batch_size_the_user_sets_is_planned(tmp_path, capsys):
   report = open(tmp_path / "m" / "cs_compile" / "report.txt", encoding="utf-8").read()
   assert "micro-batch 4 of per-system batch 32" in report
   assert re.search(r"micro-batch 4 \(8 per step", report)
-  capsys.readouterr()
+  # --compile_only answers "how fast would it train" with the input's part too: the GPT
+  # corpus pipeline timed on this host against the weight-streaming rate.
+  out = capsys.readouterr()
+  said = re.search(r"cerebras_tf: input: this host's input_fn delivered [\d,]+ samples/s .*"
+                   r"1 x cs2 in weight_streaming", out.out + out.err)
+  assert said, (out.out + out.err)[-2000:]
+  assert re.search(r"^input: +this host's input_fn delivered", open(
+      tmp_path / "m" / "cs_compile" / "report.txt", encoding="utf-8").read(), re.M)
   assert cli.main(argv[:-1] + ["csconfig.micro_batch_size=4", "--execution_strategy",
                                "pipelined"]) == 2
   assert "csconfig.micro_batch_size 4 needs execution_strategy weight_streaming or auto" in \
