@@ -24,7 +24,7 @@ from absl import flags
 
 from cerebras_tf.core import plans
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, Terminated, disk_full,
-                                disk_full_path, raise_terminated)
+                                disk_full_path, raise_terminated, tf_error_text)
 from cerebras_tf import params as params_lib
 from cerebras_tf import registry
 from cerebras_tf import runner
@@ -354,7 +354,7 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
   if "tensorflow" not in sys.modules:
     return None
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  first = _tf_error_text(e)
+  first = tf_error_text(e)
   raised = re.search(r"^\s*(?:[\w.]+\.)?DataError: (.+)$", str(getattr(e, "message", e)), re.M)
   if isinstance(e, tf.errors.OpError) and raised:
     return raised.group(1)  # the input pipeline's Python (a numpy_function) said what is wrong
@@ -434,21 +434,6 @@ def _input_fn_name(params) -> Optional[str]:
   if isinstance(ref, str):
     return ref
   return f"{getattr(ref, '__module__', '?')}:{getattr(ref, '__qualname__', '?')}"
-
-
-def _tf_error_text(e: BaseException) -> str:
-  """The op's own message of a TF error, one line. A graph-mode error starts with 'Graph
-  execution error:' and a Python stack; the op's message follows the `Node: '...'` line."""
-  text = str(getattr(e, "message", e))
-  m = re.search(r"\nNode: '[^'\n]*'\n(.*?)(?:\n\s*\[\[|$)", text, re.S)
-  lines = [line for line in text.split("\n") if line.strip()]
-  if m:
-    body = m.group(1)
-  elif len(lines) > 1 and lines[0].strip() == "Graph execution error:":
-    body = lines[1]  # an error inside the input pipeline: no Python stack, no Node line
-  else:
-    body = lines[0] if lines else ""
-  return " ".join(body.split())
 
 
 def run_main():

@@ -33,6 +33,21 @@ def disk_full_path(error: BaseException) -> Optional[str]:
   return found.group(1) if found else getattr(error, "filename", None)
 
 
+def tf_error_text(e: BaseException) -> str:
+  """The op's own message of a TF error, one line. A graph-mode error starts with 'Graph
+  execution error:' and a Python stack; the op's message follows the `Node: '...'` line."""
+  text = str(getattr(e, "message", e))
+  m = re.search(r"\nNode: '[^'\n]*'\n(.*?)(?:\n\s*\[\[|$)", text, re.S)
+  lines = [line for line in text.split("\n") if line.strip()]
+  if m:
+    body = m.group(1)
+  elif len(lines) > 1 and lines[0].strip() == "Graph execution error:":
+    body = lines[1]  # an error inside the input pipeline: no Python stack, no Node line
+  else:
+    body = lines[0] if lines else ""
+  return " ".join(body.split())
+
+
 class CerebrasTFError(Exception):
   """Base class: a problem the user can fix. `str(e)` is the one-line message."""
 

@@ -36,7 +36,7 @@ from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, DataError, FitError, ModelFnError,
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
-                                disk_full_path)
+                                disk_full_path, tf_error_text)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, logs, strategies,
                                  tf_config)
@@ -300,10 +300,7 @@ class _CerebrasMethods:
                                             batch_size=batch, seed=self.config.tf_random_seed)
     except tf.errors.OpError as e:
       # Training runs the same pipeline next and reports what is wrong with it in full.
-      text = e.message or type(e).__name__
-      raised = re.findall(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): (.+)$", text, re.M)
-      tf.compat.v1.logging.info("cerebras_tf: input not timed: %s",
-                                raised[-1] if raised else text.strip().splitlines()[-1])
+      tf.compat.v1.logging.info("cerebras_tf: input not timed: %s", tf_error_text(e))
       return None
     except capture_lib.NotTimed as e:
       tf.compat.v1.logging.info("cerebras_tf: input not timed: %s", e)
