@@ -58,6 +58,12 @@ def load_rows(path):
   return out
 
 
+def flags(r) -> str:
+  """The table's flag column: registry-flagged host-bound, and seen before a choice."""
+  return ", ".join(f for f, on in (("host-bound", r.host_bound),
+                                   ("seen", r.id in fidelity.CHOICES_SEEN)) if on)
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--csv", default="", help="write one row per figure to this CSV file")
@@ -70,9 +76,7 @@ def main(argv=None) -> int:
     if r.kind == "fit":
       continue
     body.append([r.id, r.set[:3], f"{r.system} {r.mode}", fmt(r.published), fmt(r.predicted),
-                 pct(r.error), ", ".join(flag for flag, on in (("host-bound", r.host_bound),
-                                                                ("seen", r.id in fidelity.CHOICES_SEEN))
-                                      if on), r.detail[:90]])
+                 pct(r.error), flags(r), r.detail[:90]])
   print_table("Published throughputs and ratios vs the simulator",
               ["figure", "set", "system / mode", "published", "predicted", "error", "flag",
                "bottleneck / detail"], body)
