@@ -2,15 +2,21 @@
 
 from setuptools import find_packages, setup
 
+MODELS = ["cerebras_models"] + [f"cerebras_models.{p}" for p in find_packages("models")]
+# The reference families, found by the framework through this entry-point group (name -> package).
+FAMILIES = ["bert", "cnn", "gpt", "mlp", "transformer"]
+
 setup(
     name="cerebras_tf",
     version="0.1.0",
     description="TensorFlow Estimator-compatible training framework for a simulated Cerebras CS-2",
     python_requires=">=3.11,<3.12",
-    # One top-level package: the reference models are cerebras_tf.models (a top-level `models`
-    # would shadow any user's own models.py).
-    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*"]),
-    package_data={"cerebras_tf.engine": ["specs/*.yaml"], "cerebras_tf.models": ["*/README.md"]},
+    # The framework is cerebras_tf; the reference models live in the checkout's top-level
+    # models/ (as the model zoo stands beside the framework) and install as `cerebras_models`,
+    # so nothing named `models` can shadow a user's own models.py.
+    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*"]) + MODELS,
+    package_dir={"cerebras_models": "models"},
+    package_data={"cerebras_tf.engine": ["specs/*.yaml"], "cerebras_models": ["*/README.md"]},
     install_requires=[
         "tensorflow==2.15.1",       # the last release with tf.estimator
         "tensorflow-text==2.15.0",  # BertTokenizer, MLM masking, WordPiece vocab builder
@@ -26,8 +32,9 @@ setup(
         "test": ["pytest", "hypothesis", "pytest-xdist==3.8.0"],
         "data": ["pysword"],        # reads the Debian SWORD Bible modules (real text corpora)
     },
-    entry_points={"console_scripts": ["cerebras-run = cerebras_tf.cli:run_main",
-                                        "cerebras-launch = cerebras_tf.runtime.launcher:console_main",
-                                        "cerebras-prepare-data = "
-                                        "cerebras_tf.models.data.prepare:console_main"]},
+    entry_points={"cerebras_tf.models": [f"{f} = cerebras_models.{f}" for f in FAMILIES],
+                  "console_scripts": ["cerebras-run = cerebras_tf.cli:run_main",
+                                      "cerebras-launch = cerebras_tf.runtime.launcher:console_main",
+                                      "cerebras-prepare-data = "
+                                      "cerebras_models.data.prepare:console_main"]},
 )

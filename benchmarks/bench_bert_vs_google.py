@@ -51,8 +51,8 @@ if not GOOGLE_CHILD:
   # pylint: disable=wrong-import-position
   from cerebras_tf import params as params_lib  # noqa: E402
   from cerebras_tf import runner  # noqa: E402
-  from cerebras_tf.models.bert import input as input_lib  # noqa: E402
-  from cerebras_tf.models.bert import model as bert_model  # noqa: E402
+  from cerebras_models.bert import input as input_lib  # noqa: E402
+  from cerebras_models.bert import model as bert_model  # noqa: E402
 
 BATCH, SEQ, PREDS = 32, 128, 20
 CONFIG = os.path.join(ROOT, "configs", "params_bert_tiny_msl128.yaml")

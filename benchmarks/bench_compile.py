@@ -24,7 +24,7 @@ from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # noqa: E402
 from cerebras_tf.compiler import compile as compile_lib  # noqa: E402
 from cerebras_tf.core import plans  # noqa: E402
 from cerebras_tf.engine import conv, spec  # noqa: E402
-from cerebras_tf.models.cnn import foreign  # noqa: E402
+from cerebras_models.cnn import foreign  # noqa: E402
 from cerebras_tf.params import load_params  # noqa: E402
 from cerebras_tf.registry import get_model  # noqa: E402
 

@@ -19,7 +19,7 @@ from common import Timer, machine, median, print_table, quiet_tf
 tf = quiet_tf()
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # noqa: E402
-from cerebras_tf.models.mlp.model import input_fn, model_fn  # noqa: E402
+from cerebras_models.mlp.model import input_fn, model_fn  # noqa: E402
 
 PARAMS = {"batch_size": 128, "input_dim": 256, "num_classes": 16, "hidden_sizes": [512, 512],
           "learning_rate": 1e-3, "num_examples": 8192}

@@ -5,7 +5,7 @@
     python benchmarks/bench_fidelity.py --write-bands   # refresh engine/specs/fidelity_bands.yaml
 
 The split (calibration vs validation) is the registry's, fixed before any constant was fitted;
-constants are fitted on the calibration set only (cerebras_tf/analysis/fidelity.py, engine
+constants are fitted on the calibration set only (validation/fidelity.py, engine
 YAMLs). The acceptance bands (issue 16): validation throughput mean |error| <= 20%, no case off
 by more than 2x. No TensorFlow; about a second.
 """
@@ -19,7 +19,7 @@ import sys
 import common  # noqa: F401  (repo on sys.path)
 from common import print_table
 
-from cerebras_tf.analysis import fidelity
+from validation import fidelity
 
 
 def fmt(x) -> str:

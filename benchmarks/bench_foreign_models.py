@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compiles models people bring (cerebras_tf/models/cnn/foreign.py) for the engine.
+"""Compiles models people bring (models/cnn/foreign.py) for the engine.
 
     python benchmarks/bench_foreign_models.py [--batch 32] [--engine cs2] [--models ResNet50,U-Net]
     python benchmarks/bench_foreign_models.py --quick   # U-Net, LSTM LM and MobileNetV2 only
@@ -25,7 +25,7 @@ tf = common.quiet_tf()
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # noqa: E402  pylint: disable=wrong-import-position
 from cerebras_tf.errors import CompileError  # noqa: E402  pylint: disable=wrong-import-position
-from cerebras_tf.models.cnn import foreign  # noqa: E402  pylint: disable=wrong-import-position
+from cerebras_models.cnn import foreign  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def compile_one(name: str, batch: int, engine: str) -> list:

@@ -102,7 +102,7 @@ def switch_off(levers):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if not levers:  # also the tree before issue 14, which has no models/losses.py
     return
-  from cerebras_tf.models import losses  # pylint: disable=import-outside-toplevel
+  from cerebras_models import losses  # pylint: disable=import-outside-toplevel
   if "xent" in levers:  # TF's op, in both loss functions
     losses.onednn_active = lambda: False
   if "head" in levers and hasattr(losses, "dense_sparse_softmax_xent"):
@@ -111,7 +111,7 @@ def switch_off(levers):
   if "dropout" in levers and hasattr(modeling_dropout(), "dropout"):
     modeling_dropout().dropout = lambda x, rate: tf.nn.dropout(x, rate=rate)
   if "adam" in levers:
-    from cerebras_tf.models import optimization  # pylint: disable=import-outside-toplevel
+    from cerebras_models import optimization  # pylint: disable=import-outside-toplevel
     cls = optimization.AdamWeightDecayOptimizer
     cls._resource_apply_dense = cls._apply  # pylint: disable=protected-access
 
@@ -119,7 +119,7 @@ def switch_off(levers):
 def modeling_dropout():
   import importlib  # pylint: disable=import-outside-toplevel
   try:
-    return importlib.import_module("cerebras_tf.models.dropout")
+    return importlib.import_module("cerebras_models.dropout")
   except ModuleNotFoundError:  # a tree before the lever
     return None
 

@@ -20,7 +20,7 @@ import argparse
 import common  # noqa: F401  (repo on sys.path)
 from common import print_table
 
-from cerebras_tf.analysis import fidelity
+from validation import fidelity
 
 EFF, LAYER, STEP = ("weight_streaming_efficiency", "weight_streaming_layer_overhead_s",
                     "weight_streaming_step_overhead_s")

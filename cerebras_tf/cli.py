@@ -23,13 +23,12 @@ from typing import List, Optional, Tuple
 from absl import flags
 
 from cerebras_tf.core import plans
-from cerebras_tf.errors import (CerebrasTFError, ConfigError, Terminated, disk_full,
+from cerebras_tf.errors import (PREPARE_DATA, CerebrasTFError, ConfigError, Terminated, disk_full,
                                 disk_full_path, raise_terminated, tf_error_text)
 from cerebras_tf import params as params_lib
 from cerebras_tf import registry
 from cerebras_tf import runner
 from cerebras_tf import schema
-from cerebras_tf.models.data import acquire
 from cerebras_tf.runtime import ckpt_files, logs, tf_config
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
@@ -350,7 +349,7 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
   if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
     what = " ".join((e.strerror or str(e)).split())
     where = f": {e.filename}" if e.filename else ""
-    return f"{what}{where}; fix the path in the params file (or run `{acquire.PREPARE}`)"
+    return f"{what}{where}; fix the path in the params file (or run `{PREPARE_DATA}`)"
   if "tensorflow" not in sys.modules:
     return None
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -378,7 +377,7 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"but its newest keep_checkpoint_max checkpoints; rerun (the newest is read), or "
             f"name one that is kept (--checkpoint_path)")
   if isinstance(e, tf.errors.NotFoundError):
-    return (f"file not found: {first}; run `{acquire.PREPARE}` to fetch the "
+    return (f"file not found: {first}; run `{PREPARE_DATA}` to fetch the "
             f"datasets, or fix the path in the params file")
   if isinstance(e, tf.errors.PermissionDeniedError):
     return (f"permission denied: {first}; make that path writable, or choose another "
@@ -391,7 +390,7 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
     return (f"the input records have no feature '{missing.group(1)}' ({missing.group(2)}), "
             f"which this model's input_fn reads; write them with the feature names it "
             f"parses{where}, or point the data paths in the params file at data from "
-            f"`{acquire.PREPARE}`")
+            f"`{PREPARE_DATA}`")
   if isinstance(e, tf.errors.InvalidArgumentError) and first.startswith("assertion failed: ["):
     # A tf.debugging.assert_* in an input_fn or model_fn (ours or the user's): its message,
     # then TF's "[Condition ...] [x (name) = ] [values] [y (name) = ] [values]".
@@ -418,9 +417,9 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"reads TFRecords of "
             f"tf.train.Example{f' ({where})' if where else ''}; convert your data (a CSV or "
             f"TSV) to them, or point the data paths in the params file at data from "
-            f"`{acquire.PREPARE}`")
+            f"`{PREPARE_DATA}`")
   if isinstance(e, tf.errors.DataLossError):
-    return (f"corrupt data: {first}; re-create it with `{acquire.PREPARE} --force` "
+    return (f"corrupt data: {first}; re-create it with `{PREPARE_DATA} --force` "
             f"or remove the damaged file")
   return None
 

@@ -11,6 +11,13 @@ import os
 import re
 from typing import Optional
 
+# What an error about missing or corrupt data tells the user to run: the script in a checkout
+# (scripts/ beside this package), else the console command the install put on PATH.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREPARE_DATA = ("python scripts/prepare_data.py"
+                if os.path.isfile(os.path.join(_CHECKOUT, "scripts", "prepare_data.py"))
+                else "cerebras-prepare-data")
+
 
 def defined_at(fn) -> str:
   """` (file:line)` of a Python function's definition, through partials and wrappers, for a

@@ -154,7 +154,7 @@ def _merge_in_cond_message(error, user_model_fn) -> str:
   return (f"{where}the model_fn applies its update inside a tf.cond or a loop (gradient "
           f"accumulation?), which data-parallel host replicas cannot run: tf.distribute "
           f"merges the replicas' gradients in apply_gradients, and cannot inside a cond; "
-          f"accumulate with cerebras_tf.models.optimization.build_train_op "
+          f"accumulate with cerebras_models.optimization.build_train_op "
           f"(optimizer.grad_accum_steps, which merges first), raise the batch instead, or "
           f"train pipelined")
 
@@ -1052,7 +1052,7 @@ def _say_per_replica_clipping(graph, distribution) -> None:
           "cerebras_tf: %sthe model_fn clips its gradients by their global norm in each of "
           "the %d host replicas: each clips its own 1/%d share by the whole limit, so a "
           "clipped update is up to %dx the one-device one; clip the replicas' sum (the "
-          "reference optimizer, cerebras_tf.models.optimization.build_train_op, does), or "
+          "reference optimizer, cerebras_models.optimization.build_train_op, does), or "
           "train pipelined", f"{where}: " if where else "", replicas, replicas, replicas)
       return
 

@@ -2,15 +2,15 @@
 
 A model family registers itself when its package is imported:
 
-    # cerebras_tf/models/bert/__init__.py
-    from cerebras_tf.models.fields import TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS
+    # models/bert/__init__.py
+    from cerebras_models.fields import TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS
     from cerebras_tf.registry import ModelSpec, register
     from cerebras_tf.schema import Field
 
     register(ModelSpec(
         name="bert",
-        model_fn="cerebras_tf.models.bert.model:model_fn",     # "module:attr", imported on first use
-        input_fn="cerebras_tf.models.bert.input:input_fn",     # input_fn(params, mode)
+        model_fn="cerebras_models.bert.model:model_fn",     # "module:attr", imported on first use
+        input_fn="cerebras_models.bert.input:input_fn",     # input_fn(params, mode)
         schema={
             "model": {**TRANSFORMER_MODEL_FIELDS,
                       "vocab_size": Field("int", 30522, "vocabulary rows", low=1)},
@@ -37,7 +37,8 @@ Rules:
   "mixed_precision")` say, to their "off" value; any other value is refused by name. A
   validated key is applied or refused, never silently ignored. (`INERT_KEYS`, modelzoo keys
   no family applies, are refused that way for every family.)
-- The reference families are listed in `BUILTIN` (name -> package) and imported the first time
+- Installed families are declared as entry points of the group `cerebras_tf.models` (name ->
+  package; the reference models' setup.py does so) and imported the first time
   their name is asked for.
 - Models outside this package: list their modules, comma-separated, in the environment
   variable CEREBRAS_TF_MODEL_MODULES; they are imported (and register) on the first lookup.
@@ -45,7 +46,9 @@ Rules:
 
 import dataclasses
 import difflib
+import functools
 import importlib
+import importlib.metadata
 import os
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -53,14 +56,17 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 from cerebras_tf.errors import ConfigError, ParamsError
 from cerebras_tf.schema import EXTENSIBLE_SECTIONS, Field
 
-# The reference model families shipped in this package: name -> the package that registers it.
-BUILTIN = {
-    "bert": "cerebras_tf.models.bert",
-    "cnn": "cerebras_tf.models.cnn",
-    "gpt": "cerebras_tf.models.gpt",
-    "mlp": "cerebras_tf.models.mlp",
-    "transformer": "cerebras_tf.models.transformer",
-}
+# Installed distributions declare their model families as entry points of this group, name ->
+# package (the reference models: setup.py); the framework itself imports no model.
+ENTRY_POINT_GROUP = "cerebras_tf.models"
+
+
+@functools.lru_cache(maxsize=None)
+def installed_families() -> Mapping[str, str]:
+  """name -> the package that registers it, for every family an installed distribution declares."""
+  return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
 _REGISTRY: Dict[str, "ModelSpec"] = {}
 
 FnRef = Union[Callable, str]
@@ -205,15 +211,15 @@ def _import_hint(module: str) -> str:
 def available_models() -> List[str]:
   """Registered names plus the built-in families not imported yet."""
   _import_env_modules()
-  return sorted(set(_REGISTRY) | set(BUILTIN))
+  return sorted(set(_REGISTRY) | set(installed_families()))
 
 
 def get_model(name: str) -> ModelSpec:
   """The ModelSpec for `name`, importing its built-in package on first use."""
   if not isinstance(name, str):
     raise ParamsError(f"model name must be a string, got {name!r}")
-  if name not in _REGISTRY and name in available_models() and name in BUILTIN:
-    importlib.import_module(BUILTIN[name])  # available_models() may have registered it
+  if name not in _REGISTRY and name in available_models() and name in installed_families():
+    importlib.import_module(installed_families()[name])  # available_models() may have registered it
   spec = _REGISTRY.get(name)
   if spec is None:
     choices = available_models()
@@ -221,7 +227,7 @@ def get_model(name: str) -> ModelSpec:
     hint = f" (did you mean '{match[0]}'?)" if match else ""
     listing = ", ".join(choices) if choices else "none registered"
     if name in choices:  # the package exists but did not call register()
-      raise ParamsError(f"model '{name}': {BUILTIN[name]} does not call "
+      raise ParamsError(f"model '{name}': {installed_families()[name]} does not call "
                         "cerebras_tf.registry.register()")
     raise ParamsError(f"unknown model '{name}'{hint}; available: {listing}")
   return spec

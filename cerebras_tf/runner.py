@@ -293,7 +293,7 @@ def serving_input_fn_for(spec) -> Callable:
   """The model family's `serving_input_receiver_fn(params)`: from its package's `export`
   module, else from its input_fn's module. A module that exists but fails to import raises."""
   _, input_fn = spec.resolve()
-  package = registry.BUILTIN.get(spec.name, getattr(input_fn, "__module__", "").rpartition(".")[0])
+  package = registry.installed_families().get(spec.name, getattr(input_fn, "__module__", "").rpartition(".")[0])
   for module in (f"{package}.export", getattr(input_fn, "__module__", "")):
     try:
       fn = getattr(importlib.import_module(module), "serving_input_receiver_fn", None)

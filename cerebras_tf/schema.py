@@ -3,7 +3,7 @@
 `Field` declares one key (type, default, range or choices, help). The framework's sections
 (`train_input`, `eval_input`, `model`, `optimizer`, `runconfig`, `csconfig`) are declared here;
 a model family adds its own keys to `model`, `train_input` and `eval_input` through its
-`registry.ModelSpec.schema` (reference models: `cerebras_tf/models/*/__init__.py`).
+`registry.ModelSpec.schema` (reference models: `models/*/__init__.py`).
 Loading and validation are in `params.py`. No TensorFlow.
 """
 

@@ -2,7 +2,7 @@
 
     python scripts/mlm_baseline.py --params configs/params_bert_tiny_msl128.yaml
 
-The masks come from BERT's own input pipeline (`cerebras_tf/models/bert/input.py`, same seed as
+The masks come from BERT's own input pipeline (`models/bert/input.py`, same seed as
 training), so the baseline sees the positions the model is scored on: the most frequent
 masked token is counted over one pass of the train split, and its accuracy is measured on the
 held-out (eval) split's masked positions, weighted like `masked_lm_accuracy`.
@@ -22,7 +22,7 @@ if ROOT not in sys.path:
 def _masked_ids(params, mode, max_batches: Optional[int]):
   """Yields the weighted masked_lm_ids of each batch, one pass, in a fresh graph."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.bert import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.bert import input as input_lib  # pylint: disable=import-outside-toplevel
   tf1 = tf.compat.v1
   with tf.Graph().as_default():
     seed = (params.get("runconfig") or {}).get("tf_random_seed")

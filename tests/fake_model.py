@@ -1,6 +1,6 @@
 """A TensorFlow-free model family for params/CLI/runner tests (registered as `toy`)."""
 
-from cerebras_tf.models.fields import (MASKED_LM_FIELDS, TEXT_INPUT_FIELDS,
+from cerebras_models.fields import (MASKED_LM_FIELDS, TEXT_INPUT_FIELDS,
                                        check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field

@@ -16,7 +16,7 @@ import pytest
 
 from cerebras_tf import cli
 from cerebras_tf import registry
-from cerebras_tf.models.data import acquire
+from cerebras_models.data import acquire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")

@@ -448,10 +448,10 @@ def test_a_model_module_fixed_after_its_import_failed_is_imported_again(tmp_path
   with pytest.raises(ConfigError, match=rf"importing '{module}' failed at .*{module}.py:2: "
                                         r"RuntimeError: not yet"):
     registry.get_model("mine")
-  path.write_text("from cerebras_tf.models import mlp\nfrom cerebras_tf.registry import "
+  path.write_text("from cerebras_models import mlp\nfrom cerebras_tf.registry import "
                   "ModelSpec, register\nregister(ModelSpec('mine', mlp.SPEC.model_fn, "
                   "mlp.SPEC.input_fn))\n")
   try:
-    assert registry.get_model("mine").model_fn == "cerebras_tf.models.mlp.model:model_fn"
+    assert registry.get_model("mine").model_fn == "cerebras_models.mlp.model:model_fn"
   finally:
     registry.unregister("mine")

@@ -30,7 +30,7 @@ def _estimator(name, tmp_path, strategy="pipelined"):
 
 @pytest.fixture(scope="module")
 def real_vocab():
-  from cerebras_tf.models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
+  from cerebras_models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
   try:
     return ensure_datasets(["vocab"])
   except Exception as e:  # pylint: disable=broad-except

@@ -19,7 +19,7 @@ from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import (CompileError, ConfigError, DataError, FitError, ModelFnError,
                                 TrainingError, UnsupportedOpError)
 from cerebras_tf.runtime import strategies
-from cerebras_tf.models.mlp.model import input_fn, model_fn
+from cerebras_models.mlp.model import input_fn, model_fn
 from source_marks import line_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +63,7 @@ import os, sys
 import numpy as np
 import tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.models.mlp.model import input_fn
+from cerebras_models.mlp.model import input_fn
 from cerebras_tf.runtime import strategies
 strategies.reserve_logical_cpus(2)
 PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "num_examples": 512}
@@ -774,7 +774,7 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
       import sys, numpy as np, tensorflow as tf
       from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
       from cerebras_tf.errors import ConfigError
-      from cerebras_tf.models.mlp import model as mlp
+      from cerebras_models.mlp import model as mlp
       x = np.zeros((64, 32), np.float32); y = np.zeros(64, np.int32)
       fn = tf.compat.v1.estimator.inputs.numpy_input_fn(x={"x": x}, y=y, batch_size=16,
                                                         num_epochs=None, shuffle=False)
@@ -868,7 +868,7 @@ for HOW in ("own", "reference"):
       step = opt.apply_gradients(zip(grads, [v for _, v in grads_and_vars]),
                                  tf.compat.v1.train.get_global_step())
     else:
-      from cerebras_tf.models import optimization
+      from cerebras_models import optimization
       step, _ = optimization.build_train_op(loss, {"optimizer_type": "sgd",
           "learning_rate": 0.1, "max_gradient_norm": 1.0}, 10)
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
@@ -1032,7 +1032,7 @@ def test_clipping_each_replicas_share_is_named_in_multi_replica(replica_trials):
           f"cerebras_tf: {path}:{line}: the model_fn clips its gradients by their global norm "
           f"in each of the 2 host replicas: each clips its own 1/2 share by the whole limit, "
           f"so a clipped update is up to 2x the one-device one; clip the replicas' sum (the "
-          f"reference optimizer, cerebras_tf.models.optimization.build_train_op, does), or "
+          f"reference optimizer, cerebras_models.optimization.build_train_op, does), or "
           f"train pipelined"]),
       "reference SAID []"], replica_trials[2]
 
@@ -1490,7 +1490,7 @@ NOTEBOOK = '''
 import sys
 import tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.models.mlp import model as mlp
+from cerebras_models.mlp import model as mlp
 params = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [16],
           "learning_rate": 1e-2, "num_examples": 256}
 train = lambda params: mlp.input_fn(params, tf.estimator.ModeKeys.TRAIN)

@@ -19,7 +19,7 @@ from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.compiler import capture
 from cerebras_tf.core import plans
 from cerebras_tf.engine import report
-from cerebras_tf.models.mlp.model import input_fn as mlp_input_fn, model_fn as mlp_model_fn
+from cerebras_models.mlp.model import input_fn as mlp_input_fn, model_fn as mlp_model_fn
 
 PARAMS = {"batch_size": 16, "input_dim": 32, "num_classes": 4, "hidden_sizes": [64, 64],
           "learning_rate": 1e-2, "num_examples": 512}

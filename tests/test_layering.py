@@ -3,8 +3,9 @@
     face (estimator, run_config, params, trainer_format, cli, runner, __main__)
       -> analysis -> compiler -> engine -> core -> errors
       -> runtime ------------------------> core
-    models -> registry, schema, params, core, runtime (the reference models use the framework's
-              types, and its checkpoint warm start)
+    models/ (installed as cerebras_models) -> registry, schema, params, core, runtime, errors
+              (the reference models use the framework's types and its checkpoint warm start);
+              the framework never imports a model: it finds families by entry point
 
 Read from the source with `ast`, so an import hidden inside a function counts too.
 """
@@ -15,6 +16,7 @@ import os
 from conftest import ROOT
 
 PACKAGE = os.path.join(ROOT, "cerebras_tf")
+MODELS = os.path.join(ROOT, "models")
 
 # layer -> the layers it may import (itself always allowed).
 ALLOWED = {
@@ -28,8 +30,9 @@ ALLOWED = {
     "registry": {"schema", "errors"},
     "cs_config": {"schema", "core", "errors"},
     "keras_model": {"errors"},
-    "models": {"registry", "schema", "params", "core", "runtime", "errors", "keras_model"},
 }
+# What the reference models (models/, imported as cerebras_models) may use of the framework.
+MODELS_MAY_IMPORT = {"registry", "schema", "params", "core", "runtime", "errors", "keras_model"}
 # Function-level imports of our own code that are not about cycles, and why.
 LATE = {
     ("cerebras_tf/runner.py", "cerebras_tf.estimator"): "TensorFlow loads only once the params "
@@ -46,8 +49,8 @@ def layer_of(module: str) -> str:
   return parts[1] if len(parts) > 1 else "__init__"
 
 
-def imports(path: str):
-  """(imported cerebras_tf module, line, inside a function?) for every import in the file."""
+def imports(path: str, package: str = "cerebras_tf"):
+  """(imported `package` module, line, inside a function?) for every import in the file."""
   tree = ast.parse(open(path, encoding="utf-8").read(), path)
   out = []
 
@@ -62,11 +65,14 @@ def imports(path: str):
       visit(child, nested)
 
   visit(tree, False)
-  return [(m, line, f) for m, line, f in out if m.startswith("cerebras_tf.")]
+  # `from cerebras_tf import errors` lists `cerebras_tf.errors` too, so the bare package name
+  # adds nothing there; a bare `import cerebras_models` is an import of the models.
+  return [(m, line, f) for m, line, f in out
+          if m.startswith(package + ".") or (m == package != "cerebras_tf")]
 
 
-def modules():
-  for dirpath, _, files in os.walk(PACKAGE):
+def modules(root: str = PACKAGE):
+  for dirpath, _, files in os.walk(root):
     for f in sorted(files):
       if f.endswith(".py"):
         path = os.path.join(dirpath, f)
@@ -112,10 +118,28 @@ def test_the_test_sees_a_violation(tmp_path):
   found = imports(str(path))
   assert ("cerebras_tf.compiler", 1, False) in found and ("cerebras_tf.core.ir", 4, True) in found
   assert "compiler" not in ALLOWED[layer_of("cerebras_tf.engine.perf")]
+  path.write_text("def f():\n  import cerebras_models\n")
+  assert imports(str(path), "cerebras_models") == [("cerebras_models", 2, True)]
 
 
-def test_no_top_level_models_package():
-  """The reference models are `cerebras_tf.models`; nothing installs a top-level `models`."""
-  assert not os.path.exists(os.path.join(ROOT, "models", "__init__.py"))
+def test_the_framework_imports_no_model():
+  """cerebras_tf finds model families by entry point (registry.installed_families); an import
+  of cerebras_models anywhere in it, even inside a function, is an upward arrow."""
+  bad = [f"{os.path.relpath(path, ROOT)}:{line}: {target}"
+         for _, path in modules() for target, line, _ in imports(path, "cerebras_models")]
+  assert not bad, "the framework imports reference models:\n" + "\n".join(bad)
+
+
+def test_models_use_only_the_framework_s_public_layers():
+  bad = [f"{os.path.relpath(path, ROOT)}:{line}: {target}"
+         for _, path in modules(MODELS) for target, line, _ in imports(path)
+         if _is_module(target) and layer_of(target) not in MODELS_MAY_IMPORT]
+  assert not bad, "reference models import framework internals:\n" + "\n".join(bad)
+
+
+def test_models_install_under_a_namespaced_name():
+  """The checkout's models/ installs as cerebras_models (setup.py's package_dir); nothing
+  installs a top-level `models` that could shadow a user's own models.py."""
   setup = open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read()
-  assert '"models"' not in setup and "'models'" not in setup
+  assert 'package_dir={"cerebras_models": "models"}' in setup
+  assert not os.path.exists(os.path.join(ROOT, "cerebras_tf", "models"))

@@ -41,7 +41,7 @@ MODES = {
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_reference_model_trains_in_mode(model, mode, tmp_path):
-  from cerebras_tf.models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
+  from cerebras_models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
   config, datasets, first_loss = MODELS[model]
   try:
     ensure_datasets(datasets)

@@ -18,7 +18,7 @@ from cerebras_tf.compiler import tokens
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
 from cerebras_tf.engine import perf
-from cerebras_tf.models.data import acquire
+from cerebras_models.data import acquire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -149,7 +149,7 @@ def _en_es_lengths(vocab_path, tsv, max_source, max_target):
 @pytest.mark.slow
 def test_transformer_vts_speedup_matches_the_data(tmp_path):
   tsv = acquire.ensure_datasets(["en_es"], data_dir=DATA)["en_es"]["train_tsv"]
-  from cerebras_tf.models.transformer import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.transformer import input as input_lib  # pylint: disable=import-outside-toplevel
   from cerebras_tf.engine import spec  # pylint: disable=import-outside-toplevel
   compile_dir = tmp_path / "cs_compile"  # shared: the VTS compile must not hit the padded entry
   padded_est, input_fn, params = _estimator("transformer_tiny", tmp_path / "p", compile_dir, False)

@@ -111,7 +111,7 @@ def test_wheel_installs_and_trains_from_another_directory(tmp_path):
   # Data preparation is a command of the wheel, and the messages name it: they named
   # `python scripts/prepare_data.py`, which a wheel does not have.
   entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-  assert ("cerebras-prepare-data = cerebras_tf.models.data.prepare:console_main"
+  assert ("cerebras-prepare-data = cerebras_models.data.prepare:console_main"
           in zipfile.ZipFile(wheel).read(entry_points).decode())
   (work / "gpt.yaml").write_text("model: {name: gpt, vocab_size: 64, hidden_size: 8, "
                                  "num_hidden_layers: 1, num_heads: 1, filter_size: 8, "
@@ -123,7 +123,7 @@ def test_wheel_installs_and_trains_from_another_directory(tmp_path):
                         text=True, timeout=300)
   assert proc.returncode == 2 and "run `cerebras-prepare-data --datasets vocab,bert_pretrain`" \
       in proc.stderr, proc.stderr[-3000:]
-  proc = subprocess.run([str(venv / "bin" / "python"), "-m", "cerebras_tf.models.data.prepare",
+  proc = subprocess.run([str(venv / "bin" / "python"), "-m", "cerebras_models.data.prepare",
                          "--help"], cwd=work, env=env, capture_output=True, text=True,
                         timeout=120)
   assert proc.returncode == 0 and "--text_to_bert" in proc.stdout, proc.stderr[-3000:]

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf.errors import DataError
-from cerebras_tf.models.data import convert, formats
+from cerebras_models.data import convert, formats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -175,7 +175,7 @@ def test_the_script_writes_records_that_bert_trains_on(tmp_path):
   vocab = os.path.join(ROOT, "data_cache", "vocab", "bert_uncased_vocab.txt")
   if not os.path.exists(vocab):
     pytest.skip("no prepared vocab (python scripts/prepare_data.py)")
-  from cerebras_tf.models.bert import input as bert_input  # pylint: disable=import-outside-toplevel
+  from cerebras_models.bert import input as bert_input  # pylint: disable=import-outside-toplevel
   params = {"train_input": {"file_pattern": str(out / "train.tfrecord"), "vocab_file": vocab,
                             "batch_size": 4, "max_sequence_length": 32,
                             "max_predictions_per_seq": 5},
@@ -187,7 +187,7 @@ def test_the_script_writes_records_that_bert_trains_on(tmp_path):
 
 def test_an_unwritable_output_is_one_line(tmp_path, capsys):
   """--out under a regular file (or a full disk): one line and exit 2, not a traceback."""
-  from cerebras_tf.models.data import prepare  # pylint: disable=import-outside-toplevel
+  from cerebras_models.data import prepare  # pylint: disable=import-outside-toplevel
   (tmp_path / "corpus.txt").write_text(CORPUS)
   (tmp_path / "afile").write_text("not a directory")
   code = prepare.main(["--text_to_bert", str(tmp_path / "corpus.txt"), "--out",

@@ -1,4 +1,4 @@
-"""scripts/prepare_data.py and cerebras_tf.models.data.acquire: real sources, pinned checksums, schemas,
+"""scripts/prepare_data.py and cerebras_models.data.acquire: real sources, pinned checksums, schemas,
 leak-free splits, idempotence and the one-line error when a source cannot be had.
 
 The `slow` tests download into the shared cache (<repo>/data_cache or $CEREBRAS_TF_DATA_DIR)
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from cerebras_tf.models.data import acquire
+from cerebras_models.data import acquire
 
 ROOT = acquire.REPO_ROOT
 SCRIPT = os.path.join(ROOT, "scripts", "prepare_data.py")

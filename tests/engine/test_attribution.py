@@ -14,7 +14,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from cerebras_tf.compiler import capture, lower  # noqa: E402
-from cerebras_tf.models.transformer import modeling  # noqa: E402
+from cerebras_models.transformer import modeling  # noqa: E402
 
 
 def _trace():
@@ -58,7 +58,7 @@ def test_tied_lm_head_is_its_own_layer(path):
   # A GPT whose head multiplies by the word embeddings (tied) used to land in "gpt" or
   # "gpt/ln_f". By hand, per sample: 6 positions x 2 x 16 hidden x 40 vocab = 7,680 forward
   # FLOPs in "gpt/lm_head", which owns no weights (they stay with the embeddings).
-  from cerebras_tf.models.gpt import modeling as gpt  # pylint: disable=import-outside-toplevel
+  from cerebras_models.gpt import modeling as gpt  # pylint: disable=import-outside-toplevel
   cfg = gpt.GPTConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_heads=2,
                       filter_size=32, max_position_embeddings=8)
   graph = tf.Graph()
@@ -157,7 +157,7 @@ def test_a_tensor_passed_inside_a_folded_layer_is_not_kept_as_handed_on():
   # sliver that folds into fc_in; fc_in's output feeds it. Counted before the fold, fc_in
   # "handed on" both its output and the product: 2 x 6 x 32 values a sample. After the fold
   # it hands on only the product, 6 positions x 32 (filter) x 2 bytes = 384 bytes.
-  from cerebras_tf.models.gpt import modeling as gpt  # pylint: disable=import-outside-toplevel
+  from cerebras_models.gpt import modeling as gpt  # pylint: disable=import-outside-toplevel
   cfg = gpt.GPTConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_heads=2,
                       filter_size=32, max_position_embeddings=8, encoder_nonlinearity="swiglu",
                       norm_type="rmsnorm", position_embedding_type="rotary", rotary_dim=8)

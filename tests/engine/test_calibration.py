@@ -11,7 +11,7 @@ model is shows on the validation set (tests/engine/test_fidelity.py).
 
 import pytest
 
-from cerebras_tf.analysis import fidelity
+from validation import fidelity
 from cerebras_tf.engine import spec
 
 

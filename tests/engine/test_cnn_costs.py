@@ -168,7 +168,7 @@ def test_layer_roundtrips_spatial_through_json():
 
 def _compile(model, batch, strategy):
   from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.cnn import foreign  # pylint: disable=import-outside-toplevel
+  from cerebras_models.cnn import foreign  # pylint: disable=import-outside-toplevel
   tmp = tempfile.mkdtemp(prefix="cnn_costs_")
   try:
     est = CerebrasEstimator.from_keras_model(model, config=CSRunConfig(
@@ -182,7 +182,7 @@ def _compile(model, batch, strategy):
 
 def test_reference_cnn_report_lists_conv_tiling_and_halo():
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.cnn import model as cnn  # pylint: disable=import-outside-toplevel
+  from cerebras_models.cnn import model as cnn  # pylint: disable=import-outside-toplevel
   from cerebras_tf.params import load_params  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   params = load_params(os.path.join(root, "configs", "params_cnn_digits.yaml"))
@@ -202,7 +202,7 @@ def test_reference_cnn_report_lists_conv_tiling_and_halo():
 
 def test_keras_resnet50_compiles_with_conv_costs():
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.cnn import foreign  # pylint: disable=import-outside-toplevel
+  from cerebras_models.cnn import foreign  # pylint: disable=import-outside-toplevel
   result, report = _compile(foreign.resnet50(), 8, "weight_streaming")
   tf.keras.backend.clear_session()
   kinds = {s.op for l in result.graph.layers for s in l.spatial}

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from cerebras_tf.analysis import fidelity
+from validation import fidelity
 
 # Measured at this commit (benchmarks/bench_fidelity.py; BENCHMARKS.md), rounded up. Before
 # issue 16's model changes (validation/baseline_09edcf7.csv): median 23.6%, mean 131.5%,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cerebras_tf.analysis import analytic
-from cerebras_tf.analysis import fidelity
+from validation import fidelity
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
 from cerebras_tf.compiler.plan import base

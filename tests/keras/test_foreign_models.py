@@ -1,4 +1,4 @@
-"""Models people bring compile for the engine (cerebras_tf/models/cnn/foreign.py).
+"""Models people bring compile for the engine (models/cnn/foreign.py).
 
 Each of ResNet50, MobileNetV2, EfficientNetB0, ConvNeXtTiny (tf.keras.applications,
 weights=None), a U-Net and an LSTM language model goes through keras_model.model_fn_from_keras
@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig, keras_model
-from cerebras_tf.models.cnn import foreign
+from cerebras_models.cnn import foreign
 from cerebras_tf.params import load_params
 from cerebras_tf.registry import get_model
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cerebras_tf.models import dropout
+from cerebras_models import dropout
 
 tf1 = tf.compat.v1
 

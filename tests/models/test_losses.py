@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cerebras_tf.models import losses
+from cerebras_models import losses
 
 tf1 = tf.compat.v1
 

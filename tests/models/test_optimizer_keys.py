@@ -2,7 +2,7 @@
 
 The MLP's model_fn hard-coded Adam at the first rate of a schedule, so `optimizer_type: sgd`,
 `max_gradient_norm` or a schedule were validated and then silently not used. It now builds its
-train op with the shared `cerebras_tf.models.optimization`, as BERT, GPT and the Transformer
+train op with the shared `cerebras_models.optimization`, as BERT, GPT and the Transformer
 do; the Keras CNN refuses the keys its Keras optimizer cannot apply (docs/bad_inputs.md row
 optimizer_key_not_applied).
 """
@@ -108,7 +108,7 @@ def test_correct_bias_is_adams_bias_correction(fused):
   decay): corrected, each moves w by lr * sqrt(1 - b2^t) / (1 - b1^t) * m_t / (sqrt(v_t) +
   eps) = 0.01 (m_t / sqrt(v_t) = (1 - b1^t) / sqrt(1 - b2^t) for a constant gradient);
   uncorrected the first moves it by 0.01 * 0.1 * 2 / sqrt(0.001 * 4) = 0.0316."""
-  from cerebras_tf.models import optimization  # pylint: disable=import-outside-toplevel
+  from cerebras_models import optimization  # pylint: disable=import-outside-toplevel
   def after_two(correct):
     with tf.Graph().as_default():
       w = tf.compat.v1.get_variable("w", [], initializer=tf.zeros_initializer(),

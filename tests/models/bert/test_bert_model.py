@@ -11,8 +11,8 @@ import tensorflow as tf
 import bert_test_base as base
 from bert_test_base import tf1
 from cerebras_tf.errors import DataError
-from cerebras_tf.models import optimization
-from cerebras_tf.models.bert import heads, input as input_lib, model, modeling
+from cerebras_models import optimization
+from cerebras_models.bert import heads, input as input_lib, model, modeling
 
 TRAIN, EVAL, PREDICT = (tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.EVAL,
                         tf.estimator.ModeKeys.PREDICT)

@@ -10,9 +10,9 @@ import yaml
 
 import bert_test_base as base
 from cerebras_tf import cli
-from cerebras_tf.models.bert import export as export_lib
-from cerebras_tf.models.bert import input as input_lib
-from cerebras_tf.models.bert import model
+from cerebras_models.bert import export as export_lib
+from cerebras_models.bert import input as input_lib
+from cerebras_models.bert import model
 
 TRAIN, PREDICT = tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.PREDICT
 

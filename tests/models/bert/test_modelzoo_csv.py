@@ -14,8 +14,8 @@ import pytest
 
 import bert_test_base as base
 from cerebras_tf.errors import DataError
-from cerebras_tf.models.bert import input as input_lib
-from cerebras_tf.models.data import modelzoo_csv
+from cerebras_models.bert import input as input_lib
+from cerebras_models.data import modelzoo_csv
 
 TRAIN = input_lib.ModeKeys.TRAIN
 VOCAB = {t: i for i, t in enumerate(base.VOCAB)}

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.models.cnn import model as cnn
-from cerebras_tf.models.data import acquire
+from cerebras_models.cnn import model as cnn
+from cerebras_models.data import acquire
 from cerebras_tf.params import load_params
 from cerebras_tf.registry import get_model
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cerebras_tf.models.gpt import modeling
-from cerebras_tf.models.gpt.model import model_fn
+from cerebras_models.gpt import modeling
+from cerebras_models.gpt.model import model_fn
 
 tf1 = tf.compat.v1
 
@@ -106,7 +106,7 @@ def test_learns_a_repeating_sequence():
 def test_loss_scaling_divides_by_tokens_or_by_the_batch():
   """modelzoo's model.loss_scaling. By hand: xent [[1, 2], [3, 4]] with the last position
   padded sums to 1 + 2 + 3 = 6 over 3 real tokens (2.0) or over a batch of 2 (3.0)."""
-  from cerebras_tf.models.gpt.model import lm_loss  # pylint: disable=import-outside-toplevel
+  from cerebras_models.gpt.model import lm_loss  # pylint: disable=import-outside-toplevel
   xent = tf.constant([[1.0, 2.0], [3.0, 4.0]])
   weights = tf.constant([[1, 1], [1, 0]])
   assert abs(float(lm_loss(xent, weights)) - 2.0) < 1e-5
@@ -118,7 +118,7 @@ def test_your_own_text_files_through_file_pattern(tmp_path):
   it where it is: 'the cat sat' repeated tokenizes to the vocab ids of those words, in order."""
   import os  # pylint: disable=import-outside-toplevel
   from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
       os.path.abspath(__file__)))))
   vocab = os.path.join(root, "data_cache", "vocab", "bert_uncased_vocab.txt")
@@ -163,7 +163,7 @@ def test_tokenized_records_in_modelzoo_format_are_read_as_written(tmp_path, opti
   read as written (no vocab: the ids are the user's tokenizer's), padding masked; records of
   another length are refused with the key to set."""
   from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
   full = ([5, 6, 7, 8], [1, 1, 1, 1], [6, 7, 8, 9])
   padded = ([11, 12, 0, 0], [1, 1, 0, 0], [12, 13, 0, 0])
   _modelzoo_records(tmp_path / "owt_0.tfrecords", [full, padded, full], options)
@@ -204,7 +204,7 @@ def test_modelzoo_hdf5_is_read_as_written_and_resumes_where_it_stopped(tmp_path)
   data_params.json; the pipeline saves its position like TFRecords do (a from_generator
   source could not, and a resumed run would repeat batches)."""
   from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
   def example(i):  # ids, mask, labels; every third example padded after two tokens
     ids = [10 * i + k for k in range(1, 5)]
     mask = [1, 1, 0, 0] if i % 3 == 2 else [1, 1, 1, 1]
@@ -248,7 +248,7 @@ def test_modelzoo_hdf5_is_read_as_written_and_resumes_where_it_stopped(tmp_path)
 def test_modelzoo_hdf5_layouts_that_are_not_gpt_data_are_named(tmp_path, caplog):
   """Shards of two preprocessing runs, a mask-less layout, and modelzoo's VSL layout."""
   from cerebras_tf.errors import DataError  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
   _modelzoo_hdf5(tmp_path / "mixed" / "a.h5", [[[1] * 4] * 3])
   _modelzoo_hdf5(tmp_path / "mixed" / "b.h5", [[[1] * 8] * 3])
   _modelzoo_hdf5(tmp_path / "two" / "a.h5", [[[1] * 4] * 2], ["input_ids", "labels"])

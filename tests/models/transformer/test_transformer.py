@@ -10,12 +10,12 @@ import tensorflow as tf
 
 from cerebras_tf import params as params_lib
 from cerebras_tf.errors import DataError
-import cerebras_tf.models.transformer  # noqa: F401  registers the model
-from cerebras_tf.models.transformer import decoding
-from cerebras_tf.models.transformer import input as input_lib
-from cerebras_tf.models.transformer import model as model_lib
-from cerebras_tf.models.transformer import modeling
-from cerebras_tf.models.transformer import vocab as vocab_lib
+import cerebras_models.transformer  # noqa: F401  registers the model
+from cerebras_models.transformer import decoding
+from cerebras_models.transformer import input as input_lib
+from cerebras_models.transformer import model as model_lib
+from cerebras_models.transformer import modeling
+from cerebras_models.transformer import vocab as vocab_lib
 
 tf1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(

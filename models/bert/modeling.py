@@ -1,0 +1,345 @@
+"""BERT encoder as small pure functions over tf.compat.v1 variable scopes.
+
+Variable names and shapes follow the google-research/bert checkpoint layout exactly
+(`bert/embeddings/word_embeddings`, `bert/encoder/layer_N/attention/self/query/kernel`, ...),
+so released BERT checkpoints load by name through `tf.compat.v1.train.init_from_checkpoint`.
+
+Shapes: B = batch, S = sequence length, H = hidden size, N = attention heads, D = H / N,
+F = filter (intermediate) size, V = vocab size.
+
+Precision: variables are always float32. With `dtype="bfloat16"` the matmuls (and the
+activations between them) run in bfloat16; softmax, LayerNorm and the losses run in float32.
+"""
+
+import dataclasses
+import json
+import math
+from typing import Any, Dict, List, Mapping
+
+import tensorflow as tf
+
+from cerebras_models import dropout as dropout_lib
+from cerebras_models.bert import FIXED_OPTIONS
+
+tf1 = tf.compat.v1
+
+ATTENTION_MASK_ADDER = -10000.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """Architecture hyper-parameters (the `model` section of the params YAML)."""
+
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_heads: int = 12
+  filter_size: int = 3072
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  layer_norm_epsilon: float = 1e-12
+  initializer_range: float = 0.02
+  dtype: str = "float32"  # compute dtype: "float32" or "bfloat16"
+  hidden_act: str = "gelu"  # gelu (tanh form, as google-bert) | relu | tanh
+  use_segment_embedding: bool = True  # False: no token_type_embeddings (RoBERTa)
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_heads:
+      raise ValueError("hidden_size %d is not a multiple of num_heads %d"
+                       % (self.hidden_size, self.num_heads))
+    if self.dtype not in ("float32", "bfloat16"):
+      raise ValueError("dtype must be float32 or bfloat16, got %r" % (self.dtype,))
+    if self.hidden_act not in ACTIVATIONS:
+      raise ValueError("hidden_act must be one of %s, got %r"
+                       % (sorted(ACTIVATIONS), self.hidden_act))
+
+  @property
+  def compute_dtype(self) -> tf.DType:
+    return tf.as_dtype(self.dtype)
+
+  @property
+  def activation(self):
+    return ACTIVATIONS[self.hidden_act]
+
+  @classmethod
+  def from_params(cls, model_params: Mapping[str, Any]) -> "BertConfig":
+    """Builds a config from `params["model"]`; unknown keys (task, heads, ...) are ignored.
+
+    Shared transformer switches this BERT does not implement must keep their defaults.
+    """
+    for (_, key), wanted in FIXED_OPTIONS.items():
+      if model_params.get(key, wanted) != wanted:
+        raise ValueError("model.%s=%r is not supported by BERT (only %r)"
+                         % (key, model_params[key], wanted))
+    kwargs = {f.name: model_params[f.name] for f in dataclasses.fields(cls)
+              if model_params.get(f.name) is not None}
+    if model_params.get("encoder_nonlinearity"):
+      kwargs["hidden_act"] = model_params["encoder_nonlinearity"]
+    # `mixed_precision: true` is the Cerebras-style switch for bfloat16 compute.
+    if model_params.get("mixed_precision") and "dtype" not in kwargs:
+      kwargs["dtype"] = "bfloat16"
+    return cls(**kwargs)
+
+  @classmethod
+  def from_google_json(cls, path: str) -> "BertConfig":
+    """Reads a google-research/bert `bert_config.json`."""
+    with tf.io.gfile.GFile(path) as f:
+      cfg = json.load(f)
+    return cls(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+               num_hidden_layers=cfg["num_hidden_layers"],
+               num_heads=cfg["num_attention_heads"], filter_size=cfg["intermediate_size"],
+               max_position_embeddings=cfg["max_position_embeddings"],
+               type_vocab_size=cfg["type_vocab_size"],
+               dropout_rate=cfg["hidden_dropout_prob"],
+               attention_dropout_rate=cfg["attention_probs_dropout_prob"],
+               initializer_range=cfg["initializer_range"],
+               hidden_act=cfg.get("hidden_act", "gelu"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+
+
+def gelu(x):
+  """GELU, tanh approximation (what google-bert and its checkpoints were trained with)."""
+  cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
+  return x * cdf
+
+
+def gelu_erf(x):
+  """Exact GELU, x * Phi(x). Not used by BERT; kept to test that the two differ."""
+  return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
+
+def initializer(initializer_range: float):
+  return tf1.truncated_normal_initializer(stddev=initializer_range)
+
+
+def dropout(x, rate: float, training: bool):
+  """Dropout that is the identity outside training or at rate 0 (models/dropout.py)."""
+  if not training or not rate:
+    return x
+  return dropout_lib.dropout(x, rate)
+
+
+def layer_norm(x, epsilon: float, name: str = "LayerNorm"):
+  """LayerNorm over the last axis, computed in float32.
+
+  Args:
+    x: [..., H] any float dtype.
+  Returns:
+    [..., H] float32; callers cast back to the compute dtype.
+  """
+  x = tf.cast(x, tf.float32)
+  width = x.shape[-1]
+  with tf1.variable_scope(name):
+    beta = tf1.get_variable("beta", [width], initializer=tf1.zeros_initializer())
+    gamma = tf1.get_variable("gamma", [width], initializer=tf1.ones_initializer())
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma,
+                                     variance_epsilon=epsilon)
+
+
+def dense(x, units: int, name: str, initializer_range: float, activation=None,
+          use_bias: bool = True):
+  """`x @ kernel + bias` (no bias with use_bias=False) with float32 variables cast to x's
+  dtype.
+
+  Args:
+    x: [M, K] (2-D; callers flatten batch and sequence first).
+  Returns:
+    [M, units] in x.dtype.
+  """
+  with tf1.variable_scope(name):
+    kernel = tf1.get_variable("kernel", [x.shape[-1], units],
+                              initializer=initializer(initializer_range))
+    y = tf.matmul(x, tf.cast(kernel, x.dtype))
+    if use_bias:
+      bias = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
+      y = tf.nn.bias_add(y, tf.cast(bias, x.dtype))
+    return activation(y) if activation is not None else y
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+
+def embeddings(token_ids, segment_ids, config: BertConfig, training: bool):
+  """Word + token-type (unless config.use_segment_embedding is off) + position embeddings,
+  then LayerNorm and dropout.
+
+  Args:
+    token_ids: [B, S] int32.
+    segment_ids: [B, S] int32 in [0, type_vocab_size); unread without segment embeddings.
+  Returns:
+    (embedding_output [B, S, H] compute dtype, word_embeddings variable [V, H] float32).
+  """
+  seq_len = token_ids.shape[1]
+  if seq_len is not None and seq_len > config.max_position_embeddings:
+    raise ValueError("sequence length %d exceeds max_position_embeddings %d"
+                     % (seq_len, config.max_position_embeddings))
+  init = initializer(config.initializer_range)
+  with tf1.variable_scope("embeddings"):
+    word_table = tf1.get_variable("word_embeddings",
+                                  [config.vocab_size, config.hidden_size], initializer=init)
+    type_table = tf1.get_variable("token_type_embeddings",
+                                  [config.type_vocab_size, config.hidden_size],
+                                  initializer=init) if config.use_segment_embedding else None
+    position_table = tf1.get_variable("position_embeddings",
+                                      [config.max_position_embeddings, config.hidden_size],
+                                      initializer=init)
+    # Sum order word + type + position matches google-bert, which keeps fp32 results bitwise.
+    x = tf.gather(word_table, token_ids)
+    if type_table is not None:
+      x += tf.gather(type_table, segment_ids)
+    x += position_table[tf.newaxis, :tf.shape(token_ids)[1], :]
+    x = layer_norm(x, config.layer_norm_epsilon)
+    x = dropout(x, config.dropout_rate, training)
+  return tf.cast(x, config.compute_dtype), word_table
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoder
+
+
+def attention_bias(padding_mask, dtype=tf.float32):
+  """Additive attention bias from the key padding mask.
+
+  Args:
+    padding_mask: [B, S] int, 1 for real tokens, 0 for padding.
+  Returns:
+    [B, 1, 1, S]: 0 for real keys, -10000 for padded keys (broadcast over heads, queries).
+  """
+  mask = tf.cast(padding_mask, dtype)[:, tf.newaxis, tf.newaxis, :]
+  return (1.0 - mask) * ATTENTION_MASK_ADDER
+
+
+def _split_heads(x, batch, seq, num_heads, head_size):
+  """[B*S, H] -> [B, N, S, D]."""
+  x = tf.reshape(x, [batch, seq, num_heads, head_size])
+  return tf.transpose(x, [0, 2, 1, 3])
+
+
+def self_attention(x, bias, batch, seq, config: BertConfig, training: bool):
+  """Multi-head scaled dot-product self-attention (scope `attention/self`).
+
+  Args:
+    x: [B*S, H] compute dtype.
+    bias: [B, 1, 1, S] float32 additive mask from `attention_bias`.
+  Returns:
+    [B*S, H] context vectors, heads concatenated, before the output projection.
+  """
+  n, d = config.num_heads, config.hidden_size // config.num_heads
+  r = config.initializer_range
+  with tf1.variable_scope("self"):
+    q = _split_heads(dense(x, config.hidden_size, "query", r), batch, seq, n, d)
+    k = _split_heads(dense(x, config.hidden_size, "key", r), batch, seq, n, d)
+    v = _split_heads(dense(x, config.hidden_size, "value", r), batch, seq, n, d)
+    scores = tf.matmul(q, k, transpose_b=True)  # [B, N, S, S]
+    scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(float(d)))
+    probs = tf.nn.softmax(scores + bias)
+    probs = dropout(probs, config.attention_dropout_rate, training)
+    context = tf.matmul(tf.cast(probs, x.dtype), v)  # [B, N, S, D]
+    context = tf.transpose(context, [0, 2, 1, 3])
+    return tf.reshape(context, [batch * seq, config.hidden_size])
+
+
+def add_and_norm(x, residual, config: BertConfig, training: bool):
+  """dropout(x) + residual, LayerNorm in float32, cast back.  [M, H] -> [M, H]."""
+  x = dropout(x, config.dropout_rate, training)
+  y = layer_norm(tf.cast(x, tf.float32) + tf.cast(residual, tf.float32),
+                 config.layer_norm_epsilon)
+  return tf.cast(y, config.compute_dtype)
+
+
+def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool):
+  """One post-LN transformer block (scopes `attention/...`, `intermediate`, `output`).
+
+  Args:
+    x: [B*S, H] compute dtype.
+    bias: [B, 1, 1, S] float32.
+  Returns:
+    [B*S, H] compute dtype.
+  """
+  r = config.initializer_range
+  with tf1.variable_scope("attention"):
+    context = self_attention(x, bias, batch, seq, config, training)
+    with tf1.variable_scope("output"):
+      attn = add_and_norm(dense(context, config.hidden_size, "dense", r), x, config, training)
+  with tf1.variable_scope("intermediate"):
+    inner = dense(attn, config.filter_size, "dense", r, activation=config.activation)
+  with tf1.variable_scope("output"):
+    return add_and_norm(dense(inner, config.hidden_size, "dense", r), attn, config, training)
+
+
+def encoder(x, padding_mask, config: BertConfig, training: bool) -> List[tf.Tensor]:
+  """Stack of `num_hidden_layers` transformer layers (scope `encoder/layer_N`).
+
+  Args:
+    x: [B, S, H] embedding output.
+    padding_mask: [B, S] int.
+  Returns:
+    list of num_hidden_layers tensors [B, S, H], one per layer output.
+  """
+  batch, seq = tf.shape(x)[0], tf.shape(x)[1]
+  static = x.shape.as_list()
+  bias = attention_bias(padding_mask)
+  h = tf.reshape(x, [-1, config.hidden_size])  # 2-D between layers avoids reshapes per matmul
+  outputs = []
+  with tf1.variable_scope("encoder"):
+    for i in range(config.num_hidden_layers):
+      with tf1.variable_scope("layer_%d" % i):
+        h = transformer_layer(h, bias, batch, seq, config, training)
+        out = tf.reshape(h, [batch, seq, config.hidden_size])
+        out.set_shape(static)
+        outputs.append(out)
+  return outputs
+
+
+def pooler(sequence_output, config: BertConfig):
+  """tanh dense on the first ([CLS]) token (scope `pooler/dense`).  [B, S, H] -> [B, H]."""
+  with tf1.variable_scope("pooler"):
+    first = sequence_output[:, 0, :]
+    return dense(first, config.hidden_size, "dense", config.initializer_range,
+                 activation=tf.tanh)
+
+
+def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,
+               training: bool, with_pooler: bool = True) -> Dict[str, Any]:
+  """The BERT backbone under scope `bert`.
+
+  Args:
+    token_ids: [B, S] int32.
+    segment_ids: [B, S] int32.
+    padding_mask: [B, S] int32, 1 = real token.
+    config: BertConfig.
+    training: True only in TRAIN mode (turns dropout on).
+    with_pooler: build `bert/pooler` (what the next-sentence and classifier heads read).
+  Returns:
+    dict with
+      embedding_output [B, S, H], all_encoder_layers (list of [B, S, H]),
+      sequence_output [B, S, H], pooled_output [B, H] (with_pooler; all in compute dtype) and
+      word_embeddings, the float32 [V, H] table (tied to the MLM output layer).
+  """
+  with tf1.variable_scope("bert"):
+    emb, word_table = embeddings(token_ids, segment_ids, config, training)
+    layers = encoder(emb, padding_mask, config, training)
+    out = {"embedding_output": emb, "all_encoder_layers": layers,
+           "sequence_output": layers[-1], "word_embeddings": word_table}
+    if with_pooler:
+      out["pooled_output"] = pooler(layers[-1], config)
+  return out
+
+
+def num_parameters(config: BertConfig) -> int:
+  """Backbone parameter count (no heads), for reports and tests."""
+  h, f, l = config.hidden_size, config.filter_size, config.num_hidden_layers
+  types = config.type_vocab_size if config.use_segment_embedding else 0
+  emb = (config.vocab_size + config.max_position_embeddings + types) * h + 2 * h
+  layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h
+  return int(emb + l * layer + h * h + h)
+

@@ -1,0 +1,94 @@
+"""The digits CNN: a Keras Sequential model, put on the engine by cerebras_tf.keras_model.
+
+Images are the 8x8 UCI digits (gray levels 0..16, scaled to [0, 1]) from
+`acquire.ensure_datasets(["digits"])`: 1,437 training and 360 held-out test images.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from cerebras_tf import keras_model
+from cerebras_tf.core import batching
+from cerebras_models import fields
+from cerebras_models.data import acquire
+
+L = tf.keras.layers
+IMAGE = (8, 8, 1)
+INPUT_NAME = "image"
+
+
+def build_keras_model(model_params: dict, optimizer_params: dict) -> tf.keras.Model:
+  """Conv-BN-ReLU-MaxPool blocks, Flatten, Dense-ReLU, Dense logits; compiled with the
+  params' optimizer and sparse softmax cross-entropy (Keras's accuracy metric)."""
+  seed = model_params.get("seed", 0)
+  init = lambda i: tf.keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731 reproducible
+  layers = [L.Input(IMAGE, name=INPUT_NAME)]
+  for i, f in enumerate(model_params.get("filters", [16, 32])):
+    layers += [L.Conv2D(f, 3, padding="same", use_bias=False, kernel_initializer=init(i),
+                        name=f"conv{i}"),
+               # 45 batches an epoch: moving statistics that settle within an epoch or two.
+               L.BatchNormalization(momentum=0.9, name=f"bn{i}"), L.ReLU(name=f"relu{i}"),
+               L.MaxPool2D(name=f"pool{i}")]
+  n = len(model_params.get("filters", [16, 32]))
+  layers += [L.Flatten(name="flatten"),
+             L.Dense(model_params.get("dense_units", 64), activation="relu",
+                     kernel_initializer=init(n), name="dense"),
+             L.Dense(model_params.get("num_classes", 10), kernel_initializer=init(n + 1),
+                     name="logits")]
+  model = tf.keras.Sequential(layers, name="digits_cnn")
+  model.compile(optimizer=_optimizer(optimizer_params),
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"])
+  return model
+
+
+def _optimizer(opt: dict):
+  lr = opt.get("learning_rate", 1e-3)
+  if isinstance(lr, list):  # a YAML schedule: this small model uses its first rate
+    lr = lr[0].get("learning_rate", lr[0].get("initial_learning_rate", 1e-3))
+  kind = opt.get("optimizer_type", "adam")
+  if kind == "sgd":
+    return tf.keras.optimizers.legacy.SGD(lr)
+  if kind == "momentum":
+    return tf.keras.optimizers.legacy.SGD(lr, momentum=opt.get("momentum", 0.9))
+  return tf.keras.optimizers.legacy.Adam(lr, beta_1=opt.get("beta1", 0.9),
+                                         beta_2=opt.get("beta2", 0.999),
+                                         epsilon=opt.get("epsilon", 1e-7))
+
+
+def model_fn(features, labels, mode, params):
+  """The Keras model's model_fn (cerebras_tf.keras_model), built from the params.
+
+  The Keras model is built in a throw-away graph; keras_model clones it into the Estimator's
+  graph (from its config, with the seeded initializers), as for a user's own Keras model.
+  """
+  with tf.Graph().as_default():
+    model = build_keras_model(params.get("model", params), params.get("optimizer", params))
+  return keras_model.model_fn_from_keras(model)(features, labels, mode)
+
+
+def load_split(split: str, data_dir=None):
+  """(x float32 [N, 8, 8, 1] in [0, 1], y int32 [N]) of the digits `train` or `test` split."""
+  paths = acquire.ensure_datasets(["digits"], data_dir=data_dir)["digits"]
+  with np.load(paths[split]) as d:
+    x, y = d["x"], d["y"]
+  return (x.astype(np.float32) / 16.0)[..., None], y.astype(np.int32)
+
+
+def majority_class_accuracy(train_y, test_y) -> float:
+  """The trivial baseline: always answer the commonest training label; its test accuracy."""
+  return float(np.mean(test_y == np.bincount(train_y).argmax()))
+
+
+def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
+  """tf.data of ({"image": [B, 8, 8, 1]}, label [B]): train (shuffled, repeated) or test."""
+  train = mode == tf.estimator.ModeKeys.TRAIN
+  section = params.get("train_input" if train else "eval_input", params)
+  batch_size = params.get(batching.RESERVED_PARAMS_KEY) or section.get("batch_size", 32)
+  x, y = load_split("train" if train else "test", section.get("data_dir"))
+  ds = tf.data.Dataset.from_tensor_slices(({INPUT_NAME: x}, y))
+  if train:
+    if section.get("shuffle", True):
+      ds = ds.shuffle(len(y), seed=section.get("shuffle_seed"))
+    ds = ds.repeat()
+  return ds.batch(batch_size, drop_remainder=train).prefetch(fields.prefetch_batches(section, 2))

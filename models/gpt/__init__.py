@@ -1,0 +1,135 @@
+"""Decoder-only GPT (GPT-2/GPT-3 shapes with learned positions; GPT-J with rotary positions and
+parallel attention+FFN; LLaMA's RMSNorm, SwiGLU, grouped-query attention and bias-free layers). It is what weight streaming is for: configs run from gpt_tiny (trains
+here on the real corpus) to GPT-3 175B (compile only).
+
+  modeling.py  backbone     model.py  model_fn     input.py  input_fn
+  export.py    SavedModel serving (token ids in, next token and log-probs out)
+No TensorFlow import here.
+"""
+
+from cerebras_models.fields import (NO_SEGMENTS, TEXT_INPUT_FIELDS,
+                                       TRANSFORMER_MODEL_FIELDS, check_transformer_params)
+from cerebras_tf.registry import ModelSpec, register
+from cerebras_tf.schema import Field
+
+_FFN = ("gelu", "relu", "tanh", "swiglu")
+
+
+def _check(out: dict, fail) -> None:
+  check_transformer_params(out, fail)
+  model = out["model"]
+  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
+    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
+         "head (share_embedding_weights: false): the tied head is the embedding table")
+  extra = model.pop("extra_attention_params", None) or {}
+  for key in extra:
+    if key != "num_kv_groups":
+      fail(("model", "extra_attention_params"), f"model.extra_attention_params.{key} is not "
+           f"built here (num_kv_groups is); remove it")
+  if "num_kv_groups" in extra:
+    given = model.get("num_kv_groups")
+    if given is not None and given != extra["num_kv_groups"]:
+      fail(("model", "extra_attention_params"), f"model.extra_attention_params.num_kv_groups "
+           f"{extra['num_kv_groups']:g} conflicts with model.num_kv_groups {given}; keep one")
+    model["num_kv_groups"] = int(extra["num_kv_groups"])
+  module = model.pop("attention_module", None)
+  if module == "multiquery_attention" and model.get("num_kv_groups") is None:
+    model["num_kv_groups"] = 1  # modelzoo's default for it: one K/V head
+  if module == "aiayn_attention" and model.get("num_kv_groups") not in (None, model["num_heads"]):
+    fail(("model", "attention_module"), "model.attention_module aiayn_attention has a K/V "
+         "head per query head; grouped K/V (num_kv_groups) is multiquery_attention")
+  kv = model.get("num_kv_groups")
+  if kv and model["num_heads"] % kv:
+    fail(("model", "num_kv_groups"), f"model.num_heads {model['num_heads']} must be divisible "
+         f"by model.num_kv_groups {kv} (each K/V head serves a group of query heads)")
+  scaling = model.get("pos_scaling_extra_args") or {}
+  unknown = set(scaling) - {"low_freq_factor", "high_freq_factor",
+                            "original_max_position_embeddings"}
+  if unknown:
+    fail(("model", "pos_scaling_extra_args"), f"model.pos_scaling_extra_args."
+         f"{sorted(unknown)[0]} is not read (low_freq_factor, high_freq_factor, "
+         f"original_max_position_embeddings are)")
+  if model["pos_scaling_type"] == "llama3" and model["pos_scaling_factor"] != 1.0 and \
+      len(scaling) < 3:
+    fail(("model", "pos_scaling_extra_args"), "model.pos_scaling_type llama3 needs "
+         "pos_scaling_extra_args low_freq_factor, high_freq_factor and "
+         "original_max_position_embeddings")
+  if model["loss_weight"] != 1.0 and model["loss_scaling"] != "batch_size":
+    fail(("model", "loss_weight"), f"model.loss_weight {model['loss_weight']} scales the loss "
+         f"only with loss_scaling: batch_size (modelzoo's rule); set that or remove the key")
+
+
+SCHEMA = {
+    "model": {
+        **TRANSFORMER_MODEL_FIELDS,
+        **NO_SEGMENTS,
+        "vocab_size": Field("int", 50257, "vocabulary rows", low=1),
+        "position_embedding_type": Field("str", "learned", "learned (GPT-2/3) or rotary (GPT-J)",
+                                         choices=("learned", "rotary")),
+        "rotary_dim": Field("int", 64, "features per head that rotary rotates", low=2),
+        "parallel_attention": Field("bool", False, "GPT-J: attention and FFN in parallel"),
+        "loss_scaling": Field("str", "num_tokens", "the loss is the token loss summed and "
+                              "divided by the real tokens (num_tokens) or by the batch size "
+                              "(batch_size), as modelzoo's key", choices=("num_tokens",
+                                                                          "batch_size")),
+        "layer_norm_epsilon": Field("float", 1e-5, "layer norm epsilon", low=0, low_open=True),
+        "dropout_rate": Field("float", 0.0, "dropout", low=0, high=1, high_open=True),
+        "attention_dropout_rate": Field("float", 0.0, "attention dropout", low=0, high=1,
+                                        high_open=True),
+        # LLaMA's variations, under modelzoo's names.
+        "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation; swiglu: a gated "
+                                      "FFN (LLaMA)", choices=_FFN),
+        "nonlinearity": Field("str", None, "modelzoo GPT's name for encoder_nonlinearity",
+                              choices=_FFN),
+        "norm_type": Field("str", "layernorm", "layernorm, or rmsnorm (LLaMA)",
+                           choices=("layernorm", "rmsnorm")),
+        "num_kv_groups": Field("int", None, "K/V heads of grouped-query attention (null: "
+                               "num_heads)", low=1),
+        "rope_theta": Field("float", 10000.0, "base of the rotary frequencies", low=0,
+                            low_open=True),
+        "use_ffn_bias_in_attention": Field("bool", True, "a bias in the attention's output "
+                                           "projection (use_projection_bias_in_attention is "
+                                           "query, key and value's)"),
+        "use_bias_in_output": Field("bool", None, "a bias in an untied LM head (null: true "
+                                    "untied; a tied head has none)"),
+        "embedding_dropout_rate": Field("float", None, "dropout after the embeddings (null: "
+                                        "dropout_rate)", low=0, high=1, high_open=True),
+        "loss_weight": Field("float", 1.0, "with loss_scaling batch_size, the loss is "
+                             "multiplied by it (modelzoo; 1/max_sequence_length is usual)",
+                             low=0, low_open=True),
+        "attention_type": Field("str", "scaled_dot_product", "modelzoo key: scores are scaled "
+                                "by 1/sqrt(head size)",
+                                choices=("scaled_dot_product", "dot_product")),
+        "attention_module": Field("str", None, "modelzoo key: multiquery_attention shares K/V "
+                                  "heads (num_kv_groups, 1 unless given); aiayn_attention "
+                                  "does not", choices=("aiayn_attention", "multiquery_attention")),
+        "extra_attention_params": Field("numbers", None, "modelzoo's place for num_kv_groups"),
+        "embedding_layer_norm": Field("bool", False, "a norm after the embeddings (modelzoo "
+                                      "key; not built)"),
+        "pos_scaling_factor": Field("float", 1.0, "rotary context extension: frequencies "
+                                    "divided by it (linear) or per band (llama3)", low=0,
+                                    low_open=True),
+        "pos_scaling_type": Field("str", "linear", "how pos_scaling_factor applies",
+                                  choices=("linear", "llama3")),
+        "pos_scaling_extra_args": Field("numbers", None, "llama3 scaling: low_freq_factor, "
+                                        "high_freq_factor, original_max_position_embeddings"),
+    },
+    "train_input": {**TEXT_INPUT_FIELDS,
+                    "max_sequence_length": Field("int", None, "tokens per example (null: the "
+                                                 "data's own, as modelzoo reads HDF5 and "
+                                                 "TFRecords; text and synthetic: "
+                                                 "max_position_embeddings)", low=1),
+                    "synthetic": Field("bool", False, "random tokens instead of the corpus"),
+                    "file_pattern": Field("path", None, "your own text files (a glob, one "
+                                          "passage a line) or modelzoo GPT-2 TFRecords; "
+                                          "overrides data_dir")},
+}
+SCHEMA["eval_input"] = SCHEMA["train_input"]
+
+SPEC = register(ModelSpec(name="gpt", model_fn="cerebras_models.gpt.model:model_fn",
+                          input_fn="cerebras_models.gpt.input:input_fn", schema=SCHEMA,
+                          check=_check,
+                          unapplied={("model", "use_position_embedding"): True,
+                                     ("model", "use_segment_embedding"): False,
+                                     ("model", "attention_type"): "scaled_dot_product",
+                                     ("model", "embedding_layer_norm"): False}))

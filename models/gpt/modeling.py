@@ -1,0 +1,302 @@
+"""Decoder-only GPT backbone: GPT-2/GPT-3 (learned positions, sequential attention then FFN),
+GPT-J (rotary positions, attention and FFN in parallel off one LayerNorm), and LLaMA's
+variations, as modelzoo's keys name them: RMSNorm (`norm_type`), a SwiGLU FFN
+(`nonlinearity`), grouped-query attention (`num_kv_groups` K/V heads), no biases
+(`use_ffn_bias`, `use_projection_bias_in_attention`, `use_ffn_bias_in_attention`,
+`use_bias_in_output`) and the rotary base (`rope_theta`).
+
+Small pure functions in the google-research/bert style; building blocks come from
+`cerebras_models.bert.modeling` so the two families share one dense / LayerNorm / dropout.
+Variable scopes: `gpt/embeddings/{word,position}_embeddings`, `gpt/decoder/layer_N/
+{ln_1, attention/{query,key,value,output}, ln_2, mlp/{fc_in,fc_gate (SwiGLU),fc_out}}`,
+`gpt/ln_f`, `gpt/lm_head`.
+"""
+
+import dataclasses
+import math
+from typing import Any, Mapping, NamedTuple, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from cerebras_models import losses
+from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
+                                               layer_norm)
+
+tf1 = tf.compat.v1
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+  vocab_size: int = 50257
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_heads: int = 12
+  filter_size: int = 3072
+  max_position_embeddings: int = 1024
+  position_embedding_type: str = "learned"   # "learned" (GPT-2/3) or "rotary" (GPT-J)
+  rotary_dim: int = 64
+  parallel_attention: bool = False           # GPT-J: x + attn(ln(x)) + mlp(ln(x))
+  share_embedding_weights: bool = True       # GPT-2/3 tie the LM head; GPT-J does not
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-5
+  initializer_range: float = 0.02
+  norm_type: str = "layernorm"               # or "rmsnorm" (LLaMA)
+  encoder_nonlinearity: str = "gelu"         # relu, tanh, or "swiglu" (a gated FFN, LLaMA)
+  num_kv_groups: Optional[int] = None        # K/V heads (grouped-query); None: num_heads
+  rope_theta: float = 10000.0
+  use_ffn_bias: bool = True
+  use_projection_bias_in_attention: bool = True   # query, key, value
+  use_ffn_bias_in_attention: bool = True          # the attention's output projection
+  use_bias_in_output: Optional[bool] = None  # an untied LM head's bias; None: it has one
+  embedding_dropout_rate: Optional[float] = None  # None: dropout_rate
+  pos_scaling_factor: float = 1.0            # rotary context extension (see rotary_frequencies)
+  pos_scaling_type: str = "linear"
+  pos_scaling_extra_args: Optional[Mapping[str, float]] = None
+  compute_dtype: Any = tf.float32
+
+  @classmethod
+  def from_params(cls, model: Mapping[str, Any]) -> "GPTConfig":
+    fields = {f.name for f in dataclasses.fields(cls)} - {"compute_dtype"}
+    kw = {k: model[k] for k in fields if model.get(k) is not None}
+    dtype = tf.bfloat16 if model.get("mixed_precision") else tf.float32
+    return cls(compute_dtype=dtype, **kw)
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_kv_groups or self.num_heads
+
+  @property
+  def head_bias(self) -> bool:
+    """Whether an untied LM head has a bias (a tied one never has)."""
+    return not self.share_embedding_weights and self.use_bias_in_output is not False
+
+
+def causal_bias(padding_mask, seq: int):
+  """[B, 1, S, S] additive bias: -1e4 above the diagonal and on padded keys, else 0.
+
+  Args:
+    padding_mask: [B, S] int, 1 for real tokens.
+  """
+  causal = np.triu(np.full([seq, seq], -10000.0, np.float32), k=1)
+  pad = (1.0 - tf.cast(padding_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :] * -10000.0
+  return causal[np.newaxis, np.newaxis] + pad
+
+
+def rotary_frequencies(rotary_dim: int, theta: float = 10000.0, factor: float = 1.0,
+                       kind: str = "linear", extra: Optional[Mapping[str, float]] = None):
+  """[rotary_dim / 2] angular frequencies, base `theta` (LLaMA-3's 500,000). With a scaling
+  `factor` for a longer context: "linear" divides every frequency by it; "llama3" (Llama 3.1)
+  divides the low frequencies (wavelength above original / low_freq_factor), keeps the high
+  ones (below original / high_freq_factor) and blends in between."""
+  inv_freq = 1.0 / (theta ** (np.arange(0, rotary_dim, 2) / rotary_dim))
+  if factor == 1.0:
+    return inv_freq
+  if kind == "linear":
+    return inv_freq / factor
+  low, high = extra["low_freq_factor"], extra["high_freq_factor"]
+  original = extra["original_max_position_embeddings"]
+  wavelen = 2 * math.pi / inv_freq
+  smooth = np.clip((original / wavelen - low) / (high - low), 0.0, 1.0)
+  return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+
+
+def rotary(x, rotary_dim: int, theta: float = 10000.0, inv_freq=None):
+  """Rotary position embedding on the first `rotary_dim` features of each head (GPT-J style;
+  `inv_freq` from rotary_frequencies, else unscaled with base `theta`).
+
+  Args:
+    x: [B, S, N, D].
+  Returns:
+    [B, S, N, D] with rotated leading features.
+  """
+  seq = x.shape[1]
+  if inv_freq is None:
+    inv_freq = rotary_frequencies(rotary_dim, theta)
+  angles = np.einsum("s,f->sf", np.arange(seq), inv_freq)            # [S, R/2]
+  sin = np.repeat(np.sin(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
+  cos = np.repeat(np.cos(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
+  rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+  even, odd = rot[..., 0::2], rot[..., 1::2]
+  rotated = tf.reshape(tf.stack([-odd, even], axis=-1), tf.shape(rot))  # pairs (x1,x2)->(-x2,x1)
+  rot = rot * tf.cast(cos, x.dtype) + rotated * tf.cast(sin, x.dtype)
+  return tf.concat([rot, rest], axis=-1)
+
+
+def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
+  """Causal multi-head self-attention (scope `attention`); with num_kv_groups < num_heads,
+  grouped-query: each K/V head serves num_heads / num_kv_groups query heads.
+  [B*S, H] -> [B*S, H]."""
+  n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.initializer_range
+  kv = config.kv_heads
+  with tf1.variable_scope("attention"):
+    def heads(name, count):
+      y = dense(x, count * d, name, r, use_bias=config.use_projection_bias_in_attention)
+      return tf.reshape(y, [batch, seq, count, d])
+    q, k, v = heads("query", n), heads("key", kv), heads("value", kv)
+    if config.position_embedding_type == "rotary":
+      freq = rotary_frequencies(config.rotary_dim, config.rope_theta, config.pos_scaling_factor,
+                                config.pos_scaling_type, config.pos_scaling_extra_args)
+      q, k = rotary(q, config.rotary_dim, inv_freq=freq), rotary(k, config.rotary_dim,
+                                                                 inv_freq=freq)
+    if kv != n:  # [B, S, kv, D] -> [B, S, n, D], each K/V head repeated for its group
+      k, v = tf.repeat(k, n // kv, axis=2), tf.repeat(v, n // kv, axis=2)
+    scores = tf.einsum("bqnd,bknd->bnqk", q, k)
+    scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(d)) + bias
+    probs = dropout(tf.nn.softmax(scores), config.attention_dropout_rate, training)
+    context = tf.einsum("bnqk,bknd->bqnd", tf.cast(probs, x.dtype), v)
+    context = tf.reshape(context, [batch * seq, config.hidden_size])
+    return dense(context, config.hidden_size, "output", r,
+                 use_bias=config.use_ffn_bias_in_attention)
+
+
+def mlp(x, config: GPTConfig, training: bool):
+  """fc_in -> activation -> fc_out (scope `mlp`); SwiGLU: silu(fc_gate(x)) * fc_in(x) ->
+  fc_out.  [M, H] -> [M, H]."""
+  r, bias = config.initializer_range, config.use_ffn_bias
+  with tf1.variable_scope("mlp"):
+    if config.encoder_nonlinearity == "swiglu":
+      gate = dense(x, config.filter_size, "fc_gate", r, activation=tf.nn.silu, use_bias=bias)
+      h = gate * dense(x, config.filter_size, "fc_in", r, use_bias=bias)
+    else:
+      h = dense(x, config.filter_size, "fc_in", r,
+                activation=ACTIVATIONS[config.encoder_nonlinearity], use_bias=bias)
+    return dropout(dense(h, config.hidden_size, "fc_out", r, use_bias=bias),
+                   config.dropout_rate, training)
+
+
+def rms_norm(x, epsilon: float, name: str):
+  """RMSNorm over the last axis in float32 (LLaMA): x / rms(x) * gamma, no mean, no beta.
+
+  Args:
+    x: [..., H] any float dtype.
+  Returns:
+    [..., H] float32.
+  """
+  x = tf.cast(x, tf.float32)
+  with tf1.variable_scope(name):
+    gamma = tf1.get_variable("gamma", [x.shape[-1]], initializer=tf1.ones_initializer())
+    return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + epsilon) * gamma
+
+
+def _ln(x, name, config):
+  norm = rms_norm if config.norm_type == "rmsnorm" else layer_norm
+  return tf.cast(norm(x, config.layer_norm_epsilon, name), config.compute_dtype)
+
+
+def decoder_layer(x, bias, batch, seq: int, config: GPTConfig, training: bool):
+  """One pre-LN block.  [B*S, H] -> [B*S, H]."""
+  if config.parallel_attention:
+    h = _ln(x, "ln_1", config)
+    return x + dropout(attention(h, bias, batch, seq, config, training), config.dropout_rate,
+                       training) + mlp(h, config, training)
+  x = x + dropout(attention(_ln(x, "ln_1", config), bias, batch, seq, config, training),
+                  config.dropout_rate, training)
+  return x + mlp(_ln(x, "ln_2", config), config, training)
+
+
+class Hidden(NamedTuple):
+  """The decoder's output before the LM head."""
+  h: tf.Tensor                  # [B*S, H] compute dtype, after ln_f
+  word_embeddings: tf.Variable  # [V, H] float32
+  batch: Any                    # int, or a scalar tensor when B is unknown
+  seq: int
+
+
+def gpt_model(token_ids, padding_mask, config: GPTConfig, training: bool):
+  """Token ids -> next-token logits.
+
+  Args:
+    token_ids: [B, S] int32 (S static).
+    padding_mask: [B, S] int32, 1 for real tokens.
+  Returns:
+    logits [B, S, V] float32.
+  """
+  return lm_logits(gpt_hidden(token_ids, padding_mask, config, training), config)
+
+
+def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hidden:
+  """Token ids [B, S] -> the final hidden states (scope `gpt`); see gpt_model. S must be
+  static; B may be unknown (an eval's or predict's last, partial batch)."""
+  batch, seq = token_ids.shape.as_list()
+  if batch is None:
+    batch = tf.shape(token_ids)[0]
+  if seq > config.max_position_embeddings:
+    raise ValueError(f"sequence length {seq} exceeds max_position_embeddings "
+                     f"{config.max_position_embeddings}")
+  init = initializer(config.initializer_range)
+  with tf1.variable_scope("gpt"):
+    with tf1.variable_scope("embeddings"):
+      word = tf1.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
+                              initializer=init)
+      x = tf.gather(word, token_ids)
+      if config.position_embedding_type == "learned":
+        pos = tf1.get_variable("position_embeddings",
+                               [config.max_position_embeddings, config.hidden_size],
+                               initializer=init)
+        x += pos[tf.newaxis, :seq]
+      rate = config.dropout_rate if config.embedding_dropout_rate is None \
+          else config.embedding_dropout_rate
+      x = dropout(tf.cast(x, config.compute_dtype), rate, training)
+    bias = causal_bias(padding_mask, seq)
+    h = tf.reshape(x, [batch * seq, config.hidden_size])
+    with tf1.variable_scope("decoder"):
+      for i in range(config.num_hidden_layers):
+        with tf1.variable_scope(f"layer_{i}"):
+          h = decoder_layer(h, bias, batch, seq, config, training)
+    h = _ln(h, "ln_f", config)
+  return Hidden(h, word, batch, seq)
+
+
+# The tied head's name scope: its own layer in the compiler's report (its weights stay with the
+# embeddings); the fp32 logits, or the loss made from them, are made in it, so counted once.
+LM_HEAD_SCOPE = "gpt/lm_head/"
+
+
+def lm_logits(hidden: Hidden, config: GPTConfig):
+  """[B, S, V] float32 next-token logits (tied to the word embeddings, or `gpt/lm_head`)."""
+  shape = [hidden.batch, hidden.seq, config.vocab_size]
+  if config.share_embedding_weights:
+    with tf1.name_scope(LM_HEAD_SCOPE):  # the cast too: one tensor leaves the layer
+      logits = tf.matmul(hidden.h, tf.cast(hidden.word_embeddings, hidden.h.dtype),
+                         transpose_b=True)
+      return tf.reshape(tf.cast(logits, tf.float32), shape)
+  # gpt/lm_head/{kernel,bias}, the ops in gpt/ as before the split
+  with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):
+    logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range,
+                   use_bias=config.head_bias)
+    return tf.reshape(tf.cast(logits, tf.float32), shape)
+
+
+def lm_xent(hidden: Hidden, labels, config: GPTConfig):
+  """Per-position next-token cross-entropy [B, S] from the hidden states.
+
+  A tied float32 head takes losses.dense_sparse_softmax_xent: its gradient never forms the
+  [B*S, V] d(logits). Otherwise the logits are made and losses.sparse_softmax_xent applied.
+  """
+  if config.share_embedding_weights and hidden.h.dtype == tf.float32:
+    with tf1.name_scope(LM_HEAD_SCOPE):
+      xent = losses.dense_sparse_softmax_xent(hidden.h, hidden.word_embeddings, None,
+                                              tf.reshape(labels, [-1]), scope=None)
+    return tf.reshape(xent, [hidden.batch, hidden.seq])
+  return losses.sparse_softmax_xent(lm_logits(hidden, config), labels)
+
+
+def num_parameters(config: GPTConfig) -> int:
+  """Trainable parameters, by formula (a check on the graph's count)."""
+  h, f, v, layers = (config.hidden_size, config.filter_size, config.vocab_size,
+                     config.num_hidden_layers)
+  kv_width = config.kv_heads * (h // config.num_heads)
+  qkv = (h * h + 2 * h * kv_width) + (h + 2 * kv_width) * config.use_projection_bias_in_attention
+  out = h * h + h * config.use_ffn_bias_in_attention
+  ffn_in = (2 if config.encoder_nonlinearity == "swiglu" else 1) * (h * f + f * config.use_ffn_bias)
+  ffn_out = f * h + h * config.use_ffn_bias
+  norms = (1 if config.parallel_attention else 2) + (1 if config.norm_type != "rmsnorm" else 0) * (
+      1 if config.parallel_attention else 2)
+  per_layer = qkv + out + ffn_in + ffn_out + norms * h
+  emb = v * h + (config.max_position_embeddings * h
+                 if config.position_embedding_type == "learned" else 0)
+  head = 0 if config.share_embedding_weights else h * v + v * config.head_bias
+  ln_f = h * (1 if config.norm_type == "rmsnorm" else 2)
+  return emb + layers * per_layer + ln_f + head

@@ -1,0 +1,79 @@
+"""Encoder-decoder Transformer (Vaswani et al., 2017) for English -> Spanish translation.
+
+  vocab.py     shared WordPiece vocabulary learned from the training split (cached), in-graph
+               tokenize / detokenize
+  input.py     input_fn(params, mode): tensorflow-text tokenization, length buckets, masks
+  modeling.py  embeddings, encoder, decoder, cached decoder step
+  decoding.py  greedy and beam search (length penalty) as in-graph while loops
+  model.py     model_fn: label-smoothed loss; eval token accuracy + sacrebleu BLEU; predict
+  export.py    SavedModel that translates raw English strings
+
+`model.name: transformer` selects it. No TensorFlow import here.
+"""
+
+from cerebras_models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
+                                       check_transformer_params, ALWAYS_BUILT, NO_SEGMENTS)
+from cerebras_tf.registry import ModelSpec, register
+from cerebras_tf.schema import Field
+
+MODEL_FN = "cerebras_models.transformer.model:model_fn"
+INPUT_FN = "cerebras_models.transformer.input:input_fn"
+
+
+def _pos_int(default, help_text):
+  return Field("int", default, help_text, low=0, low_open=True)
+
+
+SCHEMA = {
+    "model": {
+        **TRANSFORMER_MODEL_FIELDS,
+        **NO_SEGMENTS,
+        "vocab_size": _pos_int(None, "vocabulary rows (null: the vocabulary file's size)"),
+        "hidden_size": _pos_int(512, "d_model"),
+        "num_hidden_layers": _pos_int(6, "encoder and decoder layers (unless set apart)"),
+        "num_encoder_layers": _pos_int(None, "encoder layers (null: num_hidden_layers)"),
+        "num_decoder_layers": _pos_int(None, "decoder layers (null: num_hidden_layers)"),
+        "num_heads": _pos_int(8, "attention heads; must divide hidden_size"),
+        "filter_size": _pos_int(2048, "feed-forward inner width"),
+        "layer_norm_epsilon": Field("float", 1e-6, "layer norm epsilon", low=0, low_open=True),
+        "position_embedding_type": Field("str", "fixed", "fixed (sinusoids, as the paper) or "
+                                         "learned", choices=("fixed", "learned")),
+        "encoder_nonlinearity": Field("str", "relu", "feed-forward activation",
+                                      choices=("relu", "gelu", "tanh")),
+        "norm_type": Field("str", "post", "post-norm (the paper) or pre-norm residual blocks",
+                           choices=("post", "pre")),
+        "share_embedding_weights": Field("bool", True, "one embedding table for source and "
+                                         "target (the vocabulary is shared)"),
+        "tie_output_projection": Field("bool", True, "logits use the target embedding table"),
+        "label_smoothing": Field("float", 0.1, "label smoothing of the training loss", low=0,
+                                 high=1, high_open=True),
+        "beam_width": _pos_int(4, "beams for predict and eval BLEU (1: greedy)"),
+        "eval_beam_width": _pos_int(None, "beams for the eval BLEU (null: beam_width; 1 is "
+                                    "greedy and several times faster)"),
+        "length_penalty": Field("float", 0.6, "alpha of ((5 + len) / 6) ** alpha", low=0),
+        "max_decode_length": _pos_int(None, "decoded tokens (null: max_target_length)"),
+        "trim_padding": Field("bool", True, "on the host, compute each batch at its longest real "
+                              "length (the engine compiles the static padded shapes)"),
+        "eval_bleu": Field("bool", True, "decode the eval split and report BLEU"),
+    },
+    "train_input": {
+        **TEXT_INPUT_FIELDS,
+        "vocab_size": _pos_int(8000, "size of the WordPiece vocabulary learned from the "
+                               "training split (when vocab_file is null)"),
+        "vocab_file": Field("path", None, "vocabulary file (null: learn one and cache it under "
+                            "data_dir/en_es/vocab)"),
+        "split": Field("str", None, "TFRecord split name (null: train, or test for eval)"),
+        "file_pattern": Field("path", None, "glob of TFRecords (en, es) or tab-separated pairs; "
+                              "overrides data_dir and split"),
+        "max_source_length": _pos_int(64, "source tokens per example (static, padded)"),
+        "max_target_length": _pos_int(64, "target tokens incl. [START]/[END] (static, padded)"),
+        "bucket_boundaries": Field("int_list", [], "length buckets: similar lengths share a "
+                                   "batch (train)"),
+    },
+}
+SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
+
+SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
+                          schema=SCHEMA, check=check_transformer_params,
+                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False,
+                                     ("model", "mixed_precision"): False}))  # float32 only
