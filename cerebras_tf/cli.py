@@ -34,7 +34,8 @@ from cerebras_tf.runtime import ckpt_files, logs, tf_config
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
           "Flags override the YAML; --params_override SECTION.KEY=VALUE sets any params key.")
 
-# Flag -> params key. Flags not listed here only shape RunOptions.
+# Flags that set one params key, each defined from that key's declaration in schema.py. Flags
+# not listed here only shape RunOptions.
 FLAG_TO_KEY = {
     "model_dir": "runconfig.model_dir",
     "mode": "runconfig.mode",
@@ -57,31 +58,20 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   so a bad value gets the same message (with a did-you-mean) as in the YAML."""
   kw = {"flag_values": fv}
   flags.DEFINE_string("params", None, "params YAML file (required)", **kw)
-  flags.DEFINE_string("model_dir", None, "checkpoints and summaries (runconfig.model_dir)", **kw)
-  flags.DEFINE_string("mode", None, "one of " + ", ".join(schema.MODES)
-                      + " (runconfig.mode; default train)", **kw)
+  for name, key in FLAG_TO_KEY.items():  # help and type from the key's one declaration
+    field = schema.field_of(key)
+    define = {"int": flags.DEFINE_integer, "bool": flags.DEFINE_boolean}.get(field.kind,
+                                                                             flags.DEFINE_string)
+    define(name, False if field.kind == "bool" else None,
+           f"{field.help}; {field.describe()} ({key})", **kw)
   flags.DEFINE_boolean("validate_only", False, "only check every op has an engine kernel", **kw)
   flags.DEFINE_boolean("compile_only", False, "compile for the engine and report, no training",
                        **kw)
-  flags.DEFINE_string("cs_ip", None, "host[:port] of the CS system (runconfig.cs_ip)", **kw)
   flags.DEFINE_integer("steps", None, "train this many more steps (instead of max_steps)", **kw)
-  flags.DEFINE_integer("max_steps", None, "train up to this global step (runconfig.max_steps)",
-                       **kw)
-  flags.DEFINE_integer("eval_steps", None, "eval batches; 0: all (runconfig.eval_steps)", **kw)
   flags.DEFINE_string("checkpoint_path", None, "checkpoint for eval/predict/export (default: "
                       "latest)", **kw)
   flags.DEFINE_string("export_dir", None, "write a SavedModel under this directory (--mode "
                       "export, or after train / train_and_eval)", **kw)
-  flags.DEFINE_boolean("multireplica", False, "run multi_replica (csconfig.multireplica)", **kw)
-  flags.DEFINE_integer("num_csx", None, "CS systems (csconfig.num_csx)", **kw)
-  flags.DEFINE_integer("num_wgt_servers", None, "MemoryX weight servers "
-                       "(csconfig.max_wgt_servers)", **kw)
-  flags.DEFINE_string("execution_strategy", None, "one of " + ", ".join(plans.STRATEGIES)
-                      + " (csconfig.execution_strategy)", **kw)
-  flags.DEFINE_string("engine", None, "cs1, cs2, cs3 or an engine YAML (csconfig.engine)", **kw)
-  flags.DEFINE_string("compile_dir", None, "compiler output (csconfig.compile_dir)", **kw)
-  flags.DEFINE_string("warm_start", None, "start a new model_dir from this checkpoint's "
-                      "variables that match by name and shape (runconfig.warm_start)", **kw)
   flags.DEFINE_boolean("no_cs", False, "run as a plain Estimator on CPU/GPU: no engine, no "
                        "compile (runconfig.use_cs=false)", **kw)
   flags.DEFINE_multi_string("params_override", [], "SECTION.KEY=VALUE (repeatable, or "

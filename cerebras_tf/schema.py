@@ -273,6 +273,14 @@ SCHEMA = {
     "csconfig": CSCONFIG_FIELDS,
 }
 REQUIRED_SECTIONS = ("train_input", "model")
+
+
+def field_of(key: str) -> Field:
+  """The declaration of a framework key, "section.name" (e.g. "runconfig.model_dir")."""
+  section, _, name = key.partition(".")
+  return SCHEMA[section][name]
+
+
 EXTENSIBLE_SECTIONS = ("model", "train_input", "eval_input")
 
 # Learning-rate schedule segments (modelzoo form: a list, each with `scheduler` and `steps`).
