@@ -38,10 +38,12 @@ def parse_cs_ip(cs_ip: Optional[str]) -> Optional[str]:
   return f"{host}:{int(port_text)}"
 
 
-class CSConfig(collections.namedtuple("CSConfig", [
-    "execution_strategy", "engine", "num_csx", "max_wgt_servers", "num_replicas",
-    "sparsity", "vts", "micro_batch_size"])):
-  """How the model runs on the engine.
+class CSConfig(collections.namedtuple(
+    "CSConfig", schema.ENGINE_KEYS,
+    defaults=[schema.CSCONFIG_FIELDS[k].default for k in schema.ENGINE_KEYS])):
+  """How the model runs on the engine: the `csconfig` keys of a params file (but
+  `multireplica` and `compile_dir`), declared once in schema.CSCONFIG_FIELDS with their
+  types, defaults and help (docs/reference/params.md).
 
   Attributes:
     execution_strategy: "pipelined", "multi_replica", "weight_streaming" or "auto" (the
@@ -57,19 +59,15 @@ class CSConfig(collections.namedtuple("CSConfig", [
       the fastest that fits.
   """
 
-  def __new__(cls, execution_strategy=plans.AUTO, engine="cs2", num_csx=1,
-              max_wgt_servers=1, num_replicas=None, sparsity=0.0, vts=False,
-              micro_batch_size=None):
+  def __new__(cls, *args, **kwargs):
     # Each setting is checked by its params-schema Field: one rule for YAML, flags and Python.
-    given = dict(execution_strategy=execution_strategy, engine=engine, num_csx=num_csx,
-                 max_wgt_servers=max_wgt_servers, num_replicas=num_replicas, sparsity=sparsity,
-                 vts=vts, micro_batch_size=micro_batch_size)
+    given = super().__new__(cls, *args, **kwargs)._asdict()
     checked = {}
     for key, value in given.items():
+      field = schema.CSCONFIG_FIELDS[key]
       try:
-        checked[key] = schema.CSCONFIG_FIELDS[key].check(value)
+        checked[key] = field.check(value)
       except ValueError as e:
-        field = schema.CSCONFIG_FIELDS[key]
         hint = schema.suggest(value, field.choices or (schema.ENGINES if key == "engine" else ()))
         raise ConfigError(f"CSConfig {key} {e}{hint}") from None
     conflict = plans.option_conflict(

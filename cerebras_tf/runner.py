@@ -99,11 +99,7 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
       save_summary_steps=rc["save_summary_steps"],
       tf_random_seed=rc["tf_random_seed"],
       cs_ip=rc["cs_ip"],
-      cs_config=CSConfig(
-          execution_strategy=cs["execution_strategy"], engine=cs["engine"],
-          num_csx=cs["num_csx"], max_wgt_servers=cs["max_wgt_servers"],
-          num_replicas=cs["num_replicas"], sparsity=cs["sparsity"], vts=cs["vts"],
-          micro_batch_size=cs["micro_batch_size"]))
+      cs_config=CSConfig(**{key: cs[key] for key in CSConfig._fields}))
   return CerebrasEstimator(model_fn, model_dir=rc["model_dir"], compile_dir=cs["compile_dir"],
                            config=config, params=params, init_checkpoint=rc["warm_start"])
 

@@ -255,14 +255,19 @@ CSCONFIG_FIELDS = {
     "num_replicas": pos_int(None, "multi_replica copies (null: compiler picks)"),
     "multireplica": Field("bool", False, "modelzoo switch: true means execution_strategy "
                           "multi_replica"),
-    "micro_batch_size": pos_int(None, "weight streaming: samples per micro-batch (null: the "
-                                "compiler picks the fastest that fits; modelzoo's "
-                                "train_input.micro_batch_size)", high=MAX_BATCH),
     "sparsity": Field("float", 0.0, "unstructured weight sparsity (weight streaming)", low=0,
                       high=1, high_open=True),
     "vts": Field("bool", False, "variable tensor shape: cost only real tokens"),
+    "micro_batch_size": pos_int(None, "weight streaming: samples per micro-batch (null: the "
+                                "compiler picks the fastest that fits; modelzoo's "
+                                "train_input.micro_batch_size)", high=MAX_BATCH),
     "compile_dir": Field("path", None, "compiler output (null: <model_dir>/cs_compile)"),
 }
+
+# csconfig keys that only a params file has: `multireplica` folds into execution_strategy and
+# `compile_dir` is where a run writes. Every other csconfig key is a CSConfig field, in order.
+CSCONFIG_FILE_ONLY = ("multireplica", "compile_dir")
+ENGINE_KEYS = tuple(k for k in CSCONFIG_FIELDS if k not in CSCONFIG_FILE_ONLY)
 
 SCHEMA = {
     "train_input": INPUT_FIELDS,

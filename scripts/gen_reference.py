@@ -65,7 +65,7 @@ def params_reference() -> str:
   for name, fields in schema.SCHEDULERS.items():
     out += [f"### `scheduler: {name}`", ""] + _table(fields) + [""]
   out += ["## Keys each model family adds", ""]
-  for name in registry.available_models():
+  for name in sorted(registry.installed_families()):  # not what a process registered itself
     spec = registry.get_model(name)
     out += [f"### `model.name: {name}`", ""]
     if not spec.schema:

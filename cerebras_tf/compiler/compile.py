@@ -301,9 +301,8 @@ class Compiler:
                         token_lengths=sorted({s.seq_len for s in sources}))
     cs = cs_config
     options = plans.PlanOptions(
-        batch_size=captured.batch_size, execution_strategy=cs.execution_strategy,
-        num_csx=cs.num_csx, num_replicas=cs.num_replicas, max_wgt_servers=cs.max_wgt_servers,
-        sparsity=cs.sparsity, vts=cs.vts, micro_batch_size=cs.micro_batch_size,
+        batch_size=captured.batch_size,
+        **{key: getattr(cs, key) for key in cs._fields if key != "engine"},
         num_workers=host["num_workers"],
         host_devices=host["host_devices"],
         **(token_fractions(call_input_fn, captured, sources, seed) if cs.vts else {}))
