@@ -29,7 +29,8 @@ setup(
     ],
     extras_require={
         # pytest-xdist: `dev.py test` runs the suite on 2 worker processes (2-core CI).
-        "test": ["pytest", "hypothesis", "pytest-xdist==3.8.0"],
+        # threadpoolctl: the benchmarks name the BLAS kernel numpy runs (the fp32 limit).
+        "test": ["pytest", "hypothesis", "pytest-xdist==3.8.0", "threadpoolctl"],
         "data": ["pysword"],        # reads the Debian SWORD Bible modules (real text corpora)
     },
     entry_points={"cerebras_tf.models": [f"{f} = cerebras_models.{f}" for f in FAMILIES],

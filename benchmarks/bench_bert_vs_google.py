@@ -161,6 +161,27 @@ def matmul_flops_per_sec(n=2048, reps=10):
   return reps * 2.0 * n ** 3 / best
 
 
+def numpy_in_child_unpinned():
+  """numpy's fp32 matmul FLOP/s with its own kernel for this CPU: OPENBLAS_CORETYPE (and
+  OPENBLAS_L2_SIZE) unset for that one process (these machines pin an older kernel on purpose;
+  the pin stays everywhere else), and the kernel OpenBLAS then reports."""
+  env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+  code = (NUMPY_MATMUL_CODE + "\nkernel = ''\ntry:\n  import threadpoolctl\n"
+          "  kernel = ','.join(str(i.get('architecture')) for i in threadpoolctl.threadpool_info()"
+          " if i.get('internal_api') == 'openblas')\nexcept ImportError:\n  pass\n"
+          "import json\nprint('RESULT ' + json.dumps([numpy_matmul_flops_per_sec(), kernel]))")
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       check=False)
+  for line in out.stdout.splitlines():
+    if line.startswith("RESULT "):
+      return tuple(json.loads(line[len("RESULT "):]))
+  raise RuntimeError("numpy child failed:\n" + out.stderr[-3000:])
+
+
+NUMPY_MATMUL_CODE = '''
+import time
+import numpy as np
+
 def numpy_matmul_flops_per_sec(n=2048, reps=10):
   """numpy's (OpenBLAS) fp32 n^3 matmul FLOP/s (best of 3 timings of `reps`)."""
   rng = np.random.default_rng(0)
@@ -174,6 +195,8 @@ def numpy_matmul_flops_per_sec(n=2048, reps=10):
       a @ b  # pylint: disable=pointless-statement
     best = min(best, time.perf_counter() - t0)
   return reps * 2.0 * n ** 3 / best
+'''
+exec(NUMPY_MATMUL_CODE)  # the same code times numpy here and, unpinned, in a child  # pylint: disable=exec-used
 
 
 # --- google-research/bert ------------------------------------------------------------------
@@ -278,10 +301,13 @@ def run_google(gb, work_dir, record_file, steps, warmup):
   return timer.examples_per_sec(warmup)
 
 
-def google_in_child(src_dir, work, record_file, steps, warmup):
-  """google-bert's examples/s in a fresh process with TensorFlow's defaults, as its users run it."""
+def google_in_child(src_dir, work, record_file, steps, warmup, onednn=None):
+  """google-bert's examples/s in a fresh process: with TensorFlow's defaults (onednn None, as
+  its users run it) or with oneDNN forced on or off, so the anchor is its best on this host."""
   env = dict(os.environ)
   env.pop("TF_ENABLE_ONEDNN_OPTS", None)  # cerebras_tf set it in this process; TF decides there
+  if onednn is not None:
+    env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
   cmd = [sys.executable, os.path.abspath(__file__), "--google_child", "--google_bert_dir", src_dir,
          "--record", record_file, "--work", work, "--steps", str(steps), "--warmup", str(warmup)]
   out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -354,11 +380,15 @@ def main():
   ours, google, google_same, result = [], [], [], None
   profile = OpProfile(range(args.steps + 1, args.steps + 4))
   google_onednn = None
+  google_by = {True: [], False: []}  # oneDNN forced on / off in the child
   for r in range(args.rounds):
     if gb is not None:
       child = google_in_child(src, work, record_file, args.steps, args.warmup)
       google.append(child["examples_per_sec"])
       google_onednn = child["onednn"]
+      for onednn in (True, False):
+        google_by[onednn].append(google_in_child(src, work, record_file, args.steps,
+                                                 args.warmup, onednn)["examples_per_sec"])
       google_same.append(run_google(gb, work, record_file, args.steps, args.warmup))
     rate, result = run_ours(args.steps, args.warmup, args.bf16,
                             profile if r == args.rounds - 1 else None)
@@ -366,7 +396,8 @@ def main():
   pipeline = input_pipeline_examples_per_sec()
   matmul_tf = matmul_flops_per_sec()
   matmul_np = numpy_matmul_flops_per_sec()
-  matmul = max(matmul_tf, matmul_np)
+  matmul_np_own, np_kernel = numpy_in_child_unpinned()
+  matmul = max(matmul_tf, matmul_np, matmul_np_own)
   shutil.rmtree(work, ignore_errors=True)
 
   ours_rate = median(ours)
@@ -375,11 +406,20 @@ def main():
            f"{args.warmup} dropped) x {args.rounds} rounds; {machine()}")
   if gb is not None:
     g, gs = median(google), median(google_same)
-    print_table("(a) ours vs google-research/bert run_pretraining.py: " + title,
+    g_on, g_off = median(google_by[True]), median(google_by[False])
+    best = max(g, g_on, g_off)
+    print_table("(a) ours vs google-research/bert run_pretraining.py in its best TensorFlow "
+                "configuration on this host: " + title,
                 ["implementation", "examples/s (median)", "ours / this row", "goal"],
                 [(f"google-research/bert, TensorFlow's defaults (child process; oneDNN "
                   f"{'on' if google_onednn else 'off'} there)", f"{g:.1f}",
-                  f"{ours_rate / g:.2f}", ">= 1.5"),
+                  f"{ours_rate / g:.2f}", "-"),
+                 ("google-research/bert, TF_ENABLE_ONEDNN_OPTS=1 (child)", f"{g_on:.1f}",
+                  f"{ours_rate / g_on:.2f}", "-"),
+                 ("google-research/bert, TF_ENABLE_ONEDNN_OPTS=0 (child)", f"{g_off:.1f}",
+                  f"{ours_rate / g_off:.2f}", "-"),
+                 ("**the anchor: the fastest of the three**", f"{best:.1f}",
+                  f"**{ours_rate / best:.2f}**", ">= 1.5"),
                  ("google-research/bert with cerebras_tf's TF settings (this process, oneDNN "
                   "on)", f"{gs:.1f}", f"{ours_rate / gs:.2f}", "-"),
                  (f"cerebras_tf BERT ({precision}, use_cs=True)", f"{ours_rate:.1f}", "1.00",
@@ -393,9 +433,15 @@ def main():
               [("training GFLOP per example (compiler LayerGraph, fwd+bwd)", f"{flops / 1e9:.3f}",
                 "-"),
                ("our training GFLOP/s", f"{achieved / 1e9:.1f}", "-"),
-               ("fp32 2048^3 matmul GFLOP/s, numpy (OpenBLAS)", f"{matmul_np / 1e9:.1f}", "-"),
-               ("fp32 2048^3 matmul GFLOP/s, TensorFlow (oneDNN)", f"{matmul_tf / 1e9:.1f}", "-"),
-               ("fraction of the higher", f"{achieved / matmul:.1%}", ">= 50%")])
+               ("fp32 2048^3 matmul GFLOP/s, numpy (OpenBLAS, this machine's "
+                f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})",
+                f"{matmul_np / 1e9:.1f}", "-"),
+               (f"fp32 2048^3 matmul GFLOP/s, numpy with its own kernel (pin unset in a child; "
+                f"kernel {np_kernel or 'not reported'})", f"{matmul_np_own / 1e9:.1f}", "-"),
+               ("fp32 2048^3 matmul GFLOP/s, TensorFlow", f"{matmul_tf / 1e9:.1f}", "-"),
+               ("the fp32 limit: the best of the three", f"{matmul / 1e9:.1f}", "-"),
+               ("our training FLOP/s as a fraction of the limit", f"**{achieved / matmul:.1%}**",
+                ">= 60%")])
   print_table("(c) input pipeline (tokenize, pack, mask) vs training consumption: " + title,
               ["quantity", "examples/s", "goal"],
               [("input pipeline alone", f"{pipeline:.0f}", "-"),

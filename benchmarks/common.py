@@ -19,8 +19,36 @@ def quiet_tf():
   return tf
 
 
+# The CPU features that decide TensorFlow's fast paths: oneDNN is on by default in TF 2.15 only
+# with AVX-512; bfloat16 matmuls need avx512_bf16 or AMX.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu() -> dict:
+  """{'model': ..., 'flags': [the CPU_FLAGS this CPU has]} from /proc/cpuinfo (else platform)."""
+  model, flags = platform.processor() or platform.machine(), set()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as fh:
+      for line in fh:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+          model = value.strip()
+        elif key.strip() == "flags":
+          flags = set(value.split())
+          break
+  except OSError:
+    pass
+  return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags]}
+
+
+def has_bf16() -> bool:
+  return any(f in cpu()["flags"] for f in ("avx512_bf16", "amx_bf16"))
+
+
 def machine() -> str:
-  return f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"
+  c = cpu()
+  return (f"{c['model']} ({', '.join(c['flags']) or 'no AVX2'}), {os.cpu_count()} cores, "
+          f"{platform.node()}, Python {platform.python_version()}")
 
 
 def print_table(title, header, rows):
