@@ -236,7 +236,7 @@ class _CerebrasMethods:
     # several workers tf.estimator's distributed loop refuses saving listeners ("Saving
     # listenor is not supported by the current Distribution Strategies"), which a pipelined
     # params file launched on 2 workers met at its first step.
-    input_checkpointed = (result.plan.execution_strategy == plans.PIPELINED
+    input_checkpointed = (result.plan.mode.saves_input_position
                           and result.plan.batching.host_replicas == 1
                           and self._saves_checkpoints())
     if input_checkpointed:
@@ -975,12 +975,12 @@ def _say_batch_norm_statistics(norms: Sequence[str], plan: plans.Plan) -> None:
   if engine == host:
     return
   shown = ", ".join(norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
-  if plan.execution_strategy == plans.MULTI_REPLICA:
+  if plan.mode.replicates:
     on_engine = (f"the multi_replica plan's {split.engine_replicas} engine replicas see "
                  f"{split.per_engine_replica} sample(s) each")
     fix = (f"csconfig.num_replicas={host} makes the engine's replicas the host's, or train "
            f"pipelined (one replica, the whole batch of {split.global_batch})")
-  elif plan.execution_strategy == plans.WEIGHT_STREAMING:
+  elif plan.mode.streams_weights:
     on_engine = (f"the weight-streaming plan's {split.num_systems} system(s) x "
                  f"{split.micro_batches} micro-batch(es) see {split.batch_norm_samples} "
                  f"sample(s) each")
@@ -1112,7 +1112,7 @@ def _raise_unless_host_holds(result) -> None:
   The activations counted are a lower bound (TensorFlow's backward pass needs more on top: the
   CNN above peaked at about 1.4x), so only a run that cannot fit is refused."""
   cluster = tf_config.current()
-  remote_state = (result.plan.execution_strategy == plans.WEIGHT_STREAMING and cluster
+  remote_state = (result.plan.mode.streams_weights and cluster
                   and cluster.ps)
   graph, batching_ = result.graph, result.plan.batching
   copies = max(1, batching_.host_replicas_per_worker)

@@ -661,14 +661,14 @@ class _Validator:
     replicas = cs["num_replicas"]
     if replicas is not None and replicas > 1 and not strategy_given:
       cs["multireplica"] = True  # asking for replicas means multi_replica
+    modes = plans.modes_of(cs["execution_strategy"])
     if cs["multireplica"]:
-      if strategy_given and cs["execution_strategy"] not in (plans.MULTI_REPLICA,
-                                                             plans.AUTO):
+      if strategy_given and not any(m.replicates for m in modes):
         self.fail(("csconfig", "multireplica"), "csconfig.multireplica: true conflicts with "
                   f"csconfig.execution_strategy '{cs['execution_strategy']}' (use multi_replica)")
       if not strategy_given:
         cs["execution_strategy"] = plans.MULTI_REPLICA
-    if cs["execution_strategy"] == plans.MULTI_REPLICA:
+    if all(m.replicates for m in plans.modes_of(cs["execution_strategy"])):
       cs["multireplica"] = True
     conflict = plans.option_conflict(cs["execution_strategy"], cs["num_csx"], replicas,
                                      cs["max_wgt_servers"], cs["sparsity"],

@@ -12,6 +12,7 @@ Read from the source with `ast`, so an import hidden inside a function counts to
 
 import ast
 import os
+import re
 
 from conftest import ROOT
 
@@ -143,3 +144,34 @@ def test_models_install_under_a_namespaced_name():
   setup = open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read()
   assert 'package_dir={"cerebras_models": "models"}' in setup
   assert not os.path.exists(os.path.join(ROOT, "cerebras_tf", "models"))
+
+
+_MODE_NAME = r"""(plans\.(PIPELINED|MULTI_REPLICA|WEIGHT_STREAMING|AUTO)\b|["'](pipelined|multi_replica|weight_streaming|auto)["'])"""
+_COMPARED = re.compile(rf"(==|!=)\s*{_MODE_NAME}|{_MODE_NAME}\s*(==|!=)|\bin \({_MODE_NAME}")
+# Where a strategy's name may be compared: the mode objects themselves, and the planner registry
+# that turns a name (or `auto`, a choice among modes) into a planner.
+MODE_OWNERS = {os.path.join("cerebras_tf", "core", "plans.py"),
+               os.path.join("cerebras_tf", "compiler", "plan", "__init__.py")}
+
+
+def mode_name_comparisons(path: str):
+  return [(i, line.strip()) for i, line in enumerate(open(path, encoding="utf-8"), 1)
+          if _COMPARED.search(line)]
+
+
+def test_no_mode_name_compared_outside_the_mode_object():
+  """Every layer asks the plan's ExecutionMode (`plan.mode.streams_weights`, `.replicates`,
+  `.saves_input_position`, `.label()`) instead of comparing strategy names."""
+  bad = [f"{os.path.relpath(path, ROOT)}:{i}: {line}" for _, path in modules()
+         if os.path.relpath(path, ROOT) not in MODE_OWNERS
+         for i, line in mode_name_comparisons(path)]
+  assert not bad, "execution modes compared by name:\n" + "\n".join(bad)
+
+
+def test_the_mode_check_sees_a_comparison(tmp_path):
+  path = tmp_path / "x.py"
+  path.write_text("if plan.execution_strategy == plans.WEIGHT_STREAMING:\n  pass\n"
+                  "if s in (plans.MULTI_REPLICA, plans.AUTO):\n  pass\n"
+                  "if strategy == 'weight_streaming':\n  pass\n"
+                  "if plan.mode.streams_weights:\n  pass\n")
+  assert [i for i, _ in mode_name_comparisons(str(path))] == [1, 3, 5]

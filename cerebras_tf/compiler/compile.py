@@ -223,7 +223,7 @@ def with_host(plan: plans.Plan, options: plans.PlanOptions) -> plans.Plan:
   """The plan with its batch split over the host replicas and workers that will train it."""
   b = plan.batching
   hosts = batching.host_replicas(
-      b.engine_replicas if plan.execution_strategy == plans.MULTI_REPLICA else 1,
+      b.engine_replicas if plan.mode.replicates else 1,
       b.num_systems, b.global_batch, forced=options.num_replicas is not None,
       devices_per_worker=options.host_devices, num_workers=options.num_workers)
   return dataclasses.replace(plan, batching=batching.split(

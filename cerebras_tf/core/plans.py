@@ -20,24 +20,75 @@ STRATEGIES = (PIPELINED, MULTI_REPLICA, WEIGHT_STREAMING, AUTO)
 PHASES = ("train", "eval", "predict")
 
 
+@dataclasses.dataclass(frozen=True)
+class ExecutionMode:
+  """What one execution strategy is, in the terms every layer needs. The planner, the
+  performance model, the host runtime, the advisor and the reports ask the plan's mode
+  (`Plan.mode`, `mode_of(name)`) instead of comparing strategy names."""
+
+  name: str
+  replicates: bool = False           # copies of the model side by side on one wafer
+  streams_weights: bool = False      # weights off-wafer in MemoryX, on 1..N systems
+  saves_input_position: bool = False  # the host run checkpoints the input with the model
+  wording: str = ""                  # what it models, for people
+
+  @property
+  def data_parallel(self) -> bool:
+    """The host trains it as several replicas of the global batch (mirrored, or the
+    systems' shares)."""
+    return self.replicates or self.streams_weights
+
+  def label(self, replicas: int = 1) -> str:
+    """'multi_replica (R=4)', 'pipelined': the mode as a report names a plan of it."""
+    return f"{self.name} (R={replicas})" if self.replicates else self.name
+
+  def conflict(self, num_csx: int = 1, num_replicas: Optional[int] = None,
+               max_wgt_servers: int = 1, sparsity: float = 0.0,
+               micro_batch_size: Optional[int] = None) -> Optional[Tuple[str, str]]:
+    """(key, "key value needs ...") for a setting this mode cannot apply, which it would
+    otherwise ignore without a word (2 systems asked for, 1 planned); None when all apply."""
+    if not self.streams_weights:
+      for key, value, off in (("num_csx", num_csx, 1), ("max_wgt_servers", max_wgt_servers, 1),
+                              ("sparsity", sparsity, 0.0),
+                              ("micro_batch_size", micro_batch_size, None)):
+        if value != off:
+          return key, (f"{key} {value} needs execution_strategy weight_streaming or auto "
+                       f"({self.name} runs on one system, with the weights on the wafer)")
+    if not self.replicates and num_replicas is not None and num_replicas > 1:
+      return "num_replicas", (f"num_replicas {num_replicas} needs execution_strategy "
+                              f"multi_replica or auto, got '{self.name}'")
+    return None
+
+
+MODES = {m.name: m for m in (
+    ExecutionMode(PIPELINED, saves_input_position=True,
+                  wording="every layer on its own region of the wafer, all weights in SRAM"),
+    ExecutionMode(MULTI_REPLICA, replicates=True,
+                  wording="R copies of a small model side by side on one wafer"),
+    ExecutionMode(WEIGHT_STREAMING, streams_weights=True,
+                  wording="weights in MemoryX, streamed layer by layer to N systems"),
+)}
+
+
+def mode_of(strategy: str) -> ExecutionMode:
+  """The mode of a strategy name (not `auto`, which is a choice among them)."""
+  return MODES[strategy]
+
+
+def modes_of(strategy: str) -> Tuple[ExecutionMode, ...]:
+  """The modes a strategy setting may plan: all of them for `auto`, else its own."""
+  return tuple(MODES.values()) if strategy == AUTO else (MODES[strategy],)
+
+
 def option_conflict(strategy: str, num_csx: int = 1, num_replicas: Optional[int] = None,
                     max_wgt_servers: int = 1, sparsity: float = 0.0,
                     micro_batch_size: Optional[int] = None) -> Optional[Tuple[str, str]]:
-  """(key, "key value needs ...") when a chosen strategy cannot apply a setting, which it
-  would otherwise ignore without a word (2 systems asked for, 1 planned); None when all apply.
-  `auto` applies each setting to the strategy it belongs to. The one rule for CSConfig and the
-  params file."""
-  if strategy in (PIPELINED, MULTI_REPLICA):
-    for key, value, off in (("num_csx", num_csx, 1), ("max_wgt_servers", max_wgt_servers, 1),
-                            ("sparsity", sparsity, 0.0), ("micro_batch_size", micro_batch_size,
-                                                          None)):
-      if value != off:
-        return key, (f"{key} {value} needs execution_strategy weight_streaming or auto "
-                     f"({strategy} runs on one system, with the weights on the wafer)")
-  if strategy in (PIPELINED, WEIGHT_STREAMING) and num_replicas is not None and num_replicas > 1:
-    return "num_replicas", (f"num_replicas {num_replicas} needs execution_strategy "
-                            f"multi_replica or auto, got '{strategy}'")
-  return None
+  """The chosen strategy's `ExecutionMode.conflict`; `auto` applies each setting to the
+  strategy it belongs to. The one rule for CSConfig and the params file."""
+  if strategy not in MODES:
+    return None
+  return MODES[strategy].conflict(num_csx, num_replicas, max_wgt_servers, sparsity,
+                                  micro_batch_size)
 
 
 def fmt_share(x: float) -> str:
@@ -143,6 +194,15 @@ class Plan:
   notes: Tuple[str, ...] = ()
   # Why it does not fit, as data (None when it fits); `reason` is the same for people.
   refusal: Optional["Refusal"] = None
+
+  @property
+  def mode(self) -> ExecutionMode:
+    return MODES[self.execution_strategy]
+
+  @property
+  def label(self) -> str:
+    """The plan's mode as reports name it: 'multi_replica (R=4)'."""
+    return self.mode.label(self.num_replicas)
 
   # The batching's numbers under the names the reports and the runtime have always used.
   @property

@@ -38,7 +38,7 @@ import functools
 import math
 from typing import Optional, Tuple
 
-from cerebras_tf.core import ir, plans
+from cerebras_tf.core import ir
 
 _FP32 = 4
 _WEIGHTED = ("conv", "depthwise")
@@ -238,7 +238,7 @@ def best_op_cost(s: ir.Spatial, cores: int, engine, dtype_bytes: int, state_per_
   """(the fastest tiling's cost, fits) among `candidates` whose per-core bytes fit `budget`;
   a conv none of them fits tries `split_candidates` (a split costs a reduction, so it is the
   fallback, not a choice); none fitting: the smallest one, fits=False."""
-  rate = engine.flops_per_core_per_s * engine.efficiency(plans.PIPELINED)
+  rate = engine.flops_per_core_per_s * engine.pipelined_efficiency
   passes = 3.0 if training else 1.0
   fit = lambda c: c.weight_bytes + c.tile_bytes <= budget
   costs = [op_cost(s, t, engine, dtype_bytes, state_per_param, training)

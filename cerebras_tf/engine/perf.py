@@ -165,8 +165,7 @@ def pipeline_interval_s(times: Sequence[float], graph: ir.LayerGraph,
 
 
 def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, engine,
-                          options: Optional[plans.PlanOptions] = None, vts: bool = True,
-                          strategy: str = plans.PIPELINED) -> float:
+                          options: Optional[plans.PlanOptions] = None, vts: bool = True) -> float:
   """Seconds a layer on `cores` cores spends per sample in a pipeline (see module docstring).
 
   0 for a layer without FLOPs (it only holds memory); inf for a layer with FLOPs but no cores.
@@ -177,7 +176,7 @@ def pipelined_sample_time(layer: ir.Layer, cores: float, graph: ir.LayerGraph, e
   if cores <= 0:
     return math.inf
   fs, ts = vts_scale(layer, options, vts)
-  rate = engine.flops_per_core_per_s * engine.efficiency(strategy)
+  rate = engine.flops_per_core_per_s * engine.pipelined_efficiency
   latency = layer_tokens(layer, graph) * ts * engine.pipelined_token_latency_cycles
   cnn = conv.layer_cost(layer, cores, engine, graph.dtype_bytes, training(options))
   if cnn is None:
@@ -274,12 +273,11 @@ def placed_times(plan: plans.Plan, graph: ir.LayerGraph, engine,
           for p, l in zip(replica_layers(plan, replica), graph.layers)]
 
 
-def pe_utilization(flops: float, cores: float, interval: float, engine,
-                   strategy: str = plans.PIPELINED) -> float:
+def pe_utilization(flops: float, cores: float, interval: float, engine) -> float:
   """Share of a region's time its cores spend on the layer's FLOPs at the calibrated rate."""
   if flops <= 0 or cores <= 0 or interval <= 0 or not math.isfinite(interval):
     return 0.0
-  rate = engine.flops_per_core_per_s * engine.efficiency(strategy)
+  rate = engine.flops_per_core_per_s * engine.pipelined_efficiency
   return min(1.0, flops / (cores * rate) / interval)
 
 
@@ -697,7 +695,7 @@ def ws_weight_buffer_bytes(graph: ir.LayerGraph, sparsity: float = 0.0) -> float
 
 def _ws_layer(l, graph, engine, options, m, recompute, vts):
   rate = (engine.usable_cores * engine.flops_per_core_per_s *
-          engine.efficiency(plans.WEIGHT_STREAMING))
+          engine.weight_streaming_efficiency)
   sp = options.sparsity
   train = training(options)
   fs, _ = vts_scale(l, options, vts)
@@ -967,18 +965,10 @@ def simulate_weight_streaming(plan: plans.Plan, graph: ir.LayerGraph, engine,
       pe_utilization=min(1.0, pe))
 
 
-_SIMULATORS = {plans.PIPELINED: simulate_pipelined, plans.MULTI_REPLICA: simulate_pipelined,
-               plans.WEIGHT_STREAMING: simulate_weight_streaming}
-
-
-def register_simulator(strategy: str, fn) -> None:
-  """Lets another strategy's module plug its performance model in."""
-  _SIMULATORS[strategy] = fn
-
-
 def simulate(plan: plans.Plan, graph: ir.LayerGraph, engine,
              options: plans.PlanOptions) -> plans.Performance:
-  """Predicts the Performance of `plan` (dispatches on plan.execution_strategy).
+  """Predicts the Performance of `plan`: the weight-streaming step when its mode streams the
+  weights, else the pipeline's (one, or R side by side).
 
   Args:
     plan: a Plan from a planner.
@@ -986,7 +976,5 @@ def simulate(plan: plans.Plan, graph: ir.LayerGraph, engine,
     engine: the EngineSpec it was planned for.
     options: the PlanOptions it was planned with.
   """
-  fn = _SIMULATORS.get(plan.execution_strategy)
-  if fn is None:
-    raise NotImplementedError(f"no performance model for {plan.execution_strategy!r}")
+  fn = simulate_weight_streaming if plan.mode.streams_weights else simulate_pipelined
   return fn(plan, graph, engine, options)

@@ -48,7 +48,7 @@ def default_options(plan: plans.Plan) -> plans.PlanOptions:
   return plans.PlanOptions(
       batch_size=plan.batch_size, execution_strategy=plan.execution_strategy,
       num_csx=plan.num_csx,
-      num_replicas=plan.num_replicas if plan.execution_strategy == plans.MULTI_REPLICA else None)
+      num_replicas=plan.num_replicas if plan.mode.replicates else None)
 
 
 def load_bands(path: str = BANDS_PATH) -> List[dict]:
@@ -452,7 +452,7 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
   total_cores = engine.usable_cores
   step = perf.step_time_s if perf and math.isfinite(perf.step_time_s) and \
       perf.step_time_s > 0 else 0.0
-  streaming = plan.execution_strategy == plans.WEIGHT_STREAMING
+  streaming = plan.mode.streams_weights
   label = "total (layers take turns)" if streaming else "total"
   width = max([len(p.name) for p in plan.layers] + [len(label)])
   hdr = (f"{'#':>4}  {'layer':<{width}}  {'cores':>9}  {'wafer%':>7}  {'memory':>11}  "

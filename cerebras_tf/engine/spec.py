@@ -122,12 +122,6 @@ class EngineSpec:
   def io_description(self) -> str:
     return f"{self.io_links} x {self.io_link_bits_per_s / 1e9:g} GbE host links"
 
-  def efficiency(self, strategy: str) -> float:
-    """Calibrated achieved fraction of per-core peak for an execution strategy."""
-    if strategy == "weight_streaming":
-      return self.weight_streaming_efficiency
-    return self.pipelined_efficiency  # multi_replica runs pipelined replicas
-
   def summary(self) -> Dict[str, Any]:
     """The figures reports print (JSON-friendly)."""
     return {

@@ -71,10 +71,11 @@ def host_devices(cs_config) -> dict:
   if gpus >= 2:
     return {"num_workers": 1, "host_devices": gpus}
   strategy = cs_config.execution_strategy
+  modes = plans.modes_of(strategy)  # what the compiler may plan: one mode, or all for auto
   want = 1
-  if strategy in (plans.MULTI_REPLICA, plans.AUTO):
+  if any(m.replicates for m in modes):
     want = cs_config.num_replicas or batching.HOST_CPU_REPLICAS
-  if strategy in (plans.WEIGHT_STREAMING, plans.AUTO):
+  if any(m.streams_weights for m in modes):
     want = max(want, cs_config.num_csx)
   if want < batching.HOST_CPU_REPLICAS:
     # A run on one device reserves the default data-parallel count too while it still can,
@@ -85,7 +86,7 @@ def host_devices(cs_config) -> dict:
     try:
       reserve_logical_cpus(want)
     except ConfigError:
-      if cs_config.num_replicas is not None and strategy != plans.WEIGHT_STREAMING:
+      if cs_config.num_replicas is not None and not all(m.streams_weights for m in modes):
         return {"num_workers": 1, "host_devices": want}
       # INFO, not WARNING: the update is the same on any number of host devices, and most
       # plans auto picks here (pipelined) use one; a data-parallel plan logs its own line.
@@ -95,7 +96,7 @@ def host_devices(cs_config) -> dict:
           "on the devices it has (the same update on the same global batch); for %d host "
           "replicas, run in a fresh process or call "
           "cerebras_tf.runtime.strategies.reserve_logical_cpus(%d) first", have,
-          "if auto picks a data-parallel mode" if strategy == plans.AUTO
+          "if auto picks a data-parallel mode" if len(modes) > 1
           else f"the {strategy} plan is data-parallel:", want, want)
   return {"num_workers": 1, "host_devices": logical_cpu_count()}
 
@@ -118,8 +119,9 @@ def form_cluster(cs_config=None) -> None:
   compiler traces the model_fn; a script that builds a Keras model first calls it at its top.
   """
   cluster = tf_config.current()
-  if (cluster is not None and cluster.multi_worker
-      and getattr(cs_config, "execution_strategy", None) != plans.WEIGHT_STREAMING):
+  streams = cs_config is not None and all(
+      m.streams_weights for m in plans.modes_of(cs_config.execution_strategy))
+  if cluster is not None and cluster.multi_worker and not streams:
     multiworker.strategy(cluster)
 
 
@@ -189,15 +191,15 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
     config = config.replace(train_distribute=None)
   b = plan.batching
   local = b.host_replicas_per_worker
-  strategy = plan.execution_strategy
-  chosen_by = "auto" if cs_config.execution_strategy == plans.AUTO else "the compiler"
-  if strategy == plans.MULTI_REPLICA and b.engine_replicas != b.host_replicas:
+  chosen_by = ("auto" if len(plans.modes_of(cs_config.execution_strategy)) > 1
+               else "the compiler")
+  if plan.mode.replicates and b.engine_replicas != b.host_replicas:
     tf.compat.v1.logging.info(
         "cerebras_tf: multi_replica plan: R=%d replicas on the engine (chosen by %s); the host "
         "trains them as %d replica(s) of %d samples: the same global batch %d and synchronous "
         "update (csconfig.num_replicas fixes R on both)", b.engine_replicas, chosen_by,
         b.host_replicas, b.per_host_replica, b.global_batch)
-  if strategy == plans.WEIGHT_STREAMING and b.num_systems != b.host_replicas:
+  if plan.mode.streams_weights and b.num_systems != b.host_replicas:
     tf.compat.v1.logging.info(
         "cerebras_tf: weight-streaming plan: %d systems on the engine; the host trains their "
         "shares as %d replica(s) of %d samples: the same global batch %d and synchronous "
@@ -205,7 +207,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
   multi_worker = b.num_workers > 1
   sess = session_config(local, config.session_config)
   scope = contextlib.nullcontext
-  if strategy == plans.WEIGHT_STREAMING:
+  if plan.mode.streams_weights:
     reserve_logical_cpus(local)  # one compute device per CS system
     client = cluster_lib.client_for(cs_config.max_wgt_servers,
                                     os.path.join(model_dir, "cluster_logs"), local)
@@ -231,7 +233,7 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
     where = ", ".join(dist.extended.worker_devices)
   else:
     return Runtime(config, 1, b.per_host_replica, "one device")
-  description = (f"{strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
+  description = (f"{plan.execution_strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
                  f"samples over {b.num_workers} worker(s); {where}")
   tf.compat.v1.logging.info("cerebras_tf: %s", description)
   return Runtime(new, local, b.per_host_replica, description, scope)

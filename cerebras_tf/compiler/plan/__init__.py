@@ -15,10 +15,12 @@ from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import perf, report
 from cerebras_tf.errors import ParamsError
 
+# The planner of each execution mode (core/plans.MODES: what the mode is, which every layer
+# asks instead of comparing names).
 PLANNERS: Dict[str, Callable[[], base.Planner]] = {
-    plans.PIPELINED: PipelinedPlanner,
-    plans.MULTI_REPLICA: MultiReplicaPlanner,
-    plans.WEIGHT_STREAMING: WeightStreamingPlanner,
+    PipelinedPlanner.strategy: PipelinedPlanner,
+    MultiReplicaPlanner.strategy: MultiReplicaPlanner,
+    WeightStreamingPlanner.strategy: WeightStreamingPlanner,
 }
 
 
@@ -68,9 +70,7 @@ class AutoPlanner(base.Planner):
 
   def plan(self, graph, engine, options):
     results = []  # (strategy, plan or None, samples/s, why not)
-    for s in available_strategies():
-      if s == plans.AUTO:
-        continue
+    for s in PLANNERS:
       opts = dataclasses.replace(options, execution_strategy=s)
       try:
         p = get_planner(s).plan(graph, engine, opts)
@@ -95,21 +95,23 @@ class AutoPlanner(base.Planner):
         close.append(r)
     close = [r for r in close if r[2] > best[2]]
     s, chosen, sps, _ = best
-    pipe = next((r for r in results if r[0] == plans.PIPELINED), None)
-    label = f"{s} (R={chosen.num_replicas})" if s == plans.MULTI_REPLICA else s
-    if s == plans.PIPELINED and close:
+    # The first candidate is the baseline the others are measured against (pipelined).
+    first = results[0][0]
+    pipe = results[0]
+    label = chosen.label
+    if s == first and close:
       other = max(close, key=lambda r: r[2])
-      what = (f"{other[0]} (R={other[1].num_replicas})" if other[0] == plans.MULTI_REPLICA
-              else other[0])
-      reason = (f"pipelined at {sps:,.1f} samples/s; {what} would be {other[2] / sps:.3f}x, "
-                f"under the {AUTO_MIN_GAIN - 1:.0%} a change of strategy must gain")
-    elif s == plans.PIPELINED:
-      reason = f"pipelined at {sps:,.1f} samples/s is the fastest that fits"
-    elif pipe is not None and pipe[1] is not None and pipe[1].fits and pipe[2] > 0:
-      reason = f"{label} {sps / pipe[2]:.2f}x faster than pipelined ({sps:,.1f} vs {pipe[2]:,.1f} samples/s)"
-    elif pipe is not None and pipe[1] is not None:
+      reason = (f"{first} at {sps:,.1f} samples/s; {other[1].label} would be "
+                f"{other[2] / sps:.3f}x, under the {AUTO_MIN_GAIN - 1:.0%} a change of "
+                f"strategy must gain")
+    elif s == first:
+      reason = f"{first} at {sps:,.1f} samples/s is the fastest that fits"
+    elif pipe[1] is not None and pipe[1].fits and pipe[2] > 0:
+      reason = (f"{label} {sps / pipe[2]:.2f}x faster than {first} ({sps:,.1f} vs "
+                f"{pipe[2]:,.1f} samples/s)")
+    elif pipe[1] is not None:
       p = pipe[1]
-      reason = (f"pipelined needs {p.memory_needed_bytes / 1e9:,.1f} GB of SRAM, "
+      reason = (f"{first} needs {p.memory_needed_bytes / 1e9:,.1f} GB of SRAM, "
                 f"{p.memory_available_bytes / 1e9:.1f} GB available; {label} at {sps:,.1f} "
                 f"samples/s")
     else:

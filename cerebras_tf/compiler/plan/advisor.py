@@ -52,13 +52,12 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
     get_planner: `compiler.plan.get_planner` (passed in: this module is imported by it).
   """
   base = performance.samples_per_sec if performance is not None and plan.fits else 0.0
-  strategy = plan.execution_strategy
   b = plan.batch_size
   cands = []  # (label, options, why)
-  for s in (plans.PIPELINED, plans.MULTI_REPLICA, plans.WEIGHT_STREAMING):
-    if s == strategy:
+  for s, mode in plans.MODES.items():
+    if mode is plan.mode:
       continue
-    if s == plans.WEIGHT_STREAMING:
+    if mode.streams_weights:
       cands.append((f"execution_strategy: {s}",
                     dataclasses.replace(options, execution_strategy=s, num_replicas=None,
                                         num_csx=max(1, plan.num_csx)), ""))
@@ -70,7 +69,7 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
     cands.append((f"execution_strategy: {s}" + (f" with {', '.join(changed)}" if changed else ""),
                   dataclasses.replace(options, execution_strategy=s, num_replicas=None, **reset),
                   ""))
-  if strategy == plans.WEIGHT_STREAMING:
+  if plan.mode.streams_weights:
     n = plan.num_csx * 2
     if n <= engine.swarmx_max_systems:
       nb = b if b % n == 0 else (b // n + 1) * n
@@ -105,19 +104,17 @@ def advise(graph: ir.LayerGraph, engine, options: plans.PlanOptions, plan: plans
     p = _try(graph, engine, opts, get_planner)
     if p is None or not p.fits:
       continue
-    if (p.execution_strategy == plans.MULTI_REPLICA and p.num_replicas == 1
-        and not for_batch_norm(opts)):
+    if p.mode.replicates and p.num_replicas == 1 and not for_batch_norm(opts):
       continue  # one replica is the pipelined plan, suggested (or current) as itself
     if norms and not p.batching.keeps_batch_norm and (
         for_batch_norm(opts) or plan.batching.keeps_batch_norm):
       continue  # speed bought with batch-norm statistics of a few samples is not advice
     if for_batch_norm(opts):
-      group = "a replica" if p.execution_strategy == plans.MULTI_REPLICA else "a micro-batch"
+      group = "a replica" if p.mode.replicates else "a micro-batch"
       why = (f"batch norm over {p.batching.batch_norm_samples} samples {group}, not "
              f"{plan.batching.batch_norm_samples}")
     sps = perf.simulate(p, graph, engine, opts).samples_per_sec
-    if p.execution_strategy == plans.MULTI_REPLICA:
-      label = label.replace(plans.MULTI_REPLICA, f"{plans.MULTI_REPLICA} (R={p.num_replicas})", 1)
+    label = label.replace(p.execution_strategy, p.label, 1)
     speed = sps / base if base > 0 else math.inf
     if base > 0 and speed < MIN_GAIN and not for_batch_norm(opts):
       continue
@@ -140,10 +137,10 @@ def _batch_norm_fix(graph: ir.LayerGraph, engine, plan: plans.Plan,
   split, b = plan.batching, plan.batch_size
   if split.keeps_batch_norm:
     return None
-  if plan.execution_strategy == plans.MULTI_REPLICA:
+  if plan.mode.replicates:
     r = batching.most_groups_keeping_batch_norm(b, plan.num_replicas - 1)
     return f"num_replicas: {r}", dataclasses.replace(options, num_replicas=r)
-  if plan.execution_strategy != plans.WEIGHT_STREAMING:
+  if not plan.mode.streams_weights:
     return None
   low = batching.BATCH_NORM_MIN_SAMPLES
   if split.num_systems > 1 and split.per_system < low:

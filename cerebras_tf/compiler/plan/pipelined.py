@@ -210,7 +210,7 @@ SATURATION = 0.05
 
 def useful_cores(graph: ir.LayerGraph, engine, options: plans.PlanOptions) -> List[float]:
   """Cores past which each layer's per-sample time stops improving (inf: no token latency)."""
-  rate = engine.flops_per_core_per_s * engine.efficiency(plans.PIPELINED)
+  rate = engine.flops_per_core_per_s * engine.pipelined_efficiency
   out = []
   for l in graph.layers:
     lat = perf.pipelined_sample_time(l, math.inf, graph, engine, options)
@@ -293,7 +293,7 @@ class PipelinedPlanner(base.Planner):
     notes = [f"in-flight activations: layer 0 holds {flight[0] if flight else 0} samples, the "
              f"last layer {flight[-1] if flight else 0} (1 + its round trip / the pipeline "
              f"interval, at most the batch {batch}{held})",
-             f"efficiency {engine.efficiency(plans.PIPELINED):.3f} of per-core peak, "
+             f"efficiency {engine.pipelined_efficiency:.3f} of per-core peak, "
              f"{engine.pipelined_token_latency_cycles:g} cycles per token per layer (calibrated)"]
     if not perf.training(options):
       notes.append(f"{options.phase}: forward only (weights, no gradients or optimizer state)")
