@@ -25,7 +25,7 @@ def suggest(word, candidates) -> str:
 
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "int_list", "float_pair", "numbers",
+_KINDS = ("int", "float", "bool", "str", "path", "paths", "int_list", "float_pair", "numbers",
           "learning_rate", "loss_scale",
           "engine")
 REQUIRED = object()  # a Field default that means: the key must be given
@@ -73,6 +73,8 @@ class Field:
       text = "a string"
     elif self.kind == "path":
       text = "a path (string)"
+    elif self.kind == "paths":
+      text = "a path (string) or a list of paths"
     elif self.kind == "int_list":
       text = "a list of ints"
     elif self.kind == "numbers":
@@ -146,7 +148,8 @@ MAX_STEPS = 2**63 - 1
 
 INPUT_FIELDS = {
     "data_processor": Field("str", None, "name of the data processor class (informational)"),
-    "data_dir": Field("path", None, "directory (or file) with the input data"),
+    "data_dir": Field("paths", None, "directory (or file) with the input data; a list: "
+                      "several, read in turn (modelzoo)"),
     "batch_size": pos_int(REQUIRED, "global batch size (all replicas, all systems)",
                           high=MAX_BATCH),
     "shuffle": Field("bool", True, "shuffle the input"),
@@ -267,6 +270,8 @@ CSCONFIG_FIELDS = {
 SCHEMA = {
     "train_input": INPUT_FIELDS,
     "eval_input": INPUT_FIELDS,
+    # modelzoo's fine-tuning files: the input of --mode predict (eval_input's keys).
+    "predict_input": INPUT_FIELDS,
     "model": MODEL_FIELDS,
     "optimizer": OPTIMIZER_FIELDS,
     "runconfig": RUNCONFIG_FIELDS,
@@ -296,8 +301,12 @@ SCHEDULERS = {
     },
     "Cosine": {
         "initial_learning_rate": Field("float", REQUIRED, "rate at the segment start", **_LR),
-        "end_learning_rate": Field("float", 0.0, "rate at the segment end", **_LR),
-        "steps": pos_int(REQUIRED, "segment length"),
+        "end_learning_rate": Field("float", 0.0, "rate at the segment end (modelzoo TF's "
+                                   "alpha is it as a fraction of initial_learning_rate)", **_LR),
+        "steps": pos_int(None, "segment length (only the last segment may omit it; "
+                         "decay_steps when that is given alone)"),
+        "decay_steps": pos_int(None, "steps over which the rate falls to end_learning_rate, "
+                               "then holds (TF's cosine_decay; null: steps)"),
     },
 }
 

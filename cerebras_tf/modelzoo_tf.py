@@ -1,0 +1,210 @@
+"""Cerebras modelzoo's TensorFlow params files as they are written: the model family from what a
+file holds, and the keys modelzoo's TF code reads that have another place (or no effect) here.
+
+modelzoo picks a model by the directory of the `run.py` it is given; its YAML never names the
+model. Here the family comes from, in order: `model.name` (an override), `--model FAMILY`
+(cli), else the file itself: its `data_processor` (modelzoo's input class, one per model and
+task), else its model keys (FC-MNIST's `hidden_sizes`, UNet's `encoder_filters`, T5's `d_kv`,
+Linformer's `projected_dims`). A file of a family not built here is refused with one line naming
+the family it needs. No TensorFlow.
+"""
+
+import re
+from typing import Any, Mapping, NamedTuple, Optional, Tuple
+
+# Families of modelzoo's TF releases (and of the configs customers shared with it) that have no
+# counterpart here: the name a refusal gives -> what it is.
+UNBUILT = {
+    "t5": "T5 (encoder-decoder with relative position bias)",
+    "linformer": "Linformer (attention over projected keys and values)",
+    "unet": "UNet (2D segmentation)",
+    "bert_token_classifier": "BERT token classification (NER)",
+    "bert_qa": "BERT question answering (SQuAD spans)",
+    "bert_summarization": "BERT extractive summarization (BertSum)",
+    "bert_regression": "BERT regression (TAPE fluorescence, stability)",
+    "spacetimeformer": "Spacetimeformer (time-series forecasting)",
+    "cretin": "LLNL's CRETIN surrogate (several named configs in one file)",
+    "cyclegan": "LLNL's CycleGAN surrogate (several named configs in one file)",
+}
+
+
+class Family(NamedTuple):
+  """`name`: the family here (or in UNBUILT); `task`: BERT's task, when the input says it;
+  `why`: what in the file said so (for messages)."""
+
+  name: str
+  task: Optional[str]
+  why: str
+
+
+# modelzoo data_processor class (case-insensitive prefix) -> (family, BERT task).
+# Ordered: a longer prefix before a shorter one it starts with.
+PROCESSORS: Tuple[Tuple[str, str, Optional[str]], ...] = (
+    ("bertsum", "bert_summarization", None),
+    ("bertmlmonly", "bert", "pretraining"),
+    ("berttfrecords", "bert", "pretraining"),
+    ("bert", "bert", "pretraining"),
+    ("genomicdata", "bert", "pretraining"),   # GSK's genomic BERT: BERT TFRecords
+    ("pfamdata", "bert", "pretraining"),      # TAPE's protein BERT pretraining
+    ("mnli", "bert", "classification"),
+    ("sst2", "bert", "classification"),
+    ("remotehomology", "bert", "classification"),
+    ("ner", "bert_token_classifier", None),
+    ("secondarystructure", "bert_token_classifier", None),
+    ("questionanswering", "bert_qa", None),
+    ("fluorescence", "bert_regression", None),
+    ("stability", "bert_regression", None),
+    ("genomedata", "gpt", None),              # ANL's gene GPT: GPT TFRecords
+    ("gpt", "gpt", None),
+    ("transformer", "transformer", None),
+    ("t5", "t5", None),
+    ("stf", "spacetimeformer", None),
+)
+
+# Model keys only one family's files carry, for files without a data_processor (or whose
+# processor is shared: Linformer reads BERT's MLM-only records).
+MODEL_KEYS: Tuple[Tuple[str, str], ...] = (
+    ("projected_dims", "linformer"), ("attention_style", "linformer"),
+    ("d_kv", "t5"), ("use_relative_attention_bias", "t5"),
+    ("encoder_filters", "unet"), ("decoder_filters", "unet"),
+    ("hidden_sizes", "mlp"), ("activation_fn", "mlp"),
+)
+
+# modelzoo's names for its models -> the family here that builds them.
+MODEL_NAMES = {"gpt2": "gpt", "gpt3": "gpt", "gptj": "gpt", "gpt_neox": "gpt", "neox": "gpt",
+               "llama": "gpt", "mistral": "gpt", "roberta": "bert", "fc_mnist": "mlp",
+               "fcmnist": "mlp"}
+
+
+def _processor(raw: Mapping) -> str:
+  for section in ("train_input", "eval_input", "predict_input"):
+    value = (raw.get(section) or {}).get("data_processor") if isinstance(
+        raw.get(section), dict) else None
+    if isinstance(value, str) and value.strip():
+      return value.strip()
+  return ""
+
+
+def infer_family(raw: Mapping) -> Optional[Family]:
+  """The family a modelzoo TF params file is for (see the module doc), or None when nothing
+  in it says. A multi-config file (LLNL's: top-level `base`, `compile`, ...) is named by its
+  model."""
+  if not isinstance(raw, dict):
+    return None
+  model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+  for key, family in MODEL_KEYS:
+    if key in model and family in ("linformer", "t5", "unet"):
+      return Family(family, None, f"model.{key}")
+  processor = _processor(raw)
+  if processor:
+    plain = re.sub(r"[^a-z0-9]", "", processor.lower())
+    for prefix, family, task in PROCESSORS:
+      if plain.startswith(prefix):
+        return Family(family, task, f"data_processor {processor}")
+  for key, family in MODEL_KEYS:
+    if key in model:
+      return Family(family, None, f"model.{key}")
+  named = _named_configs(raw)
+  if named:
+    return named
+  return None
+
+
+def _named_configs(raw: Mapping) -> Optional[Family]:
+  """LLNL's files: several complete configs under names (base, compile, ...)."""
+  configs = {k: v for k, v in raw.items() if isinstance(v, dict) and "model" in v}
+  if not configs:
+    return None
+  models = [v["model"] for v in configs.values() if isinstance(v.get("model"), dict)]
+  keys = {k for m in models for k in m}
+  family = "cyclegan" if {"forward", "inverse"} & keys else "cretin"
+  return Family(family, None, f"several named configs ({', '.join(list(configs)[:3])}, ...)")
+
+
+def refusal(family: Family) -> str:
+  """The one line for a file whose family is not built here."""
+  what = UNBUILT[family.name]
+  return (f"this is a modelzoo {what} config ({family.why}): it needs the "
+          f"'{family.name}' model family, which is not built here")
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys.
+
+# Keys that steer only the real system's compiler and kernels (numerics of the wafer's own
+# number formats, how a layer is cast or summarized, the appliance's servers): accepted and
+# named once in the log as kept without effect here. (section, key) -> what it does on a CS.
+COMPILER_ONLY = {
+    ("model", "precision_opt_level"): "the CS compiler's numerics/speed trade-off",
+    ("model", "boundary_casting"): "casting at layer boundaries in the CS kernels",
+    ("model", "tf_summary"): "activation summaries of modelzoo's layers",
+    ("model", "attention_softmax_fp32"): "the CS kernel's softmax precision",
+    ("model", "enable_gpu_optimizations"): "GPU-only kernels",
+    ("csconfig", "use_cbfloat16"): "Cerebras's own 16-bit float on the wafer",
+    ("runconfig", "boundary_casting"): "casting at layer boundaries in the CS kernels",
+    ("runconfig", "tf_summary"): "activation summaries of modelzoo's layers",
+    ("runconfig", "mixed_precision"): "the CS compiler's precision switch (model."
+                                      "mixed_precision sets it here)",
+    ("runconfig", "enable_gpu_optimizations"): "GPU-only kernels",
+    ("runconfig", "use_cs_grad_accum"): "the CS runtime's own gradient accumulation",
+    ("runconfig", "disable_standard_logs"): "modelzoo's logging hook choice",
+    ("runconfig", "compile_only"): "run.py's flag (--compile_only here)",
+    ("runconfig", "validate_only"): "run.py's flag (--validate_only here)",
+    ("optimizer", "ws_summary"): "weight-streaming summaries of the appliance",
+    ("optimizer", "log_grads"): "per-variable gradient summaries",
+    ("optimizer", "log_hists"): "per-variable histograms",
+    ("train_input", "mixed_precision"): "the input's dtype (modelzoo copies model."
+                                        "mixed_precision there)",
+    ("eval_input", "mixed_precision"): "the input's dtype (modelzoo copies model."
+                                       "mixed_precision there)",
+    ("predict_input", "mixed_precision"): "the input's dtype",
+}
+
+# modelzoo TF's name -> the key here that owns the quantity.
+RENAMED = {
+    ("optimizer", "use_bias_correction"): ("optimizer", "correct_bias"),
+    ("optimizer", "beta_1"): ("optimizer", "beta1"),
+    ("optimizer", "beta_2"): ("optimizer", "beta2"),
+    ("runconfig", "num_wgt_servers"): ("csconfig", "max_wgt_servers"),
+    ("runconfig", "random_seed"): ("runconfig", "tf_random_seed"),
+    ("model", "use_position_embeddings"): ("model", "use_position_embedding"),
+    ("model", "positional_embedding_type"): ("model", "position_embedding_type"),
+    ("train_input", "shuffle_buffer_size"): ("train_input", "shuffle_buffer"),
+    ("eval_input", "shuffle_buffer_size"): ("eval_input", "shuffle_buffer"),
+    ("train_input", "seed"): ("train_input", "shuffle_seed"),
+    ("eval_input", "seed"): ("eval_input", "shuffle_seed"),
+}
+
+
+def kept_without_effect_line(keys) -> str:
+  """The one log line naming the compiler-only keys a file set."""
+  return ("modelzoo keys kept without effect here (they steer the CS system's compiler): "
+          + "; ".join(f"{s}.{k} ({COMPILER_ONLY[(s, k)]})" for s, k in keys))
+
+
+def as_segment_of_tf_cosine(seg: dict) -> Tuple[dict, Optional[str]]:
+  """modelzoo TF's Cosine (tf.compat.v1.train.cosine_decay's arguments: `decay_steps`,
+  `alpha`, the floor as a fraction of the initial rate) in the names here (`steps`,
+  `end_learning_rate`). Returns (segment, conflict message or None)."""
+  seg = dict(seg)
+  if "alpha" in seg:
+    alpha = seg.pop("alpha")
+    init = seg.get("initial_learning_rate")
+    try:
+      end = float(alpha) * float(init)
+    except (TypeError, ValueError):
+      return seg, f"alpha {alpha!r} and initial_learning_rate {init!r} must be numbers"
+    if "end_learning_rate" in seg and float(seg["end_learning_rate"]) != end:
+      return seg, (f"alpha {alpha} (end rate {end:g}) conflicts with end_learning_rate "
+                   f"{seg['end_learning_rate']}; keep one of them")
+    seg["end_learning_rate"] = end
+  if "decay_steps" in seg and "steps" not in seg:
+    seg["steps"] = seg["decay_steps"]
+  return seg, None
+
+
+def data_dirs(value: Any) -> list:
+  """data_dir as the list of directories it names (modelzoo reads a list of several)."""
+  if value is None:
+    return []
+  return list(value) if isinstance(value, (list, tuple)) else [value]
