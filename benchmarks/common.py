@@ -23,6 +23,23 @@ def machine() -> str:
   return f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def host_cpu() -> str:
+  """The CPU model (from /proc/cpuinfo where there is one) and its flags that matter here."""
+  model, flags = platform.processor() or platform.machine(), []
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+          model = value.strip()
+        elif key.strip() == "flags":
+          flags = [x for x in ("avx2", "avx512f", "fma") if x in value.split()]
+          break
+  except OSError:
+    pass
+  return f"{model}" + (f" ({', '.join(flags)})" if flags else "")
+
+
 def print_table(title, header, rows):
   """Prints a GitHub-markdown table (also what BENCHMARKS.md collects)."""
   print(f"\n### {title}\n")

@@ -44,7 +44,7 @@ PROCESSORS: Tuple[Tuple[str, str, Optional[str]], ...] = (
     ("bertmlmonly", "bert", "pretraining"),
     ("berttfrecords", "bert", "pretraining"),
     ("bert", "bert", "pretraining"),
-    ("genomicdata", "bert", "pretraining"),   # GSK's genomic BERT: BERT TFRecords
+    ("genomedata", "bert", "pretraining"),    # GSK's genomic BERT: BERT TFRecords
     ("pfamdata", "bert", "pretraining"),      # TAPE's protein BERT pretraining
     ("mnli", "bert", "classification"),
     ("sst2", "bert", "classification"),
@@ -54,7 +54,7 @@ PROCESSORS: Tuple[Tuple[str, str, Optional[str]], ...] = (
     ("questionanswering", "bert_qa", None),
     ("fluorescence", "bert_regression", None),
     ("stability", "bert_regression", None),
-    ("genomedata", "gpt", None),              # ANL's gene GPT: GPT TFRecords
+    ("genomicdata", "gpt", None),             # ANL's gene GPT: GPT TFRecords
     ("gpt", "gpt", None),
     ("transformer", "transformer", None),
     ("t5", "t5", None),
