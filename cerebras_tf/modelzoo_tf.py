@@ -9,6 +9,7 @@ Linformer's `projected_dims`). A file of a family not built here is refused with
 the family it needs. No TensorFlow.
 """
 
+import os
 import re
 from typing import Any, Mapping, NamedTuple, Optional, Tuple
 
@@ -158,7 +159,62 @@ COMPILER_ONLY = {
     ("eval_input", "mixed_precision"): "the input's dtype (modelzoo copies model."
                                        "mixed_precision there)",
     ("predict_input", "mixed_precision"): "the input's dtype",
+    ("model", "bits_per_x_dataset"): "an eval metric (bits per byte of a named corpus) not "
+                                     "computed here",
+    ("model", "use_cache"): "GPT-J's decoding cache at inference; training is the same",
 }
+for _section in ("train_input", "eval_input", "predict_input"):
+  COMPILER_ONLY.update({
+      (_section, "add_special_tokens"): "read by none of modelzoo's TFRecords inputs (the "
+                                        "records were tokenized offline)",
+      (_section, "n_gram"): "read by no modelzoo TF code",
+      (_section, "ngram"): "read by no modelzoo TF code",
+      (_section, "n_parallel_reads"): "TFRecord files read at once: host input speed only",
+      (_section, "buckets"): "batches of like lengths, to speed variable-length runs on a CS; "
+                             "batches here are not bucketed",
+      (_section, "num_buckets"): "batches of like lengths, to speed variable-length runs on "
+                                 "a CS; batches here are not bucketed",
+  })
+
+# modelzoo keys (its set_defaults dumps them into configs) accepted at the one value the models
+# here build; any other value is refused by name. (section, key) -> the value built here.
+BUILT_AS = {
+    ("model", "use_pre_normalization"): True,
+    ("model", "fixed_sparse_attention"): None,
+    ("model", "topk_args"): None,
+    ("model", "output_nonlinearity"): None,
+    ("model", "disable_attention_op"): False,
+    ("model", "input_pad_id"): -1,
+    ("model", "mlm_nonlinearity"): "gelu",
+    ("model", "use_output_bias_in_mlm"): True,
+    ("model", "use_ffn_bias_in_mlm"): True,
+    ("runconfig", "multiple_workers"): False,
+    ("train_input", "skip_steps"): 0,
+}
+
+# modelzoo TF keys of what is not built here: a file that sets one is refused with what it is,
+# never with a did-you-mean to a key of another meaning.
+NOT_BUILT = {
+    "use_untied_layer_norm": "GPT-NeoX's separate norms for the parallel attention and FFN",
+    "share_encoder_decoder_embedding": "the Transformer's one table for source and target "
+                                       "(modelzoo's Transformer input: src_*/tgt_* keys)",
+    "encoder_num_hidden_layers": "modelzoo's encoder-decoder depths (Transformer, T5)",
+    "decoder_num_hidden_layers": "modelzoo's encoder-decoder depths (Transformer, T5)",
+    "decoder_nonlinearity": "modelzoo's encoder-decoder FFN activation (Transformer, T5)",
+    "metadata_files": "ANL/GSK genomic inputs",
+    "vocab_file_dna": "GSK's genomic input", "vocab_file_ideas": "GSK's genomic input",
+    "stride": "GSK's genomic input",
+    "use_cls_bias": "BERT token classification's head", "cls_nonlinearity":
+    "BERT token classification's head",
+}
+for _key in ("src_data_dir", "tgt_data_dir", "src_vocab_file", "tgt_vocab_file",
+             "src_max_sequence_length", "tgt_max_sequence_length"):
+  NOT_BUILT[_key] = ("modelzoo's Transformer input (separate source and target files); the "
+                     "Transformer here reads data_dir's en_es pairs")
+
+# Seeds of one kind of variable in modelzoo; here the graph-level seed (runconfig.
+# tf_random_seed) fixes initializers and dropout alike: given when it is not.
+SEEDS = (("model", "weight_initialization_seed"), ("model", "dropout_seed"))
 
 # modelzoo TF's name -> the key here that owns the quantity.
 RENAMED = {
@@ -173,13 +229,26 @@ RENAMED = {
     ("eval_input", "shuffle_buffer_size"): ("eval_input", "shuffle_buffer"),
     ("train_input", "seed"): ("train_input", "shuffle_seed"),
     ("eval_input", "seed"): ("eval_input", "shuffle_seed"),
+    ("model", "num_cls_classes"): ("model", "num_classes"),
 }
 
 
 def kept_without_effect_line(keys) -> str:
   """The one log line naming the compiler-only keys a file set."""
-  return ("modelzoo keys kept without effect here (they steer the CS system's compiler): "
+  return ("modelzoo keys kept without effect here: "
           + "; ".join(f"{s}.{k} ({COMPILER_ONLY[(s, k)]})" for s, k in keys))
+
+
+def resolve_pretrain_params(value: str, filename: str, exists) -> Optional[str]:
+  """modelzoo's fine-tuning `model.pretrain_params_path` (relative to its run.py, the folder
+  above the file's configs/; or to the file itself), or None when neither exists."""
+  here = os.path.dirname(os.path.abspath(filename))
+  bases = [here] + ([os.path.dirname(here)] if os.path.basename(here) == "configs" else [])
+  for base in bases:
+    candidate = os.path.normpath(os.path.join(base, os.path.expanduser(value)))
+    if exists(candidate):
+      return candidate
+  return None
 
 
 def as_segment_of_tf_cosine(seg: dict) -> Tuple[dict, Optional[str]]:
@@ -208,3 +277,47 @@ def data_dirs(value: Any) -> list:
   if value is None:
     return []
   return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def truncated_normal_stddev(spec: Any) -> Tuple[Optional[float], Optional[str]]:
+  """modelzoo's initializer spec (`create_initializer`: a name, a mapping with `name`, or a
+  one-entry list of one) -> (stddev of the truncated normal it is, or None for null; else an
+  error message). Only a zero-mean truncated normal has a counterpart in the models here
+  (their `initializer_range`); modelzoo's default stddev for it is 0.05."""
+  if spec is None:
+    return None, None
+  if isinstance(spec, list) and len(spec) == 1:
+    spec = spec[0]
+  if isinstance(spec, str):
+    spec = {"name": spec}
+  if not isinstance(spec, dict) or "name" not in spec:
+    return None, f"must name an initializer (name: truncated_normal, stddev: 0.02), got {spec!r}"
+  name = str(spec["name"])
+  if name != "truncated_normal":
+    return None, (f"{name} is not built here: the models initialize from a zero-mean "
+                  f"truncated normal (name: truncated_normal, stddev: ...)")
+  mean = spec.get("mean") or 0.0
+  if mean != 0:
+    return None, f"mean {mean}: only a zero-mean truncated normal is built here"
+  unknown = set(spec) - {"name", "mean", "stddev", "seed"}
+  if unknown:
+    return None, f"{sorted(unknown)[0]} is not a truncated_normal argument (mean, stddev)"
+  stddev = spec.get("stddev", 0.05)
+  try:
+    stddev = float(stddev)
+  except (TypeError, ValueError):
+    return None, f"stddev must be a number, got {stddev!r}"
+  if stddev <= 0:
+    return None, f"stddev must be > 0, got {stddev}"
+  return stddev, None
+
+
+def apply_initializers(model: dict, fail, targets: Mapping[str, str]) -> None:
+  """Each modelzoo initializer key of `model` (popped) onto the stddev key `targets` names;
+  a spec with no counterpart is refused by `fail(key_path, message)`."""
+  for key, target in targets.items():
+    stddev, error = truncated_normal_stddev(model.pop(key, None))
+    if error:
+      fail(("model", key), f"model.{key}: {error}")
+    if stddev is not None:
+      model[target] = stddev

@@ -172,6 +172,14 @@ def _read_yaml(text: str, filename: str) -> Tuple[dict, Dict[tuple, str]]:
   origins: Dict[tuple, str] = {}
   _check_tags(node, filename, lines=True)
   _check_expansion(node, filename)
+  if isinstance(node, yaml.SequenceNode) and node.value and \
+      isinstance(node.value[0], yaml.MappingNode):  # LLNL's list of configs
+    try:
+      family = modelzoo_tf.infer_family(yaml.SafeLoader("").construct_document(node.value[0]))
+    except (yaml.YAMLError, RecursionError, ValueError, OverflowError):
+      family = None
+    if family is not None and family.name in modelzoo_tf.UNBUILT:
+      raise ParamsError(f"{filename}:1: {modelzoo_tf.refusal(family)}")
   if not isinstance(node, yaml.MappingNode):
     raise ParamsError(f"{filename}:{node.start_mark.line + 1}: top level must be a mapping of "
                       f"sections ({', '.join(SCHEMA)}), got {_node_kind(node)}")
@@ -359,6 +367,7 @@ class _Validator:
     if description is not None and not isinstance(description, str):
       self.fail(("description",), f"description must be a string, got {_show(description)}")
     family = self.family_of(raw)
+    self.pretrain_params(raw)
     for section in raw:
       if section not in SCHEMA:
         self.fail((section,), f"unknown section '{section}'{schema.suggest(section, SCHEMA)}; "
@@ -423,6 +432,37 @@ class _Validator:
     log.info("%s: model family %s (from %s)", self.filename, family.name, family.why)
     return family
 
+  def pretrain_params(self, raw: dict) -> None:
+    """modelzoo's fine-tuning `model.pretrain_params_path`: the model keys of the pretraining
+    params file it names, under this file's own (which win), as modelzoo's set_defaults."""
+    model = raw.get("model")
+    if not isinstance(model, dict) or "pretrain_params_path" not in model:
+      return
+    value = model.pop("pretrain_params_path")
+    path = ("model", "pretrain_params_path")
+    if value is None:
+      return
+    if not isinstance(value, str) or not value.strip():
+      self.fail(path, f"model.pretrain_params_path must be a path to a params file, got "
+                f"{_show(value)}")
+    found = modelzoo_tf.resolve_pretrain_params(value, self.filename, os.path.isfile)
+    if found is None:
+      self.fail(path, f"model.pretrain_params_path {value}: no such file next to this one or "
+                f"its run.py folder; point it at the pretraining params file (or remove it "
+                f"and give the model keys here)")
+    try:
+      with open(found, "rb") as f:
+        other, other_origins = _read_yaml(f.read().decode("utf-8"), found)
+    except (OSError, UnicodeDecodeError) as e:
+      self.fail(path, f"model.pretrain_params_path {found}: cannot read it: {e}")
+    base = other.get("model") if isinstance(other, dict) else None
+    if not isinstance(base, dict):
+      self.fail(path, f"model.pretrain_params_path {found} has no model section")
+    for key, v in base.items():
+      if key not in model:
+        model[key] = v
+        self.origins[("model", key)] = other_origins.get(("model", key), found)
+
   def modelzoo_tf_keys(self, raw: dict) -> list:
     """modelzoo TF keys: those that steer only the CS compiler are taken out (returned, to be
     logged once); those with another name here are moved onto it."""
@@ -444,6 +484,30 @@ class _Validator:
                   f"{_show(target[to_key])}; keep one of them")
       target[to_key] = value
       self.origins[(to_section, to_key)] = self.where((section, key))
+    for (section, key), built in modelzoo_tf.BUILT_AS.items():
+      if not isinstance(raw.get(section), dict) or key not in raw[section]:
+        continue
+      value = raw[section][key]
+      if value != built and not (key == "embedding_size"):
+        self.fail((section, key), f"{section}.{key} {_show(value)}: not built here (the "
+                  f"models build {_show(built)}, modelzoo's default); remove the key")
+      raw[section].pop(key)
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    if "embedding_size" in model:  # modelzoo: the embeddings' width, hidden_size unless given
+      if model["embedding_size"] not in (None, model.get("hidden_size")):
+        self.fail(("model", "embedding_size"), f"model.embedding_size "
+                  f"{_show(model['embedding_size'])}: embeddings as wide as hidden_size are "
+                  f"built here (no projection); remove the key or set it to hidden_size")
+      model.pop("embedding_size")
+    runconfig = raw.setdefault("runconfig", {}) if raw.get("runconfig") is None else \
+        raw["runconfig"]
+    for section, key in modelzoo_tf.SEEDS:
+      if key in model:
+        seed = model.pop(key)
+        if seed is not None and isinstance(runconfig, dict) and \
+            runconfig.get("tf_random_seed") is None:
+          runconfig["tf_random_seed"] = seed
+          self.origins[("runconfig", "tf_random_seed")] = self.where((section, key))
     return kept
 
   def section_schemas(self, raw: dict) -> Dict[str, Mapping[str, Field]]:
@@ -499,6 +563,10 @@ class _Validator:
     self.fail((section, key), message)
 
   def unknown_key(self, section: str, key, fields) -> str:
+    if key in modelzoo_tf.NOT_BUILT:
+      family = self.spec.name if self.spec else "this"
+      return (f"{section}.{key} ({modelzoo_tf.NOT_BUILT[key]}) is not built by the {family} "
+              f"model here; remove it")
     hint = schema.suggest(key, fields)
     if not hint:  # a key that belongs to another section (modelzoo moved some around)
       homes = [s for s, f in SCHEMA.items() if key in f and s != section]
@@ -533,6 +601,10 @@ class _Validator:
         return field.check(value)  # the one rule of the key (CSConfig applies it too)
       except ValueError:
         self.bad(path, field, value)
+    if kind == "spec":  # modelzoo's initializer specs: plain YAML, the family checks them
+      if not isinstance(value, (str, dict, list)):
+        self.bad(path, field, value)
+      return value
     if kind == "paths" and isinstance(value, list):
       if not value or not all(isinstance(v, str) and v.strip() for v in value):
         self.bad(path, field, value)

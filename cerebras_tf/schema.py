@@ -25,7 +25,7 @@ def suggest(word, candidates) -> str:
 
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "paths", "int_list", "float_pair", "numbers",
+_KINDS = ("int", "float", "bool", "str", "path", "paths", "spec", "int_list", "float_pair", "numbers",
           "learning_rate", "loss_scale",
           "engine")
 REQUIRED = object()  # a Field default that means: the key must be given
@@ -75,6 +75,8 @@ class Field:
       text = "a path (string)"
     elif self.kind == "paths":
       text = "a path (string) or a list of paths"
+    elif self.kind == "spec":
+      text = "a name or a mapping (modelzoo's form; the model family checks it)"
     elif self.kind == "int_list":
       text = "a list of ints"
     elif self.kind == "numbers":

@@ -61,6 +61,17 @@ TRANSFORMER_MODEL_FIELDS = {
 }
 
 
+# modelzoo's initializer specs (create_initializer's form); the family maps a zero-mean
+# truncated normal onto its stddev keys and refuses the rest (modelzoo_tf.apply_initializers).
+MODELZOO_INITIALIZERS = {
+    key: Field("spec", None, f"modelzoo's {what} initializer: a zero-mean truncated_normal "
+               f"sets {target}")
+    for key, what, target in (
+        ("initializer", "layers'", "initializer_range"),
+        ("embedding_initializer", "embeddings'", "embedding_initializer_range"),
+        ("output_layer_initializer", "output layers'", "output_layer_initializer_range"))}
+
+
 # Shared switches a family builds only one way (registry.ModelSpec.unapplied): the value it
 # builds is accepted, any other refused. Each family adds its own.
 ALWAYS_BUILT = {("model", "use_position_embedding"): True, ("model", "use_ffn_bias"): True,

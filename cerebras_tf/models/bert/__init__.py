@@ -37,6 +37,9 @@ SCHEMA = {
                                  "masked positions (google-bert); a number: their sum over the "
                                  "batch size, times it (modelzoo's, about 1 / masked positions "
                                  "per sequence)", low=0, low_open=True),
+        "cls_dropout_rate": Field("float", None, "dropout before the classifier head (null: "
+                                  "dropout_rate; modelzoo's fine-tuning key)", low=0, high=1,
+                                  high_open=True),
         "pooler_nonlinearity": Field("str", "tanh", "the pooler's activation (modelzoo key)",
                                      choices=("tanh", "gelu", "relu")),
     },
@@ -49,8 +52,10 @@ SCHEMA = {
                               "text; overrides data_dir and split"),
         "num_shards": Field("int", None, "shard the records (when no input_context)", low=1),
         "shard_index": Field("int", None, "this worker's shard", low=0),
-        "buckets": Field("int_list", [], "modelzoo's length buckets: not built by this input "
-                         "(refused when set; csconfig.vts already costs real tokens only)"),
+        "scale_mlm_weights": Field("bool", None, "modelzoo: masked-LM weights scaled by "
+                                   "batch / masked positions, i.e. the loss is the mean over "
+                                   "the masked positions (model.mlm_loss_weight null, what "
+                                   "true does here); false needs model.mlm_loss_weight"),
         "mask_whole_word": Field("bool", False, "masked LM picks whole words: every wordpiece "
                                  "of a picked word is masked (pretraining)"),
     },
@@ -63,8 +68,20 @@ SCHEMA["eval_input"]["split"] = Field("str", None, "TFRecord split name (null: e
 FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned",
                  ("model", "share_embedding_weights"): True}
 
+def _check(out: dict, fail) -> None:
+  check_transformer_params(out, fail)
+  weight = out["model"].get("mlm_loss_weight")
+  for section in ("train_input", "eval_input", "predict_input"):
+    scale = (out.get(section) or {}).get("scale_mlm_weights")
+    if scale and weight is not None:
+      fail((section, "scale_mlm_weights"), f"{section}.scale_mlm_weights: true makes the "
+           f"masked-LM loss the mean over masked positions; model.mlm_loss_weight {weight} "
+           f"asks for a weighted sum: keep one of them")
+    if scale is False and weight is None:
+      fail((section, "scale_mlm_weights"), f"{section}.scale_mlm_weights: false means "
+           f"modelzoo's loss sum / batch size times a weight: set model.mlm_loss_weight")
+
+
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
-                          check=check_transformer_params,
-                          unapplied={**FIXED_OPTIONS, ("train_input", "buckets"): [],
-                                     ("model", "pooler_nonlinearity"): "tanh",
-                                     ("eval_input", "buckets"): []}))
+                          check=_check,
+                          unapplied={**FIXED_OPTIONS, ("model", "pooler_nonlinearity"): "tanh"}))

@@ -7,7 +7,8 @@ here on the real corpus) to GPT-3 175B (compile only).
 No TensorFlow import here.
 """
 
-from cerebras_tf.models.fields import (NO_SEGMENTS, TEXT_INPUT_FIELDS,
+from cerebras_tf import modelzoo_tf
+from cerebras_tf.models.fields import (MODELZOO_INITIALIZERS, NO_SEGMENTS, TEXT_INPUT_FIELDS,
                                        TRANSFORMER_MODEL_FIELDS, check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
@@ -18,9 +19,17 @@ _FFN = ("gelu", "relu", "tanh", "swiglu")
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
+  modelzoo_tf.apply_initializers(model, fail, {
+      "initializer": "initializer_range", "embedding_initializer": "embedding_initializer_range",
+      "output_layer_initializer": "output_layer_initializer_range"})
   if model.get("use_bias_in_output") and model["share_embedding_weights"]:
     fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
          "head (share_embedding_weights: false): the tied head is the embedding table")
+  residual = model.pop("residual_dropout_rate", None)
+  if residual is not None and residual != model["dropout_rate"]:
+    fail(("model", "residual_dropout_rate"), f"model.residual_dropout_rate {residual} (GPT-J's "
+         f"dropout on the attention and FFN outputs) is model.dropout_rate here, "
+         f"{model['dropout_rate']}: set dropout_rate to it and remove the key")
   extra = model.pop("extra_attention_params", None) or {}
   for key in extra:
     if key != "num_kv_groups":
@@ -63,6 +72,17 @@ SCHEMA = {
     "model": {
         **TRANSFORMER_MODEL_FIELDS,
         **NO_SEGMENTS,
+        **MODELZOO_INITIALIZERS,
+        "residual_dropout_rate": Field("float", None, "GPT-J's dropout on the attention and "
+                                       "FFN outputs: dropout_rate here (must equal it)", low=0,
+                                       high=1, high_open=True),
+        "embedding_initializer_range": Field("float", None, "stddev of the embeddings' "
+                                             "truncated-normal init (null: initializer_range)",
+                                             low=0, low_open=True),
+        "output_layer_initializer_range": Field("float", None, "stddev of attention's output "
+                                                "and the FFN's fc_out init (GPT-2's scaled "
+                                                "init: 0.02/sqrt(2 * layers); null: "
+                                                "initializer_range)", low=0, low_open=True),
         "vocab_size": Field("int", 50257, "vocabulary rows", low=1),
         "position_embedding_type": Field("str", "learned", "learned (GPT-2/3) or rotary (GPT-J)",
                                          choices=("learned", "rotary")),

@@ -42,6 +42,10 @@ class GPTConfig:
   attention_dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-5
   initializer_range: float = 0.02
+  # modelzoo's embedding_initializer / output_layer_initializer (truncated normal stddevs);
+  # None: initializer_range. The output layers are attention's `output` and the FFN's fc_out.
+  embedding_initializer_range: Optional[float] = None
+  output_layer_initializer_range: Optional[float] = None
   norm_type: str = "layernorm"               # or "rmsnorm" (LLaMA)
   encoder_nonlinearity: str = "gelu"         # relu, tanh, or "swiglu" (a gated FFN, LLaMA)
   num_kv_groups: Optional[int] = None        # K/V heads (grouped-query); None: num_heads
@@ -62,6 +66,10 @@ class GPTConfig:
     kw = {k: model[k] for k in fields if model.get(k) is not None}
     dtype = tf.bfloat16 if model.get("mixed_precision") else tf.float32
     return cls(compute_dtype=dtype, **kw)
+
+  @property
+  def output_range(self) -> float:
+    return self.output_layer_initializer_range or self.initializer_range
 
   @property
   def kv_heads(self) -> int:
@@ -147,7 +155,7 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
     probs = dropout(tf.nn.softmax(scores), config.attention_dropout_rate, training)
     context = tf.einsum("bnqk,bknd->bqnd", tf.cast(probs, x.dtype), v)
     context = tf.reshape(context, [batch * seq, config.hidden_size])
-    return dense(context, config.hidden_size, "output", r,
+    return dense(context, config.hidden_size, "output", config.output_range,
                  use_bias=config.use_ffn_bias_in_attention)
 
 
@@ -162,7 +170,7 @@ def mlp(x, config: GPTConfig, training: bool):
     else:
       h = dense(x, config.filter_size, "fc_in", r,
                 activation=ACTIVATIONS[config.encoder_nonlinearity], use_bias=bias)
-    return dropout(dense(h, config.hidden_size, "fc_out", r, use_bias=bias),
+    return dropout(dense(h, config.hidden_size, "fc_out", config.output_range, use_bias=bias),
                    config.dropout_rate, training)
 
 
@@ -225,7 +233,7 @@ def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hi
   if seq > config.max_position_embeddings:
     raise ValueError(f"sequence length {seq} exceeds max_position_embeddings "
                      f"{config.max_position_embeddings}")
-  init = initializer(config.initializer_range)
+  init = initializer(config.embedding_initializer_range or config.initializer_range)
   with tf1.variable_scope("gpt"):
     with tf1.variable_scope("embeddings"):
       word = tf1.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
