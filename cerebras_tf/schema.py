@@ -158,7 +158,8 @@ INPUT_FIELDS = {
     "shuffle_seed": Field("int", None, "seed for shuffling (null: nondeterministic)", low=0),
     "shuffle_buffer": pos_int(10000, "elements in the shuffle buffer"),
     "repeat": Field("bool", True, "repeat the data forever (steps bound the run)"),
-    "num_parallel_calls": pos_int(None, "parallel map calls (null: tf.data.AUTOTUNE)"),
+    "num_parallel_calls": Field("int", None, "parallel map calls (null or 0, modelzoo's "
+                                "form: tf.data.AUTOTUNE)", low=0),
     "use_multiple_workers": Field("bool", None, "modelzoo key: each worker of a cluster reads "
                                   "its own shard (what happens here); false is refused when "
                                   "TF_CONFIG has several workers"),
