@@ -49,6 +49,7 @@ FLAG_TO_KEY = {
     "engine": "csconfig.engine",
     "compile_dir": "csconfig.compile_dir",
     "warm_start": "runconfig.warm_start",
+    "model": "model.name",
 }
 _HELP_FLAGS = ("--help", "-h", "-help", "--helpshort", "--helpfull", "-?")
 
@@ -58,6 +59,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   so a bad value gets the same message (with a did-you-mean) as in the YAML."""
   kw = {"flag_values": fv}
   flags.DEFINE_string("params", None, "params YAML file (required)", **kw)
+  flags.DEFINE_string("model", None, "the model family (model.name), e.g. gpt; modelzoo's "
+                      "files, which never name it, need it only when nothing in them says "
+                      "(their data_processor does)", **kw)
   flags.DEFINE_string("model_dir", None, "checkpoints and summaries (runconfig.model_dir)", **kw)
   flags.DEFINE_string("mode", None, "one of " + ", ".join(schema.MODES)
                       + " (runconfig.mode; default train)", **kw)

@@ -406,7 +406,7 @@ class _Validator:
     model = raw.get("model")
     if model is not None and not isinstance(model, dict):
       return None  # refused as a section that is not a mapping
-    model = raw.setdefault("model", {}) if model is None else model
+    model = {} if model is None else model
     name = model.get("name")
     if isinstance(name, str):
       plain = name.strip().lower()
@@ -424,6 +424,7 @@ class _Validator:
       self.fail(("model",) if "model" in self.origins or ("model",) in self.origins else (),
                 modelzoo_tf.refusal(family))
     where = self.where(("model",))
+    raw["model"] = model
     model["name"] = family.name
     self.origins.setdefault(("model", "name"), where)
     if family.task and "task" not in model and family.name == "bert":

@@ -37,6 +37,11 @@ SCHEMA = {
                                  "masked positions (google-bert); a number: their sum over the "
                                  "batch size, times it (modelzoo's, about 1 / masked positions "
                                  "per sequence)", low=0, low_open=True),
+        "attention_type": Field("str", "scaled_dot_product", "modelzoo key: scores scaled by "
+                                "1/sqrt(head size), as built here",
+                                choices=("scaled_dot_product", "dot_product")),
+        "use_ffn_bias_in_attention": Field("bool", True, "modelzoo key: a bias in the "
+                                           "attention's output projection (built)"),
         "cls_dropout_rate": Field("float", None, "dropout before the classifier head (null: "
                                   "dropout_rate; modelzoo's fine-tuning key)", low=0, high=1,
                                   high_open=True),
@@ -84,4 +89,6 @@ def _check(out: dict, fail) -> None:
 
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
                           check=_check,
-                          unapplied={**FIXED_OPTIONS, ("model", "pooler_nonlinearity"): "tanh"}))
+                          unapplied={**FIXED_OPTIONS, ("model", "pooler_nonlinearity"): "tanh",
+                                     ("model", "attention_type"): "scaled_dot_product",
+                                     ("model", "use_ffn_bias_in_attention"): True}))
