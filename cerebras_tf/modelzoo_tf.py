@@ -279,11 +279,21 @@ def data_dirs(value: Any) -> list:
   return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def truncated_normal_stddev(spec: Any) -> Tuple[Optional[float], Optional[str]]:
-  """modelzoo's initializer spec (`create_initializer`: a name, a mapping with `name`, or a
-  one-entry list of one) -> (stddev of the truncated normal it is, or None for null; else an
-  error message). Only a zero-mean truncated normal has a counterpart in the models here
-  (their `initializer_range`); modelzoo's default stddev for it is 0.05."""
+_INIT_ARGS = {"truncated_normal": ("mean", "stddev"), "normal": ("mean", "stddev"),
+              "uniform": ("minval", "maxval"), "constant": ("value",),
+              "glorot_uniform": (), "glorot_normal": (),
+              "variance_scaling": ("scale", "mode", "distribution")}
+_INIT_DEFAULTS = {"mean": 0.0, "stddev": 0.05, "minval": -0.05, "maxval": 0.05, "value": 0.0,
+                  "scale": 1.0, "mode": "fan_in", "distribution": "truncated_normal"}
+
+
+def initializer_spec(spec: Any, num_hidden_layers: int, vocab_size: int
+                     ) -> Tuple[Optional[dict], Optional[str]]:
+  """modelzoo's initializer spec -> (a plain {name, args} one of `_INIT_ARGS` with every
+  argument filled, or None for null; else an error message). Its forms: a name, a mapping
+  with `name` (common/tf create_initializer), or a one-entry list of one (GPT-J's, which adds
+  `variance_scaling` with `scale_type` small_init = 2/5 or wang_init = 4/layers^2, and
+  `scaled_init_normal`: stddev sigma / sqrt(key), key 2 * num_hidden_layers or vocab_size)."""
   if spec is None:
     return None, None
   if isinstance(spec, list) and len(spec) == 1:
@@ -292,32 +302,53 @@ def truncated_normal_stddev(spec: Any) -> Tuple[Optional[float], Optional[str]]:
     spec = {"name": spec}
   if not isinstance(spec, dict) or "name" not in spec:
     return None, f"must name an initializer (name: truncated_normal, stddev: 0.02), got {spec!r}"
-  name = str(spec["name"])
-  if name != "truncated_normal":
-    return None, (f"{name} is not built here: the models initialize from a zero-mean "
-                  f"truncated normal (name: truncated_normal, stddev: ...)")
-  mean = spec.get("mean") or 0.0
-  if mean != 0:
-    return None, f"mean {mean}: only a zero-mean truncated normal is built here"
-  unknown = set(spec) - {"name", "mean", "stddev", "seed"}
+  spec, name = dict(spec), str(spec["name"])
+  if name == "scaled_init_normal":
+    key = spec.get("key")
+    scaling = {None: 1.0, "num_hidden_layers": 2.0 * num_hidden_layers,
+               "vocab_size": float(vocab_size)}.get(key)
+    if scaling is None:
+      return None, f"scaled_init_normal key must be num_hidden_layers or vocab_size, got {key!r}"
+    name = spec.get("distribution", "normal")
+    if name not in ("normal", "truncated_normal"):
+      return None, f"scaled_init_normal distribution must be normal or truncated_normal"
+    spec = {"name": name, "mean": spec.get("mean", 0.0),
+            "stddev": float(spec.get("sigma", 1.0)) / scaling ** 0.5}
+  if name == "variance_scaling" and spec.get("scale_type") is not None:
+    kind = spec.pop("scale_type")
+    if spec.get("scale") is not None:
+      return None, "variance_scaling takes scale or scale_type, not both"
+    scales = {"small_init": 2.0 / 5.0, "wang_init": 4.0 / max(num_hidden_layers, 1) ** 2}
+    if kind not in scales:
+      return None, f"variance_scaling scale_type must be small_init or wang_init, got {kind!r}"
+    spec["scale"] = scales[kind]
+  if name not in _INIT_ARGS:
+    return None, (f"{name} is not an initializer modelzoo builds ({', '.join(_INIT_ARGS)}, "
+                  f"scaled_init_normal)")
+  unknown = set(spec) - {"name", "seed", *_INIT_ARGS[name]}
   if unknown:
-    return None, f"{sorted(unknown)[0]} is not a truncated_normal argument (mean, stddev)"
-  stddev = spec.get("stddev", 0.05)
-  try:
-    stddev = float(stddev)
-  except (TypeError, ValueError):
-    return None, f"stddev must be a number, got {stddev!r}"
-  if stddev <= 0:
-    return None, f"stddev must be > 0, got {stddev}"
-  return stddev, None
+    return None, f"{sorted(unknown)[0]} is not a {name} argument ({', '.join(_INIT_ARGS[name])})"
+  out = {"name": name}
+  for arg in _INIT_ARGS[name]:
+    value = spec.get(arg)
+    out[arg] = _INIT_DEFAULTS[arg] if value is None else value
+  if name == "variance_scaling" and out["distribution"] not in (
+      "truncated_normal", "untruncated_normal", "normal", "uniform"):
+    return None, f"variance_scaling distribution {out['distribution']!r} is not TensorFlow's"
+  return out, None
 
 
-def apply_initializers(model: dict, fail, targets: Mapping[str, str]) -> None:
-  """Each modelzoo initializer key of `model` (popped) onto the stddev key `targets` names;
-  a spec with no counterpart is refused by `fail(key_path, message)`."""
-  for key, target in targets.items():
-    stddev, error = truncated_normal_stddev(model.pop(key, None))
+def apply_initializers(model: dict, fail, groups: Mapping[str, str], vocab_size: int) -> None:
+  """Each modelzoo initializer key of `model` (popped) onto `model["initializer_specs"]
+  [group]` (`groups`: key -> group); a spec with no counterpart is refused by
+  `fail(key_path, message)`."""
+  specs = {}
+  for key, group in groups.items():
+    spec, error = initializer_spec(model.pop(key, None), model.get("num_hidden_layers") or 1,
+                                   vocab_size)
     if error:
       fail(("model", key), f"model.{key}: {error}")
-    if stddev is not None:
-      model[target] = stddev
+    if spec is not None:
+      specs[group] = spec
+  if specs:
+    model["initializer_specs"] = specs

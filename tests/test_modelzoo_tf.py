@@ -273,20 +273,34 @@ def test_initializer_specs(tmp_path):
           mean: 0.0
           stddev: 0.02
       output_layer_initializer:
-          name: "truncated_normal"
-          stddev: 0.0025
-      embedding_initializer: null
+          - name: "variance_scaling"
+            scale_type: "wang_init"
+            distribution: "untruncated_normal"
+      embedding_initializer:
+          - name: "scaled_init_normal"
+            key: "vocab_size"
       """), "    ")
   text = GPT2.replace("    weight_initialization_seed: 0\n", spec)
   model = params_lib.load_params(_write(tmp_path, text))["model"]
-  assert (model["initializer_range"], model["output_layer_initializer_range"],
-          model["embedding_initializer_range"]) == (0.02, 0.0025, None)
-  assert "initializer" not in model
-  scaled = GPT2.replace("    weight_initialization_seed: 0\n", textwrap.indent(
-      '  initializer:\n    - name: "variance_scaling"\n      scale_type: "small_init"\n', "  "))
-  assert _error(_write(tmp_path, scaled)).endswith(
-      "model.initializer: variance_scaling is not built here: the models initialize from a "
-      "zero-mean truncated normal (name: truncated_normal, stddev: ...)")
+  assert "initializer" not in model and "output_layer_initializer" not in model
+  specs = model["initializer_specs"]
+  assert specs["layers"] == {"name": "truncated_normal", "mean": 0.0, "stddev": 0.02}
+  # GPT-J's wang_init: scale 4 / layers^2 = 4 / 2^2 = 1.0; mode fan_in by default.
+  assert specs["output"] == {"name": "variance_scaling", "scale": 1.0, "mode": "fan_in",
+                             "distribution": "untruncated_normal"}
+  # scaled_init_normal on vocab_size: sigma 1 / sqrt(50257) = 0.004460...
+  assert specs["embedding"]["name"] == "normal"
+  assert specs["embedding"]["stddev"] == pytest.approx(1 / 50257 ** 0.5)
+  bad = GPT2.replace("    weight_initialization_seed: 0\n",
+                     '    initializer:\n      - name: "orthogonal"\n')
+  assert _error(_write(tmp_path, bad)).endswith(
+      "model.initializer: orthogonal is not an initializer modelzoo builds (truncated_normal, "
+      "normal, uniform, constant, glorot_uniform, glorot_normal, variance_scaling, "
+      "scaled_init_normal)")
+  bad = GPT2.replace("    weight_initialization_seed: 0\n",
+                     '    initializer:\n      name: "normal"\n      sigma: 2\n')
+  assert _error(_write(tmp_path, bad)).endswith(
+      "model.initializer: sigma is not a normal argument (mean, stddev)")
 
 
 def test_pretrain_params_path_brings_the_model_keys(tmp_path):
@@ -314,8 +328,8 @@ def test_pretrain_params_path_brings_the_model_keys(tmp_path):
 @pytest.mark.parametrize("key,line", [
     ("use_untied_layer_norm: True", "model.use_untied_layer_norm (GPT-NeoX's separate norms for "
      "the parallel attention and FFN) is not built by the gpt model here; remove it"),
-    ("embedding_initializer: {name: glorot_uniform}", "model.embedding_initializer: "
-     "glorot_uniform is not built here"),
+    ("embedding_initializer: {name: he_normal}", "model.embedding_initializer: he_normal is "
+     "not an initializer modelzoo builds"),
 ])
 def test_hints_point_the_right_way(tmp_path, key, line):
   # These once said "did you mean 'embedding_layer_norm'?": a key of another meaning.

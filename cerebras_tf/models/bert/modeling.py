@@ -115,8 +115,21 @@ def gelu_erf(x):
 
 ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
 
-def initializer(initializer_range: float):
-  return tf1.truncated_normal_initializer(stddev=initializer_range)
+def initializer(initializer_range):
+  """A truncated normal of stddev `initializer_range`, or the initializer a plain spec names
+  (modelzoo_tf.initializer_spec's {name, args}: modelzoo's initializer keys)."""
+  if not isinstance(initializer_range, Mapping):
+    return tf1.truncated_normal_initializer(stddev=initializer_range)
+  spec = dict(initializer_range)
+  name = spec.pop("name")
+  make = {"truncated_normal": tf1.truncated_normal_initializer,
+          "normal": tf1.random_normal_initializer,
+          "uniform": tf1.random_uniform_initializer,
+          "constant": tf1.constant_initializer,
+          "glorot_uniform": tf1.glorot_uniform_initializer,
+          "glorot_normal": tf1.glorot_normal_initializer,
+          "variance_scaling": tf1.variance_scaling_initializer}[name]
+  return make(**spec)
 
 
 def dropout(x, rate: float, training: bool):

@@ -20,8 +20,8 @@ def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
   modelzoo_tf.apply_initializers(model, fail, {
-      "initializer": "initializer_range", "embedding_initializer": "embedding_initializer_range",
-      "output_layer_initializer": "output_layer_initializer_range"})
+      "initializer": "layers", "embedding_initializer": "embedding",
+      "output_layer_initializer": "output"}, model["vocab_size"])
   if model.get("use_bias_in_output") and model["share_embedding_weights"]:
     fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
          "head (share_embedding_weights: false): the tied head is the embedding table")

@@ -46,6 +46,9 @@ class GPTConfig:
   # None: initializer_range. The output layers are attention's `output` and the FFN's fc_out.
   embedding_initializer_range: Optional[float] = None
   output_layer_initializer_range: Optional[float] = None
+  # modelzoo's initializer specs by group (layers, embedding, output), which win over the
+  # ranges above: {name, args} (modelzoo_tf.initializer_spec).
+  initializer_specs: Optional[Mapping[str, Mapping[str, Any]]] = None
   norm_type: str = "layernorm"               # or "rmsnorm" (LLaMA)
   encoder_nonlinearity: str = "gelu"         # relu, tanh, or "swiglu" (a gated FFN, LLaMA)
   num_kv_groups: Optional[int] = None        # K/V heads (grouped-query); None: num_heads
@@ -67,9 +70,20 @@ class GPTConfig:
     dtype = tf.bfloat16 if model.get("mixed_precision") else tf.float32
     return cls(compute_dtype=dtype, **kw)
 
+  def init(self, group: str):
+    """The initializer of a group ("layers", "embedding", "output"): a stddev or a spec,
+    for bert.modeling.initializer."""
+    specs = self.initializer_specs or {}
+    layers = specs.get("layers") or self.initializer_range
+    if group == "embedding":
+      return specs.get("embedding") or self.embedding_initializer_range or layers
+    if group == "output":
+      return specs.get("output") or self.output_layer_initializer_range or layers
+    return layers
+
   @property
-  def output_range(self) -> float:
-    return self.output_layer_initializer_range or self.initializer_range
+  def output_range(self):
+    return self.init("output")
 
   @property
   def kv_heads(self) -> int:
@@ -136,7 +150,7 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """Causal multi-head self-attention (scope `attention`); with num_kv_groups < num_heads,
   grouped-query: each K/V head serves num_heads / num_kv_groups query heads.
   [B*S, H] -> [B*S, H]."""
-  n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.initializer_range
+  n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.init("layers")
   kv = config.kv_heads
   with tf1.variable_scope("attention"):
     def heads(name, count):
@@ -162,7 +176,7 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
 def mlp(x, config: GPTConfig, training: bool):
   """fc_in -> activation -> fc_out (scope `mlp`); SwiGLU: silu(fc_gate(x)) * fc_in(x) ->
   fc_out.  [M, H] -> [M, H]."""
-  r, bias = config.initializer_range, config.use_ffn_bias
+  r, bias = config.init("layers"), config.use_ffn_bias
   with tf1.variable_scope("mlp"):
     if config.encoder_nonlinearity == "swiglu":
       gate = dense(x, config.filter_size, "fc_gate", r, activation=tf.nn.silu, use_bias=bias)
@@ -233,7 +247,7 @@ def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hi
   if seq > config.max_position_embeddings:
     raise ValueError(f"sequence length {seq} exceeds max_position_embeddings "
                      f"{config.max_position_embeddings}")
-  init = initializer(config.embedding_initializer_range or config.initializer_range)
+  init = initializer(config.init("embedding"))
   with tf1.variable_scope("gpt"):
     with tf1.variable_scope("embeddings"):
       word = tf1.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
@@ -272,7 +286,7 @@ def lm_logits(hidden: Hidden, config: GPTConfig):
       return tf.reshape(tf.cast(logits, tf.float32), shape)
   # gpt/lm_head/{kernel,bias}, the ops in gpt/ as before the split
   with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):
-    logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range,
+    logits = dense(hidden.h, config.vocab_size, "lm_head", config.init("layers"),
                    use_bias=config.head_bias)
     return tf.reshape(tf.cast(logits, tf.float32), shape)
 

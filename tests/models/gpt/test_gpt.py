@@ -379,3 +379,27 @@ def test_export_serves_token_ids_and_the_next_token_after_the_last_real_one(tmp_
   # Row 2's distribution is the one after its 3rd token: its argmax is next_token[1, 2].
   assert probs[1].argmax() == out["next_token"].numpy()[1, 2]
   assert probs[0].argmax() == out["next_token"].numpy()[0, 7]
+
+
+def test_modelzoo_initializer_specs_reach_their_variables():
+  # Large enough layers that a sample stddev is within 5% of its expectation.
+  specs = {"layers": {"name": "truncated_normal", "mean": 0.0, "stddev": 0.02},
+           "output": {"name": "normal", "mean": 0.0, "stddev": 0.001},
+           "embedding": {"name": "variance_scaling", "scale": 1.0, "mode": "fan_in",
+                         "distribution": "untruncated_normal"}}
+  config = modeling.GPTConfig(vocab_size=4096, hidden_size=256, num_hidden_layers=1,
+                              num_heads=4, filter_size=1024, max_position_embeddings=8,
+                              initializer_specs=specs)
+  with tf.Graph().as_default():
+    ids = tf1.placeholder(tf.int32, [1, 8])
+    modeling.gpt_model(ids, tf.ones_like(ids), config, training=False)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      values = {v.name: sess.run(v) for v in tf1.trainable_variables()}
+  std = lambda suffix: next(np.std(x) for n, x in values.items() if n.endswith(suffix))  # noqa
+  # A normal truncated at 2 stddev has stddev 0.8796 of the untruncated one: 0.02 -> 0.0176.
+  assert std("mlp/fc_in/kernel:0") == pytest.approx(0.02 * 0.8796, rel=0.05)
+  assert std("mlp/fc_out/kernel:0") == pytest.approx(0.001, rel=0.05)
+  assert std("attention/output/kernel:0") == pytest.approx(0.001, rel=0.05)
+  # Variance scaling, fan_in of the [4096, 256] table (its first axis): sqrt(1 / 4096).
+  assert std("word_embeddings:0") == pytest.approx((1 / 4096) ** 0.5, rel=0.05)
