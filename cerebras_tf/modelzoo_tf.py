@@ -188,6 +188,7 @@ BUILT_AS = {
     ("model", "mlm_nonlinearity"): "gelu",
     ("model", "use_output_bias_in_mlm"): True,
     ("model", "use_ffn_bias_in_mlm"): True,
+    ("model", "use_cls_bias"): True,  # the classifier's pooler and output layer have biases
     ("runconfig", "multiple_workers"): False,
     ("train_input", "skip_steps"): 0,
 }
@@ -204,8 +205,6 @@ NOT_BUILT = {
     "metadata_files": "ANL/GSK genomic inputs",
     "vocab_file_dna": "GSK's genomic input", "vocab_file_ideas": "GSK's genomic input",
     "stride": "GSK's genomic input",
-    "use_cls_bias": "BERT token classification's head", "cls_nonlinearity":
-    "BERT token classification's head",
 }
 for _key in ("src_data_dir", "tgt_data_dir", "src_vocab_file", "tgt_vocab_file",
              "src_max_sequence_length", "tgt_max_sequence_length"):
@@ -230,6 +229,7 @@ RENAMED = {
     ("train_input", "seed"): ("train_input", "shuffle_seed"),
     ("eval_input", "seed"): ("eval_input", "shuffle_seed"),
     ("model", "num_cls_classes"): ("model", "num_classes"),
+    ("model", "cls_nonlinearity"): ("model", "pooler_nonlinearity"),
 }
 
 

@@ -397,3 +397,25 @@ def test_benchmark_collects_distinct_tf_yaml_across_history(tmp_path):
   assert sorted(path for path, _, _ in found) == ["m/tf/bert/configs/c.yaml",
                                                   "m/tf/gpt2/configs/a.yaml"]
   assert len({blob for _, blob, _ in found}) == 2
+
+
+def test_classifier_head_keys(tmp_path):
+  # TAPE's remote homology classifier: cls_nonlinearity relu, use_cls_bias, 1195 classes.
+  text = textwrap.dedent("""\
+      train_input:
+        data_processor: RemoteHomologyDataProcessor
+        batch_size: 4
+        max_sequence_length: 32
+      model:
+        hidden_size: 32
+        num_heads: 2
+        max_position_embeddings: 64
+        num_cls_classes: 1195
+        use_cls_bias: True
+        cls_nonlinearity: relu
+      """)
+  model = params_lib.load_params(_write(tmp_path, text))["model"]
+  assert (model["task"], model["num_classes"], model["pooler_nonlinearity"]) == \
+      ("classification", 1195, "relu")
+  assert "use_cls_bias false: not built here" in _error(
+      _write(tmp_path, text.replace("use_cls_bias: True", "use_cls_bias: False")))

@@ -89,6 +89,6 @@ def _check(out: dict, fail) -> None:
 
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
                           check=_check,
-                          unapplied={**FIXED_OPTIONS, ("model", "pooler_nonlinearity"): "tanh",
+                          unapplied={**FIXED_OPTIONS,
                                      ("model", "attention_type"): "scaled_dot_product",
                                      ("model", "use_ffn_bias_in_attention"): True}))
