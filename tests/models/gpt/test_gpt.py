@@ -403,3 +403,20 @@ def test_modelzoo_initializer_specs_reach_their_variables():
   assert std("attention/output/kernel:0") == pytest.approx(0.001, rel=0.05)
   # Variance scaling, fan_in of the [4096, 256] table (its first axis): sqrt(1 / 4096).
   assert std("word_embeddings:0") == pytest.approx((1 / 4096) ** 0.5, rel=0.05)
+
+
+def test_modelzoo_data_dir_list_reads_every_dir(tmp_path):
+  """modelzoo's GPT-NeoX file lists ten data_dirs of GptTfRecordsProcessor records: each
+  dir's records are read (sorted by path), not only the first dir's."""
+  from cerebras_tf.models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  a = ([1, 2, 3, 4], [1, 1, 1, 1], [2, 3, 4, 5])
+  b = ([7, 8, 9, 10], [1, 1, 1, 1], [8, 9, 10, 11])
+  for name, row in (("0", a), ("1", b)):
+    (tmp_path / name).mkdir()
+    _modelzoo_records(tmp_path / name / "part.tfrecords", [row])
+  section = {"data_dir": [str(tmp_path / "0"), str(tmp_path / "1")], "max_sequence_length": 4,
+             "batch_size": 2, "repeat": False}
+  params = {"train_input": section, "eval_input": section, "model": {"vocab_size": 50257},
+            "runconfig": {"tf_random_seed": 1}}
+  features, _ = next(iter(input_lib.input_fn(params, tf.estimator.ModeKeys.EVAL)))
+  assert features["token_ids"].numpy().tolist() == [a[0], b[0]]
