@@ -122,6 +122,15 @@ def _named_configs(raw: Mapping) -> Optional[Family]:
   return Family(family, None, f"several named configs ({', '.join(list(configs)[:3])}, ...)")
 
 
+def family_defaults(family: Family, model: Mapping) -> Mapping[str, Any]:
+  """Model keys a modelzoo model builds without saying, for a file inferred to be it: its
+  GPT-J (gptj/run.py; the only TF model that reads rotary_dim) is always rotary positions and
+  a parallel attention + FFN block."""
+  if family.name == "gpt" and "rotary_dim" in model:
+    return {"position_embedding_type": "rotary", "parallel_attention": True}
+  return {}
+
+
 def refusal(family: Family) -> str:
   """The one line for a file whose family is not built here."""
   what = UNBUILT[family.name]
@@ -197,17 +206,13 @@ BUILT_AS = {
 # never with a did-you-mean to a key of another meaning.
 NOT_BUILT = {
     "use_untied_layer_norm": "GPT-NeoX's separate norms for the parallel attention and FFN",
-    "share_encoder_decoder_embedding": "the Transformer's one table for source and target "
-                                       "(modelzoo's Transformer input: src_*/tgt_* keys)",
     "encoder_num_hidden_layers": "modelzoo's encoder-decoder depths (Transformer, T5)",
     "decoder_num_hidden_layers": "modelzoo's encoder-decoder depths (Transformer, T5)",
-    "decoder_nonlinearity": "modelzoo's encoder-decoder FFN activation (Transformer, T5)",
     "metadata_files": "ANL/GSK genomic inputs",
     "vocab_file_dna": "GSK's genomic input", "vocab_file_ideas": "GSK's genomic input",
     "stride": "GSK's genomic input",
 }
-for _key in ("src_data_dir", "tgt_data_dir", "src_vocab_file", "tgt_vocab_file",
-             "src_max_sequence_length", "tgt_max_sequence_length"):
+for _key in ("src_data_dir", "tgt_data_dir", "src_vocab_file", "tgt_vocab_file"):
   NOT_BUILT[_key] = ("modelzoo's Transformer input (separate source and target files); the "
                      "Transformer here reads data_dir's en_es pairs")
 
@@ -230,6 +235,14 @@ RENAMED = {
     ("eval_input", "seed"): ("eval_input", "shuffle_seed"),
     ("model", "num_cls_classes"): ("model", "num_classes"),
     ("model", "cls_nonlinearity"): ("model", "pooler_nonlinearity"),
+    # modelzoo's Transformer.
+    ("model", "encoder_num_hidden_layers"): ("model", "num_encoder_layers"),
+    ("model", "decoder_num_hidden_layers"): ("model", "num_decoder_layers"),
+    ("model", "share_encoder_decoder_embedding"): ("model", "share_embedding_weights"),
+    ("train_input", "src_max_sequence_length"): ("train_input", "max_source_length"),
+    ("train_input", "tgt_max_sequence_length"): ("train_input", "max_target_length"),
+    ("eval_input", "src_max_sequence_length"): ("eval_input", "max_source_length"),
+    ("eval_input", "tgt_max_sequence_length"): ("eval_input", "max_target_length"),
 }
 
 

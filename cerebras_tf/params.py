@@ -430,6 +430,10 @@ class _Validator:
     if family.task and "task" not in model and family.name == "bert":
       model["task"] = family.task
       self.origins.setdefault(("model", "task"), where)
+    for key, value in modelzoo_tf.family_defaults(family, model).items():
+      if key not in model:
+        model[key] = value
+        self.origins.setdefault(("model", key), where)
     log.info("%s: model family %s (from %s)", self.filename, family.name, family.why)
     return family
 

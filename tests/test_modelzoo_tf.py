@@ -326,8 +326,9 @@ def test_pretrain_params_path_brings_the_model_keys(tmp_path):
 
 
 @pytest.mark.parametrize("key,line", [
-    ("use_untied_layer_norm: True", "model.use_untied_layer_norm (GPT-NeoX's separate norms for "
-     "the parallel attention and FFN) is not built by the gpt model here; remove it"),
+    ("src_vocab_file: x.txt", "model.src_vocab_file (modelzoo's Transformer input (separate "
+     "source and target files); the Transformer here reads data_dir's en_es pairs) is not "
+     "built by the gpt model here; remove it"),
     ("embedding_initializer: {name: he_normal}", "model.embedding_initializer: he_normal is "
      "not an initializer modelzoo builds"),
 ])
@@ -419,3 +420,21 @@ def test_classifier_head_keys(tmp_path):
       ("classification", 1195, "relu")
   assert "use_cls_bias false: not built here" in _error(
       _write(tmp_path, text.replace("use_cls_bias: True", "use_cls_bias: False")))
+
+
+def test_gptj_file_builds_gptj(tmp_path):
+  # modelzoo's gptj/ files never say rotary or parallel: its GPT-J model always is. NeoX's
+  # untied norms, a tied head with a bias and no learned positions are built as written.
+  text = GPT2.replace("    weight_initialization_seed: 0", textwrap.indent(textwrap.dedent("""\
+      rotary_dim: 8
+      use_untied_layer_norm: True
+      use_position_embeddings: False
+      share_embedding_weights: True
+      use_bias_in_output: True"""), "    "))
+  model = params_lib.load_params(_write(tmp_path, text))["model"]
+  assert (model["position_embedding_type"], model["parallel_attention"]) == ("rotary", True)
+  assert (model["use_untied_layer_norm"], model["use_position_embedding"],
+          model["use_bias_in_output"]) == (True, False, True)
+  explicit = text.replace("    rotary_dim: 8", "    rotary_dim: 8\n    parallel_attention: False")
+  assert "model.use_untied_layer_norm: true is GPT-NeoX's second norm" in \
+      _error(_write(tmp_path, explicit))

@@ -22,9 +22,10 @@ def _check(out: dict, fail) -> None:
   modelzoo_tf.apply_initializers(model, fail, {
       "initializer": "layers", "embedding_initializer": "embedding",
       "output_layer_initializer": "output"}, model["vocab_size"])
-  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
-    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
-         "head (share_embedding_weights: false): the tied head is the embedding table")
+  if model.get("use_untied_layer_norm") and not model["parallel_attention"]:
+    fail(("model", "use_untied_layer_norm"), "model.use_untied_layer_norm: true is GPT-NeoX's "
+         "second norm for the FFN of a parallel block; set parallel_attention: true (a "
+         "sequential block has two norms already) or remove the key")
   residual = model.pop("residual_dropout_rate", None)
   if residual is not None and residual != model["dropout_rate"]:
     fail(("model", "residual_dropout_rate"), f"model.residual_dropout_rate {residual} (GPT-J's "
@@ -110,8 +111,11 @@ SCHEMA = {
         "use_ffn_bias_in_attention": Field("bool", True, "a bias in the attention's output "
                                            "projection (use_projection_bias_in_attention is "
                                            "query, key and value's)"),
-        "use_bias_in_output": Field("bool", None, "a bias in an untied LM head (null: true "
-                                    "untied; a tied head has none)"),
+        "use_bias_in_output": Field("bool", None, "a bias in the LM head (null: an untied "
+                                    "head has one, a tied head none; true: a tied head too, as "
+                                    "modelzoo's GPT-J)"),
+        "use_untied_layer_norm": Field("bool", False, "GPT-NeoX: a parallel block normalizes "
+                                       "the FFN's input with its own norm (ln_2)"),
         "embedding_dropout_rate": Field("float", None, "dropout after the embeddings (null: "
                                         "dropout_rate)", low=0, high=1, high_open=True),
         "loss_weight": Field("float", 1.0, "with loss_scaling batch_size, the loss is "
@@ -149,7 +153,6 @@ SCHEMA["eval_input"] = SCHEMA["train_input"]
 SPEC = register(ModelSpec(name="gpt", model_fn="cerebras_tf.models.gpt.model:model_fn",
                           input_fn="cerebras_tf.models.gpt.input:input_fn", schema=SCHEMA,
                           check=_check,
-                          unapplied={("model", "use_position_embedding"): True,
-                                     ("model", "use_segment_embedding"): False,
+                          unapplied={("model", "use_segment_embedding"): False,
                                      ("model", "attention_type"): "scaled_dot_product",
                                      ("model", "embedding_layer_norm"): False}))

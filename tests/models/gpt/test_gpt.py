@@ -420,3 +420,19 @@ def test_modelzoo_data_dir_list_reads_every_dir(tmp_path):
             "runconfig": {"tf_random_seed": 1}}
   features, _ = next(iter(input_lib.input_fn(params, tf.estimator.ModeKeys.EVAL)))
   assert features["token_ids"].numpy().tolist() == [a[0], b[0]]
+
+
+def test_modelzoo_gptj_forms_count_by_formula():
+  # NeoX's untied norms (one more norm a layer), a tied head with a bias (V more), no learned
+  # positions: the graph's count and the formula agree.
+  for kw in ({"parallel_attention": True, "use_untied_layer_norm": True,
+              "position_embedding_type": "rotary", "rotary_dim": 8},
+             {"use_bias_in_output": True, "use_position_embedding": False}):
+    config = modeling.GPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=3,
+                                num_heads=4, filter_size=64, max_position_embeddings=16, **kw)
+    assert _count_params(config) == modeling.num_parameters(config)
+  tied = modeling.GPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_heads=4,
+                            filter_size=64, max_position_embeddings=16)
+  assert modeling.num_parameters(modeling.GPTConfig(**{**tied.__dict__,
+                                                       "use_bias_in_output": True})) == \
+      modeling.num_parameters(tied) + 97
