@@ -127,7 +127,9 @@ def family_defaults(family: Family, model: Mapping) -> Mapping[str, Any]:
   GPT-J (gptj/run.py; the only TF model that reads rotary_dim) is always rotary positions and
   a parallel attention + FFN block."""
   if family.name == "gpt" and "rotary_dim" in model:
-    return {"position_embedding_type": "rotary", "parallel_attention": True}
+    # Its embedding dropout is its own key, 0 unless given (here: dropout_rate unless given).
+    return {"position_embedding_type": "rotary", "parallel_attention": True,
+            "embedding_dropout_rate": 0.0}
   return {}
 
 
@@ -235,6 +237,8 @@ RENAMED = {
     ("eval_input", "seed"): ("eval_input", "shuffle_seed"),
     ("model", "num_cls_classes"): ("model", "num_classes"),
     ("model", "cls_nonlinearity"): ("model", "pooler_nonlinearity"),
+    # GPT-J's dropout of the attention and FFN outputs.
+    ("model", "residual_dropout_rate"): ("model", "dropout_rate"),
     # modelzoo's Transformer.
     ("model", "encoder_num_hidden_layers"): ("model", "num_encoder_layers"),
     ("model", "decoder_num_hidden_layers"): ("model", "num_decoder_layers"),

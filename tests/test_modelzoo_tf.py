@@ -438,3 +438,15 @@ def test_gptj_file_builds_gptj(tmp_path):
   explicit = text.replace("    rotary_dim: 8", "    rotary_dim: 8\n    parallel_attention: False")
   assert "model.use_untied_layer_norm: true is GPT-NeoX's second norm" in \
       _error(_write(tmp_path, explicit))
+
+
+def test_gptj_residual_dropout(tmp_path):
+  text = GPT2.replace("    weight_initialization_seed: 0",
+                      "    rotary_dim: 8\n    residual_dropout_rate: 0.1")
+  model = params_lib.load_params(_write(tmp_path, text))["model"]
+  # GPT-J's residual dropout is dropout_rate here; its embeddings' dropout stays its 0.
+  assert (model["dropout_rate"], model["embedding_dropout_rate"]) == (0.1, 0.0)
+  both = text.replace("residual_dropout_rate: 0.1", "residual_dropout_rate: 0.1\n    "
+                      "dropout_rate: 0.2")
+  assert "model.residual_dropout_rate 0.1 (modelzoo TF's name for model.dropout_rate) " \
+         "conflicts with model.dropout_rate 0.2" in _error(_write(tmp_path, both))

@@ -26,11 +26,6 @@ def _check(out: dict, fail) -> None:
     fail(("model", "use_untied_layer_norm"), "model.use_untied_layer_norm: true is GPT-NeoX's "
          "second norm for the FFN of a parallel block; set parallel_attention: true (a "
          "sequential block has two norms already) or remove the key")
-  residual = model.pop("residual_dropout_rate", None)
-  if residual is not None and residual != model["dropout_rate"]:
-    fail(("model", "residual_dropout_rate"), f"model.residual_dropout_rate {residual} (GPT-J's "
-         f"dropout on the attention and FFN outputs) is model.dropout_rate here, "
-         f"{model['dropout_rate']}: set dropout_rate to it and remove the key")
   extra = model.pop("extra_attention_params", None) or {}
   for key in extra:
     if key != "num_kv_groups":
@@ -74,9 +69,6 @@ SCHEMA = {
         **TRANSFORMER_MODEL_FIELDS,
         **NO_SEGMENTS,
         **MODELZOO_INITIALIZERS,
-        "residual_dropout_rate": Field("float", None, "GPT-J's dropout on the attention and "
-                                       "FFN outputs: dropout_rate here (must equal it)", low=0,
-                                       high=1, high_open=True),
         "embedding_initializer_range": Field("float", None, "stddev of the embeddings' "
                                              "truncated-normal init (null: initializer_range)",
                                              low=0, low_open=True),
