@@ -450,3 +450,16 @@ def test_gptj_residual_dropout(tmp_path):
                       "dropout_rate: 0.2")
   assert "model.residual_dropout_rate 0.1 (modelzoo TF's name for model.dropout_rate) " \
          "conflicts with model.dropout_rate 0.2" in _error(_write(tmp_path, both))
+
+
+@pytest.mark.parametrize("scaling,weight,expected", [
+    ("batch_size", None, 1.0),          # sum / batch size (modelzoo's weight 1)
+    ("batch_size", 0.05, 0.05),         # sum / batch size * 0.05
+    ("num_masked", None, None),         # the mean over the masked positions
+    ("precomputed_num_masked", 1.0, None),
+])
+def test_mlm_loss_scaling(tmp_path, scaling, weight, expected):
+  text = GPT2.replace("GptTfRecordsProcessor", "BertTfRecordsProcessor").replace(
+      "    weight_initialization_seed: 0", f"    mlm_loss_scaling: {scaling}" + (
+          f"\n    mlm_loss_weight: {weight}" if weight is not None else ""))
+  assert params_lib.load_params(_write(tmp_path, text))["model"]["mlm_loss_weight"] == expected

@@ -42,6 +42,12 @@ SCHEMA = {
                                 choices=("scaled_dot_product", "dot_product")),
         "use_ffn_bias_in_attention": Field("bool", True, "modelzoo key: a bias in the "
                                            "attention's output projection (built)"),
+        "mlm_loss_scaling": Field("str", None, "modelzoo key: the masked-LM loss divided by "
+                                  "the masked positions (num_masked, precomputed_num_masked: "
+                                  "the mean, mlm_loss_weight null) or by the batch size "
+                                  "(batch_size: sum / batch * mlm_loss_weight, 1 unless given)",
+                                  choices=("num_masked", "precomputed_num_masked",
+                                           "batch_size")),
         "cls_dropout_rate": Field("float", None, "dropout before the classifier head (null: "
                                   "dropout_rate; modelzoo's fine-tuning key)", low=0, high=1,
                                   high_open=True),
@@ -75,7 +81,19 @@ FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned"
 
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
-  weight = out["model"].get("mlm_loss_weight")
+  model = out["model"]
+  scaling = model.pop("mlm_loss_scaling", None)
+  if scaling == "batch_size" and model.get("mlm_loss_weight") is None:
+    model["mlm_loss_weight"] = 1.0  # modelzoo's default weight: sum / batch size
+  elif scaling in ("num_masked", "precomputed_num_masked") and \
+      model.get("mlm_loss_weight") not in (None, 1.0):
+    fail(("model", "mlm_loss_scaling"), f"model.mlm_loss_scaling {scaling} with "
+         f"mlm_loss_weight {model['mlm_loss_weight']} (the mean over masked positions times "
+         f"a weight) is not built here: the mean (mlm_loss_weight null) or sum / batch size * "
+         f"weight (mlm_loss_scaling batch_size) are")
+  elif scaling in ("num_masked", "precomputed_num_masked"):
+    model["mlm_loss_weight"] = None  # the mean over the masked positions
+  weight = model.get("mlm_loss_weight")
   for section in ("train_input", "eval_input", "predict_input"):
     scale = (out.get(section) or {}).get("scale_mlm_weights")
     if scale and weight is not None:
