@@ -108,6 +108,8 @@ def infer_family(raw: Mapping) -> Optional[Family]:
   named = _named_configs(raw)
   if named:
     return named
+  if {"scenario", "n_towers"} <= set(raw):  # an entry of LLNL's list of CRETIN variants
+    return Family("cretin", None, "a list of variants (scenario, n_towers)")
   return None
 
 

@@ -154,6 +154,10 @@ def test_name_overrides_and_model_flag(tmp_path):
      "{f}: this is a modelzoo LLNL's CRETIN surrogate (several named configs in one file) config "
      "(several named configs (base, ...)): it needs the 'cretin' model family, which is not "
      "built here"),
+    ("- name: variant_1\n  scenario: emission\n  n_towers: 1\n",
+     "{f}:1: this is a modelzoo LLNL's CRETIN surrogate (several named configs in one file) "
+     "config (a list of variants (scenario, n_towers)): it needs the 'cretin' model family, "
+     "which is not built here"),
 ])
 def test_unbuilt_family_is_one_line_naming_it(tmp_path, text, expected):
   path = _write(tmp_path, text)
