@@ -33,7 +33,7 @@ setup(
         "test": ["pytest", "hypothesis", "pytest-xdist==3.8.0", "threadpoolctl"],
         "data": ["pysword"],        # reads the Debian SWORD Bible modules (real text corpora)
     },
-    entry_points={"cerebras_tf.models": [f"{f} = cerebras_models.{f}" for f in FAMILIES],
+    entry_points={"cerebras_tf.model_families": [f"{f} = cerebras_models.{f}" for f in FAMILIES],
                   "console_scripts": ["cerebras-run = cerebras_tf.cli:run_main",
                                       "cerebras-launch = cerebras_tf.runtime.launcher:console_main",
                                       "cerebras-prepare-data = "

@@ -49,6 +49,7 @@ FLAG_TO_KEY = {
     "engine": "csconfig.engine",
     "compile_dir": "csconfig.compile_dir",
     "warm_start": "runconfig.warm_start",
+    "model": "model.name",
 }
 _HELP_FLAGS = ("--help", "-h", "-help", "--helpshort", "--helpfull", "-?")
 

@@ -15,13 +15,14 @@ No TensorFlow import here: the CLI must fail fast on bad input.
 """
 
 import dataclasses
+import logging
 import os
 import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import yaml
 
-from cerebras_tf import registry, trainer_format
+from cerebras_tf import modelzoo_tf, registry, trainer_format
 from cerebras_tf.core import plans
 from cerebras_tf.cs_config import parse_cs_ip
 from cerebras_tf.errors import ConfigError, ParamsError
@@ -29,6 +30,8 @@ from cerebras_tf import schema
 from cerebras_tf.schema import (ENGINES, EVAL_INPUT_DEFAULTS, INPUT_FIELDS, MODEL_FIELDS,
                                 OPTIMIZER_FIELDS, REQUIRED, REQUIRED_SECTIONS, SCHEDULERS,
                                 SCHEMA, Field)
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # Overrides.
@@ -48,11 +51,7 @@ OPTIMIZER_KEYS = {"weight_decay_rate": ("adamw",), "correct_bias": ("adamw",),
 
 # modelzoo's model names -> the family here that builds them (GPT builds LLaMA's shape from
 # its keys: norm_type, nonlinearity, num_kv_groups, the bias switches).
-MODELZOO_FAMILIES = {"gpt2": "gpt", "gpt3": "gpt", "gptj": "gpt", "llama": "gpt",
-                     "mistral": "gpt", "roberta": "bert"}
-
-# modelzoo's data processors (a file without model.name names its family only by these).
-_PROCESSOR_FAMILIES = (("gpt", "gpt"), ("bert", "bert"), ("transformer", "transformer"))
+MODELZOO_FAMILIES = modelzoo_tf.MODEL_NAMES
 
 # modelzoo's name -> the key here that owns the quantity (same section): GPT's nonlinearity,
 # and the PyTorch releases' names.
@@ -67,9 +66,6 @@ MODELZOO_NAMES = {("model", "nonlinearity"): "encoder_nonlinearity",
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*"
 _KEY_RE = re.compile(rf"^{_NAME}(\.{_NAME})+$")
-# A warm-up longer than the run is refused; trying a config for a few steps is not that.
-_TRY_STEPS = ("; to try the config for a few steps, run.py --steps N trains N steps of the "
-              "schedule as planned")
 
 
 def _key_parts(key: str) -> tuple:
@@ -176,6 +172,14 @@ def _read_yaml(text: str, filename: str) -> Tuple[dict, Dict[tuple, str]]:
   origins: Dict[tuple, str] = {}
   _check_tags(node, filename, lines=True)
   _check_expansion(node, filename)
+  if isinstance(node, yaml.SequenceNode) and node.value and \
+      isinstance(node.value[0], yaml.MappingNode):  # LLNL's list of configs
+    try:
+      family = modelzoo_tf.infer_family(yaml.SafeLoader("").construct_document(node.value[0]))
+    except (yaml.YAMLError, RecursionError, ValueError, OverflowError):
+      family = None
+    if family is not None and family.name in modelzoo_tf.UNBUILT:
+      raise ParamsError(f"{filename}:1: {modelzoo_tf.refusal(family)}")
   if not isinstance(node, yaml.MappingNode):
     raise ParamsError(f"{filename}:{node.start_mark.line + 1}: top level must be a mapping of "
                       f"sections ({', '.join(SCHEMA)}), got {_node_kind(node)}")
@@ -250,7 +254,7 @@ def _record_lines(node, path, filename, origins, seen):
     return
   seen.add(id(node))
   if isinstance(node, yaml.MappingNode):
-    keys = set()
+    keys: Dict[str, int] = {}
     merged = []
     for k, v in node.value:
       line = k.start_mark.line + 1
@@ -262,16 +266,21 @@ def _record_lines(node, path, filename, origins, seen):
         where = _dotted(path) or "the top level"
         raise ParamsError(f"{filename}:{line}: keys must be strings, got {shown!r} in {where}")
       if k.value in keys:
-        raise ParamsError(f"{filename}:{line}: duplicate key '{k.value}' in "
-                          f"{_dotted(path) or 'the top level'}")
-      keys.add(k.value)
+        # PyYAML keeps the last; modelzoo's own files have such a key (gpt3_6p7b), so it runs
+        # as there, said once with both lines.
+        log.warning("%s:%d: duplicate key '%s' in %s (also at line %d): the last one, line "
+                    "%d, is used", filename, line, k.value, _dotted(path) or "the top level",
+                    keys[k.value], line)
+        for p in [p for p in origins if p[:len(path) + 1] == path + (k.value,)]:
+          del origins[p]  # the first value's lines: replaced
+      keys[k.value] = line
       origins[path + (k.value,)] = f"{filename}:{line}"
       _record_lines(v, path + (k.value,), filename, origins, seen)
     # Keys a `<<:` merge brings in are where the anchor wrote them (this mapping's own win).
     for source in merged:
       for k, _ in source.value if isinstance(source, yaml.MappingNode) else ():
         if isinstance(k, yaml.ScalarNode) and k.value not in keys:
-          keys.add(k.value)
+          keys[k.value] = k.start_mark.line + 1
           origins[path + (k.value,)] = f"{filename}:{k.start_mark.line + 1}"
   elif isinstance(node, yaml.SequenceNode):
     for i, item in enumerate(node.value):
@@ -353,6 +362,12 @@ class _Validator:
                 f"params file: to see how the model fits and scales, run "
                 f"`python scripts/scaling_report.py --params {self.filename} --batch N`; to "
                 f"train it, write a params YAML (configs/params_gpt3_xl.yaml shows the keys)")
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    description = raw.pop("description", None)  # modelzoo's line about the file
+    if description is not None and not isinstance(description, str):
+      self.fail(("description",), f"description must be a string, got {_show(description)}")
+    family = self.family_of(raw)
+    self.pretrain_params(raw)
     for section in raw:
       if section not in SCHEMA:
         self.fail((section,), f"unknown section '{section}'{schema.suggest(section, SCHEMA)}; "
@@ -365,35 +380,157 @@ class _Validator:
         self.fail((section,), f"section '{section}' must be a mapping of keys, got "
                   f"{_show(value)}")
 
+    kept = self.modelzoo_tf_keys(raw)
     schemas = self.section_schemas(raw)
     self.refuse_unknown_keys(raw, schemas)
     out = {}
     for section, fields in schemas.items():
-      if section == "eval_input" and section not in raw:
-        continue  # optional: modes that evaluate check for it
+      if section in ("eval_input", "predict_input") and section not in raw:
+        continue  # optional: modes that evaluate (predict) check for it
       out[section] = self.section(section, raw.get(section) or {}, fields)
     self.cross_checks(out, raw)
+    if family is not None and family.name == "mlp" and family.why.startswith("model."):
+      for key, mnist in (("input_dim", 784), ("num_classes", 10)):  # FC-MNIST's shapes
+        if key not in raw["model"]:
+          out["model"][key] = mnist
+    if description is not None:
+      out["description"] = description
+    if kept:
+      log.info("%s: %s", self.filename, modelzoo_tf.kept_without_effect_line(kept))
     return out
+
+  def family_of(self, raw: dict) -> Optional[modelzoo_tf.Family]:
+    """model.name (or --model), else the family modelzoo's file is for (its data_processor,
+    its model keys), written into raw's model.name (and BERT's model.task); a family not
+    built here is refused by name."""
+    model = raw.get("model")
+    if model is not None and not isinstance(model, dict):
+      return None  # refused as a section that is not a mapping
+    model = {} if model is None else model
+    name = model.get("name")
+    if isinstance(name, str):
+      plain = name.strip().lower()
+      if plain in modelzoo_tf.UNBUILT:
+        self.fail(("model", "name"), f"model.name {name}: the "
+                  f"{modelzoo_tf.UNBUILT[plain]} family is not built here; available: "
+                  + ", ".join(_available_models()))
+      return None
+    if "name" in model:
+      return None  # model.name: null and the like: refused as the value it is
+    family = modelzoo_tf.infer_family(raw)
+    if family is None:
+      return None  # "model.name is required" says what to do
+    if family.name in modelzoo_tf.UNBUILT:
+      self.fail(("model",) if "model" in self.origins or ("model",) in self.origins else (),
+                modelzoo_tf.refusal(family))
+    where = self.where(("model",))
+    raw["model"] = model
+    model["name"] = family.name
+    self.origins.setdefault(("model", "name"), where)
+    if family.task and "task" not in model and family.name == "bert":
+      model["task"] = family.task
+      self.origins.setdefault(("model", "task"), where)
+    for key, value in modelzoo_tf.family_defaults(family, model).items():
+      if key not in model:
+        model[key] = value
+        self.origins.setdefault(("model", key), where)
+    log.info("%s: model family %s (from %s)", self.filename, family.name, family.why)
+    return family
+
+  def pretrain_params(self, raw: dict) -> None:
+    """modelzoo's fine-tuning `model.pretrain_params_path`: the model keys of the pretraining
+    params file it names, under this file's own (which win), as modelzoo's set_defaults."""
+    model = raw.get("model")
+    if not isinstance(model, dict) or "pretrain_params_path" not in model:
+      return
+    value = model.pop("pretrain_params_path")
+    path = ("model", "pretrain_params_path")
+    if value is None:
+      return
+    if not isinstance(value, str) or not value.strip():
+      self.fail(path, f"model.pretrain_params_path must be a path to a params file, got "
+                f"{_show(value)}")
+    found = modelzoo_tf.resolve_pretrain_params(value, self.filename, os.path.isfile)
+    if found is None:
+      self.fail(path, f"model.pretrain_params_path {value}: no such file next to this one or "
+                f"its run.py folder; point it at the pretraining params file (or remove it "
+                f"and give the model keys here)")
+    try:
+      with open(found, "rb") as f:
+        other, other_origins = _read_yaml(f.read().decode("utf-8"), found)
+    except (OSError, UnicodeDecodeError) as e:
+      self.fail(path, f"model.pretrain_params_path {found}: cannot read it: {e}")
+    base = other.get("model") if isinstance(other, dict) else None
+    if not isinstance(base, dict):
+      self.fail(path, f"model.pretrain_params_path {found} has no model section")
+    for key, v in base.items():
+      if key not in model:
+        model[key] = v
+        self.origins[("model", key)] = other_origins.get(("model", key), found)
+
+  def modelzoo_tf_keys(self, raw: dict) -> list:
+    """modelzoo TF keys: those that steer only the CS compiler are taken out (returned, to be
+    logged once); those with another name here are moved onto it."""
+    kept = []
+    for (section, key) in modelzoo_tf.COMPILER_ONLY:
+      if isinstance(raw.get(section), dict) and key in raw[section]:
+        raw[section].pop(key)
+        kept.append((section, key))
+    for (section, key), (to_section, to_key) in modelzoo_tf.RENAMED.items():
+      if not isinstance(raw.get(section), dict) or key not in raw[section]:
+        continue
+      value = raw[section].pop(key)
+      target = raw.setdefault(to_section, {})
+      if not isinstance(target, dict):
+        continue  # refused as a section that is not a mapping
+      if to_key in target and target[to_key] != value:
+        self.fail((section, key), f"{section}.{key} {_show(value)} (modelzoo TF's name for "
+                  f"{to_section}.{to_key}) conflicts with {to_section}.{to_key} "
+                  f"{_show(target[to_key])}; keep one of them")
+      target[to_key] = value
+      self.origins[(to_section, to_key)] = self.where((section, key))
+    for (section, key), built in modelzoo_tf.BUILT_AS.items():
+      if not isinstance(raw.get(section), dict) or key not in raw[section]:
+        continue
+      value = raw[section][key]
+      if value != built and not (key == "embedding_size"):
+        self.fail((section, key), f"{section}.{key} {_show(value)}: not built here (the "
+                  f"models build {_show(built)}, modelzoo's default); remove the key")
+      raw[section].pop(key)
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    if "embedding_size" in model:  # modelzoo: the embeddings' width, hidden_size unless given
+      if model["embedding_size"] not in (None, model.get("hidden_size")):
+        self.fail(("model", "embedding_size"), f"model.embedding_size "
+                  f"{_show(model['embedding_size'])}: embeddings as wide as hidden_size are "
+                  f"built here (no projection); remove the key or set it to hidden_size")
+      model.pop("embedding_size")
+    runconfig = raw.setdefault("runconfig", {}) if raw.get("runconfig") is None else \
+        raw["runconfig"]
+    for section, key in modelzoo_tf.SEEDS:
+      if key in model:
+        seed = model.pop(key)
+        if seed is not None and isinstance(runconfig, dict) and \
+            runconfig.get("tf_random_seed") is None:
+          runconfig["tf_random_seed"] = seed
+          self.origins[("runconfig", "tf_random_seed")] = self.where((section, key))
+    return kept
 
   def section_schemas(self, raw: dict) -> Dict[str, Mapping[str, Field]]:
     """Base sections plus what the model family (`model.name`) registers."""
     schemas = {s: dict(f) for s, f in SCHEMA.items()}
     schemas["eval_input"].update({k: dataclasses.replace(f, default=EVAL_INPUT_DEFAULTS[k])
                                   for k, f in INPUT_FIELDS.items() if k in EVAL_INPUT_DEFAULTS})
+    schemas["predict_input"] = dict(schemas["eval_input"])
     model = raw.get("model") or {}
     name = model.get("name", None)
     path = ("model", "name")
     if "name" not in model:
-      processor = str((raw.get("train_input") or {}).get("data_processor") or "")
-      family = next((f for key, f in _PROCESSOR_FAMILIES if processor.lower().startswith(key)),
-                    None)
-      hint = (f" (train_input.data_processor {processor} is modelzoo's {family} input: "
-              f"add `name: {family}` under model)" if family else "")
-      self.fail(("model",), "model.name is required: the model family, one of "
-                + ", ".join(_available_models()) + hint)
+      self.fail(("model",), "model.name is required: nothing in the file says the model "
+                "family (no modelzoo data_processor or model key of one); set model.name or "
+                "run.py --model, one of " + ", ".join(_available_models()))
     name = self.value(path, name, MODEL_FIELDS["name"])
-    if name in MODELZOO_FAMILIES and name not in _available_models():
-      name = model["name"] = MODELZOO_FAMILIES[name]  # modelzoo's model name, our family
+    if name.lower() in MODELZOO_FAMILIES and name not in _available_models():
+      name = model["name"] = MODELZOO_FAMILIES[name.lower()]  # modelzoo's model name, our family
     try:
       spec = registry.get_model(name)
     except ParamsError as e:
@@ -401,6 +538,12 @@ class _Validator:
     self.spec = spec
     for section, fields in spec.schema.items():
       schemas[section].update(fields)
+      if section == "eval_input":
+        schemas["predict_input"].update(fields)
+    for key, field in schemas["predict_input"].items():
+      if key in EVAL_INPUT_DEFAULTS:
+        schemas["predict_input"][key] = dataclasses.replace(field,
+                                                            default=EVAL_INPUT_DEFAULTS[key])
     return schemas
 
   def section(self, section: str, raw: dict, fields: Mapping[str, Field]) -> dict:
@@ -425,6 +568,10 @@ class _Validator:
     self.fail((section, key), message)
 
   def unknown_key(self, section: str, key, fields) -> str:
+    if key in modelzoo_tf.NOT_BUILT:
+      family = self.spec.name if self.spec else "this"
+      return (f"{section}.{key} ({modelzoo_tf.NOT_BUILT[key]}) is not built by the {family} "
+              f"model here; remove it")
     hint = schema.suggest(key, fields)
     if not hint:  # a key that belongs to another section (modelzoo moved some around)
       homes = [s for s, f in SCHEMA.items() if key in f and s != section]
@@ -459,6 +606,16 @@ class _Validator:
         return field.check(value)  # the one rule of the key (CSConfig applies it too)
       except ValueError:
         self.bad(path, field, value)
+    if kind == "spec":  # modelzoo's initializer specs: plain YAML, the family checks them
+      if not isinstance(value, (str, dict, list)):
+        self.bad(path, field, value)
+      return value
+    if kind == "paths" and isinstance(value, list):
+      if not value or not all(isinstance(v, str) and v.strip() for v in value):
+        self.bad(path, field, value)
+      return [self.resolve_path(path + (i,), v) for i, v in enumerate(value)]
+    if kind == "paths":
+      kind = "path"
     if kind in ("str", "path"):
       if not isinstance(value, str) or (kind == "path" and not value.strip()):
         self.bad(path, field, value)
@@ -565,6 +722,14 @@ class _Validator:
       seg["steps"] = seg.pop("total_iters")
       self.origins.setdefault(spath + ("steps",), self.where(spath + ("total_iters",)))
     name = seg["scheduler"]
+    if isinstance(name, str) and name.strip().lower() in ("cosine", "cosinedecay") and (
+        "alpha" in seg or "decay_steps" in seg):
+      seg, conflict = modelzoo_tf.as_segment_of_tf_cosine(seg)
+      if conflict:
+        self.fail(spath + ("alpha",), f"{_dotted(spath)}: {conflict}")
+      for key, source in (("end_learning_rate", "alpha"), ("steps", "decay_steps")):
+        if (spath + (source,)) in self.origins:
+          self.origins.setdefault(spath + (key,), self.origins[spath + (source,)])
     if isinstance(name, str):
       plain = re.sub(r"(?i)lr$", "", name.strip())
       plain = {"cosinedecay": "Cosine"}.get(plain.lower(), plain)
@@ -690,22 +855,19 @@ class _Validator:
         None if max_steps is None else max_steps // accum,
         f"the {max_steps // accum if max_steps else 0} updates of runconfig.max_steps "
         f"{max_steps} / optimizer.grad_accum_steps {accum}")
-    if isinstance(lr, list) and max_steps is not None:
-      first = lr[0]
-      warmup = (first["scheduler"] == "Linear" and first["steps"] is not None
-                and first["end_learning_rate"] > first["initial_learning_rate"])
-      if warmup and first["steps"] > updates:
-        self.fail(("optimizer", "learning_rate", 0, "steps"),
-                  f"optimizer.learning_rate[0].steps (warm-up) {first['steps']} must be <= "
-                  f"{limit}: raise max_steps or shorten the warm-up segment{_TRY_STEPS}")
-    if opt["warmup_steps"]:
-      if isinstance(lr, list):
-        self.fail(("optimizer", "warmup_steps"), "optimizer.warmup_steps applies to a constant "
-                  "learning_rate; with schedule segments make the first segment a Linear "
-                  "warm-up")
-      if updates is not None and opt["warmup_steps"] > updates:
-        self.fail(("optimizer", "warmup_steps"), f"optimizer.warmup_steps "
-                  f"{opt['warmup_steps']} must be <= {limit}{_TRY_STEPS}")
+    # A warm-up longer than the run is modelzoo's own (a run cut short of its plan): the rate
+    # just never reaches its peak. Said once, not refused.
+    first = lr[0] if isinstance(lr, list) else None
+    warmup = (first["steps"] if first and first["scheduler"] == "Linear" and first["steps"]
+              and first["end_learning_rate"] > first["initial_learning_rate"]
+              else opt["warmup_steps"])
+    if opt["warmup_steps"] and isinstance(lr, list):
+      self.fail(("optimizer", "warmup_steps"), "optimizer.warmup_steps applies to a constant "
+                "learning_rate; with schedule segments make the first segment a Linear "
+                "warm-up")
+    if warmup and updates is not None and warmup > updates:
+      log.warning("%s: the warm-up (%d updates) is longer than %s: the learning rate never "
+                  "reaches its peak", self.filename, warmup, limit)
     if max_steps is not None and accum > max_steps:
       self.fail(("optimizer", "grad_accum_steps"), f"optimizer.grad_accum_steps {accum} must "
                 f"be <= runconfig.max_steps {max_steps}: no update would ever be applied")

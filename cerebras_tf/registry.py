@@ -37,7 +37,7 @@ Rules:
   "mixed_precision")` say, to their "off" value; any other value is refused by name. A
   validated key is applied or refused, never silently ignored. (`INERT_KEYS`, modelzoo keys
   no family applies, are refused that way for every family.)
-- Installed families are declared as entry points of the group `cerebras_tf.models` (name ->
+- Installed families are declared as entry points of the group `cerebras_tf.model_families` (name ->
   package; the reference models' setup.py does so) and imported the first time
   their name is asked for.
 - Models outside this package: list their modules, comma-separated, in the environment
@@ -58,7 +58,7 @@ from cerebras_tf.schema import EXTENSIBLE_SECTIONS, Field
 
 # Installed distributions declare their model families as entry points of this group, name ->
 # package (the reference models: setup.py); the framework itself imports no model.
-ENTRY_POINT_GROUP = "cerebras_tf.models"
+ENTRY_POINT_GROUP = "cerebras_tf.model_families"
 
 
 @functools.lru_cache(maxsize=None)

@@ -113,6 +113,8 @@ def run(params: dict, opts: RunOptions,
   mode = opts.mode
 
   def input_for(tf_mode):
+    if tf_mode == PREDICT and "predict_input" in params:  # modelzoo's fine-tuning files
+      return functools.partial(with_predict_input, input_fn=input_fn, mode=tf_mode)
     if tf_mode != TRAIN and "eval_input" not in params:
       raise ParamsError(f"mode '{mode}' needs an eval_input section in the params file")
     return functools.partial(input_fn, mode=tf_mode)
@@ -156,6 +158,12 @@ def run(params: dict, opts: RunOptions,
   with (model_dir_lock(rc["model_dir"]) if trains else contextlib.nullcontext()):
     _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, eval_steps)
   return summary
+
+
+def with_predict_input(params, input_fn, mode):
+  """input_fn reading the predict_input section where it reads eval_input's (a family's
+  input reads eval_input for every mode but train), as modelzoo's predict does."""
+  return input_fn({**params, "eval_input": params["predict_input"]}, mode)
 
 
 def write_predictions(predictions, directory: str, name: Callable[[], str]):

@@ -25,7 +25,7 @@ def suggest(word, candidates) -> str:
 
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "int_list", "float_pair", "numbers",
+_KINDS = ("int", "float", "bool", "str", "path", "paths", "spec", "int_list", "float_pair", "numbers",
           "learning_rate", "loss_scale",
           "engine")
 REQUIRED = object()  # a Field default that means: the key must be given
@@ -73,6 +73,10 @@ class Field:
       text = "a string"
     elif self.kind == "path":
       text = "a path (string)"
+    elif self.kind == "paths":
+      text = "a path (string) or a list of paths"
+    elif self.kind == "spec":
+      text = "a name or a mapping (modelzoo's form; the model family checks it)"
     elif self.kind == "int_list":
       text = "a list of ints"
     elif self.kind == "numbers":
@@ -146,14 +150,16 @@ MAX_STEPS = 2**63 - 1
 
 INPUT_FIELDS = {
     "data_processor": Field("str", None, "name of the data processor class (informational)"),
-    "data_dir": Field("path", None, "directory (or file) with the input data"),
+    "data_dir": Field("paths", None, "directory (or file) with the input data; a list: "
+                      "several, read in turn (modelzoo)"),
     "batch_size": pos_int(REQUIRED, "global batch size (all replicas, all systems)",
                           high=MAX_BATCH),
     "shuffle": Field("bool", True, "shuffle the input"),
     "shuffle_seed": Field("int", None, "seed for shuffling (null: nondeterministic)", low=0),
     "shuffle_buffer": pos_int(10000, "elements in the shuffle buffer"),
     "repeat": Field("bool", True, "repeat the data forever (steps bound the run)"),
-    "num_parallel_calls": pos_int(None, "parallel map calls (null: tf.data.AUTOTUNE)"),
+    "num_parallel_calls": Field("int", None, "parallel map calls (null or 0, modelzoo's "
+                                "form: tf.data.AUTOTUNE)", low=0),
     "use_multiple_workers": Field("bool", None, "modelzoo key: each worker of a cluster reads "
                                   "its own shard (what happens here); false is refused when "
                                   "TF_CONFIG has several workers"),
@@ -272,6 +278,8 @@ ENGINE_KEYS = tuple(k for k in CSCONFIG_FIELDS if k not in CSCONFIG_FILE_ONLY)
 SCHEMA = {
     "train_input": INPUT_FIELDS,
     "eval_input": INPUT_FIELDS,
+    # modelzoo's fine-tuning files: the input of --mode predict (eval_input's keys).
+    "predict_input": INPUT_FIELDS,
     "model": MODEL_FIELDS,
     "optimizer": OPTIMIZER_FIELDS,
     "runconfig": RUNCONFIG_FIELDS,
@@ -309,8 +317,12 @@ SCHEDULERS = {
     },
     "Cosine": {
         "initial_learning_rate": Field("float", REQUIRED, "rate at the segment start", **_LR),
-        "end_learning_rate": Field("float", 0.0, "rate at the segment end", **_LR),
-        "steps": pos_int(REQUIRED, "segment length"),
+        "end_learning_rate": Field("float", 0.0, "rate at the segment end (modelzoo TF's "
+                                   "alpha is it as a fraction of initial_learning_rate)", **_LR),
+        "steps": pos_int(None, "segment length (only the last segment may omit it; "
+                         "decay_steps when that is given alone)"),
+        "decay_steps": pos_int(None, "steps over which the rate falls to end_learning_rate, "
+                               "then holds (TF's cosine_decay; null: steps)"),
     },
 }
 

@@ -25,11 +25,12 @@ def dropout(x, rate: float):
     raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
   with tf.name_scope("dropout"):
     x = tf.convert_to_tensor(x)
-    n = tf.size(x)
+    n = tf.size(x, out_type=tf.int64)  # int32 wraps past 2^31 elements (TAPE's [1024, 12,
+    # 700, 700] attention probabilities)
     words = tf.random.uniform([(n + 1) // 2], minval=tf.int32.min, maxval=tf.int32.max,
                               dtype=tf.int32)
     halves = tf.reshape(tf.bitcast(words, tf.int16), [-1])[:n]  # uniform on [-32768, 32767]
     threshold = int(round(rate * _LEVELS)) - _LEVELS // 2
-    keep = tf.reshape(halves >= threshold, tf.shape(x))
+    keep = tf.reshape(halves >= threshold, tf.shape(x, out_type=tf.int64))
     mask = tf.where(keep, tf.constant(1.0 / (1.0 - rate), x.dtype), tf.constant(0.0, x.dtype))
     return x * tf.stop_gradient(mask)

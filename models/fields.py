@@ -61,6 +61,16 @@ TRANSFORMER_MODEL_FIELDS = {
 }
 
 
+# modelzoo's initializer specs (create_initializer's and GPT-J's forms), built by the family
+# (modelzoo_tf.initializer_spec); null: the family's truncated normal of initializer_range.
+MODELZOO_INITIALIZERS = {
+    key: Field("spec", None, f"modelzoo's initializer of the {what}: truncated_normal, "
+               f"normal, uniform, constant, glorot_*, variance_scaling (scale or scale_type "
+               f"small_init / wang_init), scaled_init_normal")
+    for key, what in (("initializer", "layers"), ("embedding_initializer", "embeddings"),
+                      ("output_layer_initializer", "output layers (attention output, fc_out)"))}
+
+
 # Shared switches a family builds only one way (registry.ModelSpec.unapplied): the value it
 # builds is accepted, any other refused. Each family adds its own.
 ALWAYS_BUILT = {("model", "use_position_embedding"): True, ("model", "use_ffn_bias"): True,

@@ -183,7 +183,8 @@ def _segment_lr(seg, local_step, steps):
     init = float(seg["initial_learning_rate"])
     end = float(seg.get("end_learning_rate") or 0.0)
     alpha = end / init if init else 0.0
-    return tf1.train.cosine_decay(init, local_step, max(steps, 1), alpha=alpha)
+    decay = seg.get("decay_steps") or steps  # TF's: falls over decay_steps, then holds
+    return tf1.train.cosine_decay(init, local_step, max(int(decay), 1), alpha=alpha)
   if kind == "Exponential":
     return tf1.train.exponential_decay(float(seg["initial_learning_rate"]), local_step,
                                        int(seg["decay_steps"]), float(seg["decay_rate"]),

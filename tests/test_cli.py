@@ -455,3 +455,25 @@ def test_a_model_module_fixed_after_its_import_failed_is_imported_again(tmp_path
     assert registry.get_model("mine").model_fn == "cerebras_models.mlp.model:model_fn"
   finally:
     registry.unregister("mine")
+
+
+def test_predict_reads_predict_input(params_file):
+  """modelzoo's fine-tuning files have a predict_input section: --mode predict reads it where
+  the family's input reads eval_input; the other modes keep eval_input."""
+  with open(params_file, "a") as fh:
+    fh.write("predict_input:\n  batch_size: 5\n")
+  params, opts = cli.load(["run.py", "--params", params_file, "--mode", "predict"])
+  given = []
+
+  class Recording(FakeEstimator):
+    def predict(self, input_fn, checkpoint_path=None, use_cs=None):
+      given.append(input_fn)
+      return super().predict(input_fn, checkpoint_path, use_cs)
+
+  summary = runner.run(params, opts, estimator_factory=lambda *a: Recording("m"))
+  assert summary["predictions"] == 3
+  fn = given[0]
+  assert (fn.func, fn.keywords["mode"]) == (runner.with_predict_input, "infer")
+  read_eval_input = lambda p, mode: (p["eval_input"]["batch_size"], mode)  # noqa: E731
+  assert runner.with_predict_input(params, read_eval_input, "infer") == (5, "infer")
+  assert params["eval_input"]["batch_size"] != 5  # the params themselves are unchanged

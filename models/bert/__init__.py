@@ -37,6 +37,20 @@ SCHEMA = {
                                  "masked positions (google-bert); a number: their sum over the "
                                  "batch size, times it (modelzoo's, about 1 / masked positions "
                                  "per sequence)", low=0, low_open=True),
+        "attention_type": Field("str", "scaled_dot_product", "modelzoo key: scores scaled by "
+                                "1/sqrt(head size), as built here",
+                                choices=("scaled_dot_product", "dot_product")),
+        "use_ffn_bias_in_attention": Field("bool", True, "modelzoo key: a bias in the "
+                                           "attention's output projection (built)"),
+        "mlm_loss_scaling": Field("str", None, "modelzoo key: the masked-LM loss divided by "
+                                  "the masked positions (num_masked, precomputed_num_masked: "
+                                  "the mean, mlm_loss_weight null) or by the batch size "
+                                  "(batch_size: sum / batch * mlm_loss_weight, 1 unless given)",
+                                  choices=("num_masked", "precomputed_num_masked",
+                                           "batch_size")),
+        "cls_dropout_rate": Field("float", None, "dropout before the classifier head (null: "
+                                  "dropout_rate; modelzoo's fine-tuning key)", low=0, high=1,
+                                  high_open=True),
         "pooler_nonlinearity": Field("str", "tanh", "the pooler's activation (modelzoo key)",
                                      choices=("tanh", "gelu", "relu")),
     },
@@ -49,8 +63,10 @@ SCHEMA = {
                               "text; overrides data_dir and split"),
         "num_shards": Field("int", None, "shard the records (when no input_context)", low=1),
         "shard_index": Field("int", None, "this worker's shard", low=0),
-        "buckets": Field("int_list", [], "modelzoo's length buckets: not built by this input "
-                         "(refused when set; csconfig.vts already costs real tokens only)"),
+        "scale_mlm_weights": Field("bool", None, "modelzoo: masked-LM weights scaled by "
+                                   "batch / masked positions, i.e. the loss is the mean over "
+                                   "the masked positions (model.mlm_loss_weight null, what "
+                                   "true does here); false needs model.mlm_loss_weight"),
         "mask_whole_word": Field("bool", False, "masked LM picks whole words: every wordpiece "
                                  "of a picked word is masked (pretraining)"),
     },
@@ -63,8 +79,34 @@ SCHEMA["eval_input"]["split"] = Field("str", None, "TFRecord split name (null: e
 FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned",
                  ("model", "share_embedding_weights"): True}
 
+def _check(out: dict, fail) -> None:
+  check_transformer_params(out, fail)
+  model = out["model"]
+  scaling = model.pop("mlm_loss_scaling", None)
+  if scaling == "batch_size" and model.get("mlm_loss_weight") is None:
+    model["mlm_loss_weight"] = 1.0  # modelzoo's default weight: sum / batch size
+  elif scaling in ("num_masked", "precomputed_num_masked") and \
+      model.get("mlm_loss_weight") not in (None, 1.0):
+    fail(("model", "mlm_loss_scaling"), f"model.mlm_loss_scaling {scaling} with "
+         f"mlm_loss_weight {model['mlm_loss_weight']} (the mean over masked positions times "
+         f"a weight) is not built here: the mean (mlm_loss_weight null) or sum / batch size * "
+         f"weight (mlm_loss_scaling batch_size) are")
+  elif scaling in ("num_masked", "precomputed_num_masked"):
+    model["mlm_loss_weight"] = None  # the mean over the masked positions
+  weight = model.get("mlm_loss_weight")
+  for section in ("train_input", "eval_input", "predict_input"):
+    scale = (out.get(section) or {}).get("scale_mlm_weights")
+    if scale and weight is not None:
+      fail((section, "scale_mlm_weights"), f"{section}.scale_mlm_weights: true makes the "
+           f"masked-LM loss the mean over masked positions; model.mlm_loss_weight {weight} "
+           f"asks for a weighted sum: keep one of them")
+    if scale is False and weight is None:
+      fail((section, "scale_mlm_weights"), f"{section}.scale_mlm_weights: false means "
+           f"modelzoo's loss sum / batch size times a weight: set model.mlm_loss_weight")
+
+
 SPEC = register(ModelSpec(name="bert", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA,
-                          check=check_transformer_params,
-                          unapplied={**FIXED_OPTIONS, ("train_input", "buckets"): [],
-                                     ("model", "pooler_nonlinearity"): "tanh",
-                                     ("eval_input", "buckets"): []}))
+                          check=_check,
+                          unapplied={**FIXED_OPTIONS,
+                                     ("model", "attention_type"): "scaled_dot_product",
+                                     ("model", "use_ffn_bias_in_attention"): True}))

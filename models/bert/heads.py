@@ -111,7 +111,7 @@ def next_sentence_logits(pooled_output, config):
   return _linear_classifier(pooled_output, 2, "cls/seq_relationship", config)
 
 
-def classifier_logits(pooled_output, num_classes, config, training):
+def classifier_logits(pooled_output, num_classes, config, training, rate=None):
   """Sequence-classification head (scope `cls/classifier`), dropout on the pooled output.
 
   Args:
@@ -119,7 +119,7 @@ def classifier_logits(pooled_output, num_classes, config, training):
   Returns:
     [B, num_classes] float32.
   """
-  x = modeling.dropout(pooled_output, config.dropout_rate, training)
+  x = modeling.dropout(pooled_output, config.dropout_rate if rate is None else rate, training)
   return _linear_classifier(x, num_classes, "cls/classifier", config)
 
 

@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import tensorflow as tf
 import tensorflow_text as tft
 
+from cerebras_tf import modelzoo_tf
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
 from cerebras_models import fields
@@ -193,18 +194,33 @@ def _section(params: Mapping[str, Any], mode) -> Mapping[str, Any]:
   return params.get("eval_input") or params["train_input"]
 
 
+def _first_dir(section) -> str:
+  dirs = modelzoo_tf.data_dirs(section.get("data_dir"))
+  return dirs[0] if dirs else ""
+
+
+def _records_in_data_dirs(section) -> List[str]:
+  """The TFRecords straight in data_dir (every dir of a list), as modelzoo's BERT processors
+  read them; sorted, so every host shards the same list."""
+  return sorted(f for d in modelzoo_tf.data_dirs(section.get("data_dir"))
+                for f in tf.io.gfile.glob(os.path.join(d, "*.tfrecord*")))
+
+
 def _files(section, subdir: str, default_split: str, section_name: str, task: str):
   """The section's TFRecord files (sorted: every host shards the same list) and what the
   first holds (formats.FileKind). Refuses text and other formats with what to do."""
   if section.get("file_pattern"):
     files = sorted(tf.io.gfile.glob(section["file_pattern"]))
     key = f"{section_name}.file_pattern ({section['file_pattern']})"
+  elif _records_in_data_dirs(section):  # modelzoo's BERT data_dir (or a list of several)
+    files = _records_in_data_dirs(section)
+    key = f"{section_name}.data_dir ({', '.join(modelzoo_tf.data_dirs(section['data_dir']))})"
   else:
     split = section.get("split") or default_split
-    path = os.path.join(section["data_dir"], subdir, split + ".tfrecord")
+    path = os.path.join(_first_dir(section), subdir, split + ".tfrecord")
     if not tf.io.gfile.exists(path):
-      where = (f"{section_name}.data_dir {section['data_dir']} does not exist"
-               if not tf.io.gfile.isdir(section["data_dir"]) else f"no data at {path}")
+      where = (f"{section_name}.data_dir {_first_dir(section)} does not exist"
+               if not tf.io.gfile.isdir(_first_dir(section)) else f"no data at {path}")
       raise DataError(f"{where}: run `{acquire.PREPARE}` for the reference data, or set "
                       f"{section_name}.file_pattern to your TFRecords or text, or "
                       f"{section_name}.data_dir to modelzoo's BERT CSV (its meta.dat)")
@@ -354,13 +370,12 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   parallel = fields.parallel_calls(section)
   batch_size = batching.input_batch_size(params, section)
   msl = int(section.get("max_sequence_length") or 128)
-  vocab_file = section.get("vocab_file") or os.path.join(section.get("data_dir") or "",
-                                                          VOCAB_RELPATH)
+  vocab_file = section.get("vocab_file") or os.path.join(_first_dir(section), VOCAB_RELPATH)
   section_name = "train_input" if training else "eval_input"
 
   zoo = None
   if task != "classification" and not section.get("file_pattern"):
-    zoo = modelzoo_csv.find(section.get("data_dir"), f"{section_name}.data_dir")
+    zoo = modelzoo_csv.find(_first_dir(section) or None, f"{section_name}.data_dir")
   max_pred = int(section.get("max_predictions_per_seq") or 20)
   if zoo is not None and zoo.static:
     if section.get("vocab_file") or tf.io.gfile.exists(vocab_file):

@@ -90,8 +90,9 @@ def _pretraining_metrics(features, t):
   return metrics
 
 
-def _classification(features, labels, outputs, config, num_classes, training):
-  logits = heads.classifier_logits(outputs["pooled_output"], num_classes, config, training)
+def _classification(features, labels, outputs, config, num_classes, training, rate=None):
+  logits = heads.classifier_logits(outputs["pooled_output"], num_classes, config, training,
+                                   rate)
   t = {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
        "predictions": tf.argmax(logits, -1, output_type=tf.int32)}
   if labels is None:
@@ -139,7 +140,7 @@ def model_fn(features, labels, mode, params):
   else:
     num_classes = int(model_params.get("num_classes") or 2)
     loss, t, cls_labels = _classification(features, labels, outputs, config, num_classes,
-                                          training)
+                                          training, rate=model_params.get("cls_dropout_rate"))
 
   runconfig = params.get("runconfig") or {}
   init_checkpoint = model_params.get("init_checkpoint") or runconfig.get("init_checkpoint")

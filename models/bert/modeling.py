@@ -44,6 +44,7 @@ class BertConfig:
   dtype: str = "float32"  # compute dtype: "float32" or "bfloat16"
   hidden_act: str = "gelu"  # gelu (tanh form, as google-bert) | relu | tanh
   use_segment_embedding: bool = True  # False: no token_type_embeddings (RoBERTa)
+  pooler_act: str = "tanh"  # the pooler's activation (modelzoo's cls_nonlinearity: relu, ...)
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
@@ -77,6 +78,8 @@ class BertConfig:
               if model_params.get(f.name) is not None}
     if model_params.get("encoder_nonlinearity"):
       kwargs["hidden_act"] = model_params["encoder_nonlinearity"]
+    if model_params.get("pooler_nonlinearity"):
+      kwargs["pooler_act"] = model_params["pooler_nonlinearity"]
     # `mixed_precision: true` is the Cerebras-style switch for bfloat16 compute.
     if model_params.get("mixed_precision") and "dtype" not in kwargs:
       kwargs["dtype"] = "bfloat16"
@@ -115,8 +118,21 @@ def gelu_erf(x):
 
 ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
 
-def initializer(initializer_range: float):
-  return tf1.truncated_normal_initializer(stddev=initializer_range)
+def initializer(initializer_range):
+  """A truncated normal of stddev `initializer_range`, or the initializer a plain spec names
+  (modelzoo_tf.initializer_spec's {name, args}: modelzoo's initializer keys)."""
+  if not isinstance(initializer_range, Mapping):
+    return tf1.truncated_normal_initializer(stddev=initializer_range)
+  spec = dict(initializer_range)
+  name = spec.pop("name")
+  make = {"truncated_normal": tf1.truncated_normal_initializer,
+          "normal": tf1.random_normal_initializer,
+          "uniform": tf1.random_uniform_initializer,
+          "constant": tf1.constant_initializer,
+          "glorot_uniform": tf1.glorot_uniform_initializer,
+          "glorot_normal": tf1.glorot_normal_initializer,
+          "variance_scaling": tf1.variance_scaling_initializer}[name]
+  return make(**spec)
 
 
 def dropout(x, rate: float, training: bool):
@@ -301,11 +317,12 @@ def encoder(x, padding_mask, config: BertConfig, training: bool) -> List[tf.Tens
 
 
 def pooler(sequence_output, config: BertConfig):
-  """tanh dense on the first ([CLS]) token (scope `pooler/dense`).  [B, S, H] -> [B, H]."""
+  """Dense on the first ([CLS]) token, tanh unless the config says (scope `pooler/dense`).
+  [B, S, H] -> [B, H]."""
   with tf1.variable_scope("pooler"):
     first = sequence_output[:, 0, :]
     return dense(first, config.hidden_size, "dense", config.initializer_range,
-                 activation=tf.tanh)
+                 activation=ACTIVATIONS[config.pooler_act])
 
 
 def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,

@@ -7,7 +7,8 @@ here on the real corpus) to GPT-3 175B (compile only).
 No TensorFlow import here.
 """
 
-from cerebras_models.fields import (NO_SEGMENTS, TEXT_INPUT_FIELDS,
+from cerebras_tf import modelzoo_tf
+from cerebras_models.fields import (MODELZOO_INITIALIZERS, NO_SEGMENTS, TEXT_INPUT_FIELDS,
                                        TRANSFORMER_MODEL_FIELDS, check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
@@ -18,9 +19,13 @@ _FFN = ("gelu", "relu", "tanh", "swiglu")
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
-  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
-    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
-         "head (share_embedding_weights: false): the tied head is the embedding table")
+  modelzoo_tf.apply_initializers(model, fail, {
+      "initializer": "layers", "embedding_initializer": "embedding",
+      "output_layer_initializer": "output"}, model["vocab_size"])
+  if model.get("use_untied_layer_norm") and not model["parallel_attention"]:
+    fail(("model", "use_untied_layer_norm"), "model.use_untied_layer_norm: true is GPT-NeoX's "
+         "second norm for the FFN of a parallel block; set parallel_attention: true (a "
+         "sequential block has two norms already) or remove the key")
   extra = model.pop("extra_attention_params", None) or {}
   for key in extra:
     if key != "num_kv_groups":
@@ -63,6 +68,14 @@ SCHEMA = {
     "model": {
         **TRANSFORMER_MODEL_FIELDS,
         **NO_SEGMENTS,
+        **MODELZOO_INITIALIZERS,
+        "embedding_initializer_range": Field("float", None, "stddev of the embeddings' "
+                                             "truncated-normal init (null: initializer_range)",
+                                             low=0, low_open=True),
+        "output_layer_initializer_range": Field("float", None, "stddev of attention's output "
+                                                "and the FFN's fc_out init (GPT-2's scaled "
+                                                "init: 0.02/sqrt(2 * layers); null: "
+                                                "initializer_range)", low=0, low_open=True),
         "vocab_size": Field("int", 50257, "vocabulary rows", low=1),
         "position_embedding_type": Field("str", "learned", "learned (GPT-2/3) or rotary (GPT-J)",
                                          choices=("learned", "rotary")),
@@ -90,8 +103,11 @@ SCHEMA = {
         "use_ffn_bias_in_attention": Field("bool", True, "a bias in the attention's output "
                                            "projection (use_projection_bias_in_attention is "
                                            "query, key and value's)"),
-        "use_bias_in_output": Field("bool", None, "a bias in an untied LM head (null: true "
-                                    "untied; a tied head has none)"),
+        "use_bias_in_output": Field("bool", None, "a bias in the LM head (null: an untied "
+                                    "head has one, a tied head none; true: a tied head too, as "
+                                    "modelzoo's GPT-J)"),
+        "use_untied_layer_norm": Field("bool", False, "GPT-NeoX: a parallel block normalizes "
+                                       "the FFN's input with its own norm (ln_2)"),
         "embedding_dropout_rate": Field("float", None, "dropout after the embeddings (null: "
                                         "dropout_rate)", low=0, high=1, high_open=True),
         "loss_weight": Field("float", 1.0, "with loss_scaling batch_size, the loss is "
@@ -129,7 +145,6 @@ SCHEMA["eval_input"] = SCHEMA["train_input"]
 SPEC = register(ModelSpec(name="gpt", model_fn="cerebras_models.gpt.model:model_fn",
                           input_fn="cerebras_models.gpt.input:input_fn", schema=SCHEMA,
                           check=_check,
-                          unapplied={("model", "use_position_embedding"): True,
-                                     ("model", "use_segment_embedding"): False,
+                          unapplied={("model", "use_segment_embedding"): False,
                                      ("model", "attention_type"): "scaled_dot_product",
                                      ("model", "embedding_layer_norm"): False}))

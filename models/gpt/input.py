@@ -19,6 +19,7 @@ import os
 import tensorflow as tf
 import tensorflow_text as tft
 
+from cerebras_tf import modelzoo_tf
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
 from cerebras_models import fields
@@ -51,14 +52,17 @@ def _data_files(section, split: str, section_name: str):
                       f"line), modelzoo GPT-2 TFRecords ({', '.join(RECORD_FEATURES)}) or "
                       f"modelzoo HDF5; convert it to one of them")
     return found, kind
-  data_dir = section.get("data_dir") or ""
-  shards = sorted(tf.io.gfile.glob(os.path.join(data_dir, "*.h5"))) if data_dir else []
-  if shards:  # a modelzoo data_dir: its preprocessing's HDF5 shards
-    kind = formats.probe_files(shards, f"{section_name}.data_dir ({data_dir})")
-    if kind.kind != formats.HDF5:
-      raise DataError(f"{shards[0]} is {kind.what}, not HDF5 as its name says; rename it or "
-                      f"set {section_name}.file_pattern")
-    return shards, kind
+  dirs = modelzoo_tf.data_dirs(section.get("data_dir"))  # modelzoo reads a list of several
+  data_dir = dirs[0] if dirs else ""
+  # A modelzoo data_dir: its preprocessing's HDF5 shards, or GptTfRecordsProcessor's records.
+  for pattern, want in (("*.h5", formats.HDF5), ("*.tfrecord*", formats.TFRECORD)):
+    shards = sorted(f for d in dirs for f in tf.io.gfile.glob(os.path.join(d, pattern)))
+    if shards:
+      kind = formats.probe_files(shards, f"{section_name}.data_dir ({', '.join(dirs)})")
+      if kind.kind != want:
+        raise DataError(f"{shards[0]} is {kind.what}, not what its name says; rename it or "
+                        f"set {section_name}.file_pattern")
+      return shards, kind
   path = os.path.join(data_dir, "bert_pretrain", f"{split}.txt")
   if not tf.io.gfile.exists(path):
     where = (f"{section_name}.data_dir {data_dir} does not exist" if data_dir and
@@ -182,8 +186,8 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       ds, decode = _hdf5_dataset(paths, section, section_name, seq, input_context)
       return _tokenized(ds, decode, section, training, seed, batch)
     seq = seq or table
-    vocab = section.get("vocab_file") or os.path.join(section.get("data_dir") or "", "vocab",
-                                                      "bert_uncased_vocab.txt")
+    first = (modelzoo_tf.data_dirs(section.get("data_dir")) or [""])[0]
+    vocab = section.get("vocab_file") or os.path.join(first, "vocab", "bert_uncased_vocab.txt")
     if not tf.io.gfile.exists(vocab):
       raise DataError(f"GPT vocab file not found: {vocab}; run `{acquire.PREPARE} "
                       f"--datasets vocab,bert_pretrain` or set train_input.vocab_file")

@@ -37,11 +37,20 @@ class GPTConfig:
   position_embedding_type: str = "learned"   # "learned" (GPT-2/3) or "rotary" (GPT-J)
   rotary_dim: int = 64
   parallel_attention: bool = False           # GPT-J: x + attn(ln(x)) + mlp(ln(x))
+  use_untied_layer_norm: bool = False        # NeoX: x + attn(ln_1(x)) + mlp(ln_2(x)) (parallel)
+  use_position_embedding: bool = True        # False: no learned position table (modelzoo key)
   share_embedding_weights: bool = True       # GPT-2/3 tie the LM head; GPT-J does not
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-5
   initializer_range: float = 0.02
+  # modelzoo's embedding_initializer / output_layer_initializer (truncated normal stddevs);
+  # None: initializer_range. The output layers are attention's `output` and the FFN's fc_out.
+  embedding_initializer_range: Optional[float] = None
+  output_layer_initializer_range: Optional[float] = None
+  # modelzoo's initializer specs by group (layers, embedding, output), which win over the
+  # ranges above: {name, args} (modelzoo_tf.initializer_spec).
+  initializer_specs: Optional[Mapping[str, Mapping[str, Any]]] = None
   norm_type: str = "layernorm"               # or "rmsnorm" (LLaMA)
   encoder_nonlinearity: str = "gelu"         # relu, tanh, or "swiglu" (a gated FFN, LLaMA)
   num_kv_groups: Optional[int] = None        # K/V heads (grouped-query); None: num_heads
@@ -63,14 +72,36 @@ class GPTConfig:
     dtype = tf.bfloat16 if model.get("mixed_precision") else tf.float32
     return cls(compute_dtype=dtype, **kw)
 
+  def init(self, group: str):
+    """The initializer of a group ("layers", "embedding", "output"): a stddev or a spec,
+    for bert.modeling.initializer."""
+    specs = self.initializer_specs or {}
+    layers = specs.get("layers") or self.initializer_range
+    if group == "embedding":
+      return specs.get("embedding") or self.embedding_initializer_range or layers
+    if group == "output":
+      return specs.get("output") or self.output_layer_initializer_range or layers
+    return layers
+
+  @property
+  def output_range(self):
+    return self.init("output")
+
   @property
   def kv_heads(self) -> int:
     return self.num_kv_groups or self.num_heads
 
   @property
   def head_bias(self) -> bool:
-    """Whether an untied LM head has a bias (a tied one never has)."""
-    return not self.share_embedding_weights and self.use_bias_in_output is not False
+    """Whether the LM head has a bias: an untied one unless use_bias_in_output is false; a
+    tied one only when it is true (modelzoo's GPT-J: the shared table plus a bias)."""
+    if self.share_embedding_weights:
+      return self.use_bias_in_output is True
+    return self.use_bias_in_output is not False
+
+  @property
+  def learned_positions(self) -> bool:
+    return self.position_embedding_type == "learned" and self.use_position_embedding
 
 
 def causal_bias(padding_mask, seq: int):
@@ -128,7 +159,7 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """Causal multi-head self-attention (scope `attention`); with num_kv_groups < num_heads,
   grouped-query: each K/V head serves num_heads / num_kv_groups query heads.
   [B*S, H] -> [B*S, H]."""
-  n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.initializer_range
+  n, d, r = config.num_heads, config.hidden_size // config.num_heads, config.init("layers")
   kv = config.kv_heads
   with tf1.variable_scope("attention"):
     def heads(name, count):
@@ -147,14 +178,14 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
     probs = dropout(tf.nn.softmax(scores), config.attention_dropout_rate, training)
     context = tf.einsum("bnqk,bknd->bqnd", tf.cast(probs, x.dtype), v)
     context = tf.reshape(context, [batch * seq, config.hidden_size])
-    return dense(context, config.hidden_size, "output", r,
+    return dense(context, config.hidden_size, "output", config.output_range,
                  use_bias=config.use_ffn_bias_in_attention)
 
 
 def mlp(x, config: GPTConfig, training: bool):
   """fc_in -> activation -> fc_out (scope `mlp`); SwiGLU: silu(fc_gate(x)) * fc_in(x) ->
   fc_out.  [M, H] -> [M, H]."""
-  r, bias = config.initializer_range, config.use_ffn_bias
+  r, bias = config.init("layers"), config.use_ffn_bias
   with tf1.variable_scope("mlp"):
     if config.encoder_nonlinearity == "swiglu":
       gate = dense(x, config.filter_size, "fc_gate", r, activation=tf.nn.silu, use_bias=bias)
@@ -162,7 +193,7 @@ def mlp(x, config: GPTConfig, training: bool):
     else:
       h = dense(x, config.filter_size, "fc_in", r,
                 activation=ACTIVATIONS[config.encoder_nonlinearity], use_bias=bias)
-    return dropout(dense(h, config.hidden_size, "fc_out", r, use_bias=bias),
+    return dropout(dense(h, config.hidden_size, "fc_out", config.output_range, use_bias=bias),
                    config.dropout_rate, training)
 
 
@@ -189,8 +220,9 @@ def decoder_layer(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """One pre-LN block.  [B*S, H] -> [B*S, H]."""
   if config.parallel_attention:
     h = _ln(x, "ln_1", config)
+    h_mlp = _ln(x, "ln_2", config) if config.use_untied_layer_norm else h
     return x + dropout(attention(h, bias, batch, seq, config, training), config.dropout_rate,
-                       training) + mlp(h, config, training)
+                       training) + mlp(h_mlp, config, training)
   x = x + dropout(attention(_ln(x, "ln_1", config), bias, batch, seq, config, training),
                   config.dropout_rate, training)
   return x + mlp(_ln(x, "ln_2", config), config, training)
@@ -225,13 +257,13 @@ def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hi
   if seq > config.max_position_embeddings:
     raise ValueError(f"sequence length {seq} exceeds max_position_embeddings "
                      f"{config.max_position_embeddings}")
-  init = initializer(config.initializer_range)
+  init = initializer(config.init("embedding"))
   with tf1.variable_scope("gpt"):
     with tf1.variable_scope("embeddings"):
       word = tf1.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
                               initializer=init)
       x = tf.gather(word, token_ids)
-      if config.position_embedding_type == "learned":
+      if config.learned_positions:
         pos = tf1.get_variable("position_embeddings",
                                [config.max_position_embeddings, config.hidden_size],
                                initializer=init)
@@ -258,15 +290,27 @@ def lm_logits(hidden: Hidden, config: GPTConfig):
   """[B, S, V] float32 next-token logits (tied to the word embeddings, or `gpt/lm_head`)."""
   shape = [hidden.batch, hidden.seq, config.vocab_size]
   if config.share_embedding_weights:
+    bias = _tied_head_bias(config)
     with tf1.name_scope(LM_HEAD_SCOPE):  # the cast too: one tensor leaves the layer
       logits = tf.matmul(hidden.h, tf.cast(hidden.word_embeddings, hidden.h.dtype),
                          transpose_b=True)
+      if bias is not None:
+        logits = tf.nn.bias_add(logits, tf.cast(bias, logits.dtype))
       return tf.reshape(tf.cast(logits, tf.float32), shape)
   # gpt/lm_head/{kernel,bias}, the ops in gpt/ as before the split
   with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):
-    logits = dense(hidden.h, config.vocab_size, "lm_head", config.initializer_range,
+    logits = dense(hidden.h, config.vocab_size, "lm_head", config.init("layers"),
                    use_bias=config.head_bias)
     return tf.reshape(tf.cast(logits, tf.float32), shape)
+
+
+def _tied_head_bias(config: GPTConfig):
+  """`gpt/lm_head/bias` [V] of a tied head that has one (modelzoo's GPT-J), else None."""
+  if not config.head_bias:
+    return None
+  with tf1.variable_scope("gpt", reuse=tf1.AUTO_REUSE, auxiliary_name_scope=False), \
+      tf1.variable_scope("lm_head", reuse=tf1.AUTO_REUSE):
+    return tf1.get_variable("bias", [config.vocab_size], initializer=tf1.zeros_initializer())
 
 
 def lm_xent(hidden: Hidden, labels, config: GPTConfig):
@@ -277,7 +321,8 @@ def lm_xent(hidden: Hidden, labels, config: GPTConfig):
   """
   if config.share_embedding_weights and hidden.h.dtype == tf.float32:
     with tf1.name_scope(LM_HEAD_SCOPE):
-      xent = losses.dense_sparse_softmax_xent(hidden.h, hidden.word_embeddings, None,
+      xent = losses.dense_sparse_softmax_xent(hidden.h, hidden.word_embeddings,
+                                              _tied_head_bias(config),
                                               tf.reshape(labels, [-1]), scope=None)
     return tf.reshape(xent, [hidden.batch, hidden.seq])
   return losses.sparse_softmax_xent(lm_logits(hidden, config), labels)
@@ -292,11 +337,10 @@ def num_parameters(config: GPTConfig) -> int:
   out = h * h + h * config.use_ffn_bias_in_attention
   ffn_in = (2 if config.encoder_nonlinearity == "swiglu" else 1) * (h * f + f * config.use_ffn_bias)
   ffn_out = f * h + h * config.use_ffn_bias
-  norms = (1 if config.parallel_attention else 2) + (1 if config.norm_type != "rmsnorm" else 0) * (
-      1 if config.parallel_attention else 2)
+  one_norm = config.parallel_attention and not config.use_untied_layer_norm
+  norms = (1 if one_norm else 2) * (1 if config.norm_type == "rmsnorm" else 2)
   per_layer = qkv + out + ffn_in + ffn_out + norms * h
-  emb = v * h + (config.max_position_embeddings * h
-                 if config.position_embedding_type == "learned" else 0)
-  head = 0 if config.share_embedding_weights else h * v + v * config.head_bias
+  emb = v * h + (config.max_position_embeddings * h if config.learned_positions else 0)
+  head = (0 if config.share_embedding_weights else h * v) + v * config.head_bias
   ln_f = h * (1 if config.norm_type == "rmsnorm" else 2)
   return emb + layers * per_layer + ln_f + head

@@ -13,6 +13,11 @@ SCHEMA = {
         "num_classes": Field("int", 4, "classes", low=2),
         "hidden_sizes": Field("int_list", [64, 64], "widths of the hidden Dense layers"),
         "seed": Field("int", 0, "initializer seed", low=0),
+        # modelzoo FC-MNIST's keys.
+        "dropout": Field("float", 0.0, "dropout after each hidden layer (FC-MNIST)", low=0,
+                         high=1, high_open=True),
+        "activation_fn": Field("str", "relu", "hidden layers' activation (FC-MNIST)",
+                               choices=("relu", "tanh", "elu", "selu", "linear")),
     },
     "train_input": {"num_examples": Field("int", 4096, "synthetic examples", low=1)},
     "eval_input": {"num_examples": Field("int", 1024, "synthetic examples", low=1)},

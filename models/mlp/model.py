@@ -49,8 +49,15 @@ def model_fn(features, labels, mode, params):
   seed = model.get("seed", 0)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731 reproducible
   x = features["x"]
+  activation = {"linear": None}.get(model.get("activation_fn", "relu"),
+                                    model.get("activation_fn", "relu"))
+  rate = float(model.get("dropout") or 0.0)
+  training = mode == tf.estimator.ModeKeys.TRAIN
   for i, h in enumerate(hidden):
-    x = tf.keras.layers.Dense(h, activation="relu", kernel_initializer=init(i), name=f"dense_{i}")(x)
+    x = tf.keras.layers.Dense(h, activation=activation, kernel_initializer=init(i),
+                              name=f"dense_{i}")(x)
+    if rate:  # FC-MNIST's dropout after each hidden layer
+      x = tf.keras.layers.Dropout(rate, seed=seed + i)(x, training=training)
   logits = tf.keras.layers.Dense(model.get("num_classes", 4), kernel_initializer=init(len(hidden)),
                                  name="logits")(x)
   probs = tf.nn.softmax(logits)

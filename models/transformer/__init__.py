@@ -40,6 +40,9 @@ SCHEMA = {
                                          "learned", choices=("fixed", "learned")),
         "encoder_nonlinearity": Field("str", "relu", "feed-forward activation",
                                       choices=("relu", "gelu", "tanh")),
+        "decoder_nonlinearity": Field("str", None, "modelzoo key: the decoder's feed-forward "
+                                      "activation; one activation is built for both (null: "
+                                      "encoder_nonlinearity)", choices=("relu", "gelu", "tanh")),
         "norm_type": Field("str", "post", "post-norm (the paper) or pre-norm residual blocks",
                            choices=("post", "pre")),
         "share_embedding_weights": Field("bool", True, "one embedding table for source and "
@@ -73,7 +76,17 @@ SCHEMA = {
 }
 SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
 
+def _check(out: dict, fail) -> None:
+  check_transformer_params(out, fail)
+  model = out["model"]
+  decoder = model.pop("decoder_nonlinearity", None)
+  if decoder is not None and decoder != model["encoder_nonlinearity"]:
+    fail(("model", "decoder_nonlinearity"), f"model.decoder_nonlinearity {decoder}: one "
+         f"feed-forward activation is built for encoder and decoder here, "
+         f"encoder_nonlinearity {model['encoder_nonlinearity']}; make them the same")
+
+
 SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
-                          schema=SCHEMA, check=check_transformer_params,
+                          schema=SCHEMA, check=_check,
                           unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False,
                                      ("model", "mixed_precision"): False}))  # float32 only

@@ -90,7 +90,11 @@ def _files(section, training, section_name: str):
                       f"tab-separated text (source<TAB>target a line); convert it to one of them")
     return files, kind
   split = section.get("split") or ("train" if training else "test")
-  path = os.path.join(section["data_dir"], SUBDIR, split + ".tfrecord")
+  dirs = section["data_dir"] if isinstance(section["data_dir"], list) else [section["data_dir"]]
+  if len(dirs) > 1:
+    raise DataError(f"{section_name}.data_dir: the Transformer reads one data_dir ("
+                    f"<data_dir>/{SUBDIR}/); give one, or several files in file_pattern")
+  path = os.path.join(dirs[0], SUBDIR, split + ".tfrecord")
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"no data at {path}: run `{acquire.PREPARE} --datasets en_es`")
   return [path], formats.FileKind(formats.TFRECORD, "TFRecords")

@@ -37,3 +37,12 @@ def test_rate_outside_range_fails():
   with tf.Graph().as_default():
     with pytest.raises(ValueError, match=r"dropout rate must be in \[0, 1\)"):
       dropout.dropout(tf.zeros([3]), 1.0)
+
+
+def test_a_graph_past_two_to_the_31_elements_builds():
+  # TAPE BERT's attention probabilities, [1024, 12, 700, 700] = 6.0e9 elements: counted in
+  # int32 the size wrapped and the reshape was refused while the graph was traced.
+  with tf.Graph().as_default():
+    x = tf1.placeholder(tf.bfloat16, [1024, 12, 700, 700])
+    y = dropout.dropout(x, 0.1)
+    assert y.shape.as_list() == [1024, 12, 700, 700]

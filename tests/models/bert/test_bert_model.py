@@ -597,3 +597,18 @@ class ConfigsTest(base.BertTestCase):
     self.assertTrue(load_params(os.path.join(base.REPO, "configs",
                                              "params_bert_base_msl128.yaml"))["model"][
                                                  "mixed_precision"])
+
+
+@pytest.mark.parametrize("act,negatives", [("tanh", True), ("relu", False)])
+def test_pooler_nonlinearity_is_applied(act, negatives):
+  # modelzoo's cls_nonlinearity (TAPE's classifier: relu) is the pooler's activation here.
+  from cerebras_models.bert import modeling  # pylint: disable=import-outside-toplevel
+  config = modeling.BertConfig.from_params({"vocab_size": 50, "hidden_size": 32,
+                                            "num_hidden_layers": 1, "num_heads": 2,
+                                            "filter_size": 64, "pooler_nonlinearity": act})
+  with tf.Graph().as_default():
+    pooled = modeling.pooler(tf.random.normal([64, 4, 32], seed=1), config)
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      out = sess.run(pooled)
+  assert (out < 0).any() == negatives and (out > 0).any()

@@ -379,3 +379,60 @@ def test_export_serves_token_ids_and_the_next_token_after_the_last_real_one(tmp_
   # Row 2's distribution is the one after its 3rd token: its argmax is next_token[1, 2].
   assert probs[1].argmax() == out["next_token"].numpy()[1, 2]
   assert probs[0].argmax() == out["next_token"].numpy()[0, 7]
+
+
+def test_modelzoo_initializer_specs_reach_their_variables():
+  # Large enough layers that a sample stddev is within 5% of its expectation.
+  specs = {"layers": {"name": "truncated_normal", "mean": 0.0, "stddev": 0.02},
+           "output": {"name": "normal", "mean": 0.0, "stddev": 0.001},
+           "embedding": {"name": "variance_scaling", "scale": 1.0, "mode": "fan_in",
+                         "distribution": "untruncated_normal"}}
+  config = modeling.GPTConfig(vocab_size=4096, hidden_size=256, num_hidden_layers=1,
+                              num_heads=4, filter_size=1024, max_position_embeddings=8,
+                              initializer_specs=specs)
+  with tf.Graph().as_default():
+    ids = tf1.placeholder(tf.int32, [1, 8])
+    modeling.gpt_model(ids, tf.ones_like(ids), config, training=False)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      values = {v.name: sess.run(v) for v in tf1.trainable_variables()}
+  std = lambda suffix: next(np.std(x) for n, x in values.items() if n.endswith(suffix))  # noqa
+  # A normal truncated at 2 stddev has stddev 0.8796 of the untruncated one: 0.02 -> 0.0176.
+  assert std("mlp/fc_in/kernel:0") == pytest.approx(0.02 * 0.8796, rel=0.05)
+  assert std("mlp/fc_out/kernel:0") == pytest.approx(0.001, rel=0.05)
+  assert std("attention/output/kernel:0") == pytest.approx(0.001, rel=0.05)
+  # Variance scaling, fan_in of the [4096, 256] table (its first axis): sqrt(1 / 4096).
+  assert std("word_embeddings:0") == pytest.approx((1 / 4096) ** 0.5, rel=0.05)
+
+
+def test_modelzoo_data_dir_list_reads_every_dir(tmp_path):
+  """modelzoo's GPT-NeoX file lists ten data_dirs of GptTfRecordsProcessor records: each
+  dir's records are read (sorted by path), not only the first dir's."""
+  from cerebras_models.gpt import input as input_lib  # pylint: disable=import-outside-toplevel
+  a = ([1, 2, 3, 4], [1, 1, 1, 1], [2, 3, 4, 5])
+  b = ([7, 8, 9, 10], [1, 1, 1, 1], [8, 9, 10, 11])
+  for name, row in (("0", a), ("1", b)):
+    (tmp_path / name).mkdir()
+    _modelzoo_records(tmp_path / name / "part.tfrecords", [row])
+  section = {"data_dir": [str(tmp_path / "0"), str(tmp_path / "1")], "max_sequence_length": 4,
+             "batch_size": 2, "repeat": False}
+  params = {"train_input": section, "eval_input": section, "model": {"vocab_size": 50257},
+            "runconfig": {"tf_random_seed": 1}}
+  features, _ = next(iter(input_lib.input_fn(params, tf.estimator.ModeKeys.EVAL)))
+  assert features["token_ids"].numpy().tolist() == [a[0], b[0]]
+
+
+def test_modelzoo_gptj_forms_count_by_formula():
+  # NeoX's untied norms (one more norm a layer), a tied head with a bias (V more), no learned
+  # positions: the graph's count and the formula agree.
+  for kw in ({"parallel_attention": True, "use_untied_layer_norm": True,
+              "position_embedding_type": "rotary", "rotary_dim": 8},
+             {"use_bias_in_output": True, "use_position_embedding": False}):
+    config = modeling.GPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=3,
+                                num_heads=4, filter_size=64, max_position_embeddings=16, **kw)
+    assert _count_params(config) == modeling.num_parameters(config)
+  tied = modeling.GPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_heads=4,
+                            filter_size=64, max_position_embeddings=16)
+  assert modeling.num_parameters(modeling.GPTConfig(**{**tied.__dict__,
+                                                       "use_bias_in_output": True})) == \
+      modeling.num_parameters(tied) + 97

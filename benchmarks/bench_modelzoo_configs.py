@@ -1,0 +1,207 @@
+"""Cerebras modelzoo's TensorFlow params files, compiled as written.
+
+Collects every distinct `*.yaml` under a `tf/` folder in the whole history of a fetched
+Cerebras/modelzoo repository (a bare git dir or a checkout; deduplicated by content), and
+compiles each through the path of `scripts/run.py --params FILE --compile_only` (cli.load then
+runner.run), in this one process. Only the data paths are changed: each input section's
+`data_dir` and `vocab_file` point at this machine's prepared data (CEREBRAS_TF_DATA_DIR:
+bert_pretrain, vocab), since modelzoo's point at its own cluster. A file is never edited
+otherwise: its family comes from what it holds (no model.name is added).
+
+Prints the counts, one row per file (file, family inferred, result or the one-line refusal;
+the predicted samples/s on the rows that compile) and the host CPU.
+
+    nice python benchmarks/bench_modelzoo_configs.py --modelzoo_src /work/.mirror/Cerebras+modelzoo/repo
+    ... --only gpt2 --limit 5     # a subset first
+"""
+
+import argparse
+import collections
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import ROOT, machine, print_table, quiet_tf  # noqa: F401
+
+import yaml  # noqa: E402
+
+from cerebras_tf import cli, modelzoo_tf, runner  # noqa: E402
+from cerebras_tf.errors import CerebrasTFError  # noqa: E402
+
+TF_YAML = re.compile(r"(^|/)tf/.*\.ya?ml$")
+
+
+def git(src: str, *args: str) -> str:
+  return subprocess.run(["git", "--git-dir", _git_dir(src), *args], check=True,
+                        capture_output=True, text=True).stdout
+
+
+def _git_dir(src: str) -> str:
+  dot_git = os.path.join(src, ".git")
+  return dot_git if os.path.isdir(dot_git) else src
+
+
+def collect(src: str):
+  """[(path, blob, commit)]: each distinct TF yaml (by content) with the first commit (newest
+  first) and path that hold it."""
+  seen, out = set(), []
+  for commit in git(src, "rev-list", "--all").split():
+    for line in git(src, "ls-tree", "-r", commit).splitlines():
+      meta, path = line.split("\t", 1)
+      blob = meta.split()[2]
+      if TF_YAML.search(path) and blob not in seen:
+        seen.add(blob)
+        out.append((path, blob, commit))
+  return sorted(out)
+
+
+def extract(src: str, commit: str, root: str) -> str:
+  """The commit's TF yaml files under root/<commit>/ (a fine-tuning file names its
+  pretraining file by a relative pretrain_params_path)."""
+  where = os.path.join(root, commit[:12])
+  if not os.path.isdir(where):
+    for line in git(src, "ls-tree", "-r", commit).splitlines():
+      meta, path = line.split("\t", 1)
+      if TF_YAML.search(path):
+        os.makedirs(os.path.join(where, os.path.dirname(path)), exist_ok=True)
+        with open(os.path.join(where, path), "w", encoding="utf-8") as f:
+          f.write(git(src, "cat-file", "-p", meta.split()[2]))
+  return where
+
+
+def family_of(path: str) -> str:
+  try:
+    with open(path, encoding="utf-8") as f:
+      raw = yaml.safe_load(f)
+  except yaml.YAMLError:
+    return "?"
+  if isinstance(raw, list) and raw and isinstance(raw[0], dict):
+    raw = raw[0]
+  if isinstance(raw, dict) and isinstance(raw.get("model"), dict) and raw["model"].get("name"):
+    return str(raw["model"]["name"])
+  family = modelzoo_tf.infer_family(raw) if isinstance(raw, dict) else None
+  return family.name if family else "?"
+
+
+def data_overrides(path: str, data_dir: str):
+  """Each input section's data_dir / vocab_file, where the file sets one, pointed at ours."""
+  with open(path, encoding="utf-8") as f:
+    raw = yaml.safe_load(f)
+  out = []
+  if not isinstance(raw, dict):
+    return out
+  vocab = os.path.join(data_dir, "vocab", "bert_uncased_vocab.txt")
+  for section in ("train_input", "eval_input", "predict_input"):
+    keys = raw.get(section) if isinstance(raw.get(section), dict) else {}
+    if "data_dir" in keys:
+      out.append(f"{section}.data_dir={data_dir}")
+    if "vocab_file" in keys:
+      out.append(f"{section}.vocab_file={vocab}")
+  return out
+
+
+def _untimed_input(model_fn, params, opts):
+  """run.py's estimator, but --compile_only's timing of the host input (seconds of reading
+  our stand-in data, not the config) is left out: it says nothing of the file."""
+  est = runner.make_estimator(model_fn, params, opts)
+  est.time_input = lambda *args, **kwargs: None
+  return est
+
+
+_SEEN: dict = {}  # the validated params of a file compiled already -> its result
+
+
+def _key(params: dict) -> str:
+  """The params without this run's own directories: two files (two versions, say, that differ
+  in comments only) with the same key compile the same graph."""
+  plain = {s: dict(v) if isinstance(v, dict) else v for s, v in params.items()}
+  plain["runconfig"].pop("model_dir", None)
+  plain["csconfig"].pop("compile_dir", None)
+  return json.dumps(plain, sort_keys=True, default=str)
+
+
+def compile_one(path: str, data_dir: str, work: str):
+  """(status, text, samples/s or None); status ok / refused / crashed."""
+  model_dir = tempfile.mkdtemp(dir=work)
+  argv = ["run.py", "--params", path, "--compile_only", "--model_dir", model_dir]
+  for ov in data_overrides(path, data_dir):
+    argv += ["--params_override", ov]
+  try:
+    params, opts = cli.load(argv)
+    key = _key(params)
+    if key in _SEEN:
+      status, text, rate, first = _SEEN[key]
+      return status, f"{text} (its params equal {first}'s)", rate
+    result = _compile(params, opts)
+    _SEEN[key] = (*result, os.path.basename(path))
+    return result
+  except CerebrasTFError as e:
+    return "refused", " ".join(str(e).split()), None
+
+
+def _compile(params, opts):
+  try:
+    summary = runner.run(params, opts, estimator_factory=_untimed_input)
+  except CerebrasTFError as e:
+    return "refused", " ".join(str(e).split()), None
+  except Exception as e:  # pylint: disable=broad-except
+    message = cli._user_facing_tf_error(e, None)  # pylint: disable=protected-access
+    if message:
+      return "refused", " ".join(message.split()), None
+    return "crashed", f"{type(e).__name__}: {' '.join(str(e).split())[:200]}", None
+  perf = getattr(summary.get("compile"), "performance", None)
+  rate = getattr(perf, "samples_per_sec", None)
+  plan = getattr(summary.get("compile"), "plan", None)
+  what = f"compiles ({plan.execution_strategy} on {plan.engine})" if plan else "compiles"
+  return "ok", what, rate
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--modelzoo_src", required=True,
+                      help="a fetched Cerebras/modelzoo repository (bare git dir or checkout)")
+  parser.add_argument("--data_dir", default=os.environ.get("CEREBRAS_TF_DATA_DIR",
+                                                           os.path.join(ROOT, "data_cache")))
+  parser.add_argument("--only", default="", help="only files whose path contains this")
+  parser.add_argument("--limit", type=int, default=0, help="at most this many files")
+  args = parser.parse_args()
+  quiet_tf()
+  logging.getLogger("cerebras_tf").setLevel(logging.ERROR)
+  files = [f for f in collect(args.modelzoo_src) if args.only in f[0]]
+  if args.limit:
+    files = files[:args.limit]
+  work = tempfile.mkdtemp(prefix="bench_modelzoo_")
+  rows, counts, families = [], collections.Counter(), collections.Counter()
+  t0 = time.perf_counter()
+  for path, blob, commit in files:
+    local = os.path.join(extract(args.modelzoo_src, commit, work), path)
+    family = family_of(local)
+    t = time.perf_counter()
+    status, text, rate = compile_one(local, args.data_dir, work)
+    counts[status] += 1
+    families[(family, status)] += 1
+    sps = f"{rate:,.0f}" if rate and re.search(r"bert_large|gpt2", path) else ""
+    text = text.replace(os.path.dirname(local) + "/", "")  # the file's own name is the row's
+    rows.append((f"{path} @{blob[:7]}", family, status, text[:240].replace("|", "/"), sps,
+                 f"{time.perf_counter() - t:.1f}"))
+    print(f"[{len(rows)}/{len(files)}] {status:8s} {path}: {text[:160]}", file=sys.stderr,
+          flush=True)
+  total = len(files)
+  print_table(f"modelzoo TF configs as written: {counts['ok']} of {total} compile "
+              f"({counts['ok'] / max(total, 1):.0%}), {counts['refused']} refused with one line, "
+              f"{counts['crashed']} crashed; {time.perf_counter() - t0:.0f} s; host CPU "
+              f"{machine()}",
+              ["file @blob", "family (inferred)", "result", "one line", "predicted samples/s",
+               "s"], rows)
+  print_table("by family", ["family", "compile", "refused", "crashed"],
+              [(f, families[(f, 'ok')], families[(f, 'refused')], families[(f, 'crashed')])
+               for f in sorted({f for f, _ in families})])
+
+
+if __name__ == "__main__":
+  main()
