@@ -32,15 +32,19 @@ from cerebras_tf import keras_model as keras_model_lib
 from cerebras_tf.compiler import capture as capture_lib
 from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.compiler import lower as lower_lib
-from cerebras_tf.core import batching, plans
+from cerebras_tf.core import batching, plans, source
 from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, DataError, FitError, ModelFnError,
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
                                 disk_full_path, tf_error_text)
+from cerebras_tf import registry
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, logs, strategies,
                                  tf_config)
 from cerebras_tf.runtime.hooks import BatchProgressHook, CSProgressHook, GracefulInterrupt
+
+# The reference models' ops are the framework's own: their optimizer is not a user's to lint.
+source.add_own_code(*registry.installed_family_dirs())
 
 # While TensorFlow's runtime has not started: a Keras model built after this import (as
 # from_keras_model needs) would otherwise fix the process at one CPU device.

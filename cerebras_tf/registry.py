@@ -49,6 +49,7 @@ import difflib
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -206,6 +207,16 @@ def _import_hint(module: str) -> str:
             f"(scripts/run.py does not import from there): run with PYTHONPATH=. or as "
             f"python -m cerebras_tf")
   return "; put its directory on PYTHONPATH"
+
+
+def installed_family_dirs() -> List[str]:
+  """The directories of the installed families' top-level packages, found without importing
+  them (a top-level package's spec does not run its code)."""
+  dirs = set()
+  for package in installed_families().values():
+    spec = importlib.util.find_spec(package.partition(".")[0])
+    dirs.update((spec.submodule_search_locations or ()) if spec is not None else ())
+  return sorted(dirs)
 
 
 def available_models() -> List[str]:

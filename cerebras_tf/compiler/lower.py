@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 import tensorflow as tf
 
-from cerebras_tf.core import ir
+from cerebras_tf.core import ir, source
 from cerebras_tf.compiler import kernels
 from cerebras_tf.compiler.capture import CapturedGraph
 from cerebras_tf.errors import CompileError, UnsupportedOpError
@@ -367,14 +367,13 @@ def _frames_outside_tf(op):
     frames = list(op.traceback)
   except Exception:  # pylint: disable=broad-except
     return
-  ours = os.path.normpath(os.path.dirname(os.path.dirname(__file__))) + os.sep
   for f in reversed(frames):
     path = os.path.normpath(f.filename)
     if "site-packages" in path or path.startswith(_FRAMEWORK_DIRS):
       continue
     if os.sep + "python3." in path and os.sep + "lib" + os.sep in path:
       continue
-    yield path, f.lineno, path.startswith(ours)
+    yield path, f.lineno, source.is_own(path)
 
 
 def user_source(op) -> str:

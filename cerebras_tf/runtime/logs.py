@@ -8,14 +8,14 @@ length of a train/evaluate/predict call and keeps TensorFlow's own INFO hidden.
 
 import contextlib
 import logging
-import os
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+from cerebras_tf.core import source
 
 
 def ours(record: logging.LogRecord) -> bool:
-  """Logged from this package's code (TensorFlow's logger reports the caller's file)."""
-  return record.pathname.startswith(PACKAGE_DIR)
+  """Logged from the framework's code or a reference model's (TensorFlow's logger reports the
+  caller's file)."""
+  return source.is_own(record.pathname)
 
 
 @contextlib.contextmanager
