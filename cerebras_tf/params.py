@@ -457,6 +457,8 @@ class _Validator:
     if kind in ("bool", "int", "float"):
       try:
         return field.check(value)  # the one rule of the key (CSConfig applies it too)
+      except schema.PastInt64 as e:
+        self.fail(path, f"{_dotted(path)} {e}")
       except ValueError:
         self.bad(path, field, value)
     if kind in ("str", "path"):

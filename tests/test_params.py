@@ -484,7 +484,7 @@ BAD_CASES = [
      "override 'model.hidden_size.x=1': cannot set 'model.hidden_size.x': model.hidden_size is "
      "not a mapping"),
     ("flag source", None, [params_lib.Override("csconfig.num_csx", 0, "--num_csx")],
-     "--num_csx: csconfig.num_csx must be an int > 0, got 0"),
+     "--num_csx: csconfig.num_csx must be an int in [1, 1024], got 0"),
 ]
 
 
