@@ -128,3 +128,26 @@ def test_correct_bias_is_adams_bias_correction(fused):
   np.testing.assert_allclose(after_two(True), [-0.01, -0.02], rtol=1e-5)
   first = -0.01 * 0.1 * 2 / np.sqrt(0.001 * 4)
   assert after_two(False)[0] == pytest.approx(first, rel=1e-5)
+
+
+def test_static_loss_scale_with_an_embedding_gradient():
+  """A modelzoo config's `loss_scaling_factor: 64` with an embedding (tf.gather: an
+  IndexedSlices gradient) failed with "unsupported operand type(s) for /: 'IndexedSlices' and
+  'float'". SGD at rate 1: the scaled-then-unscaled step equals the plain one; the gradient of
+  sum(table[ids]) is 1 for each gathered row (twice for row 2), so rows 0, 2 move by -1, -2."""
+  from cerebras_tf.models import optimization  # pylint: disable=import-outside-toplevel
+  tf1 = tf.compat.v1
+  moved = {}
+  for scale in (1.0, 64.0):
+    with tf.Graph().as_default():
+      table = tf1.get_variable("table", [4, 3], initializer=tf1.zeros_initializer())
+      loss = tf.reduce_sum(tf.gather(table, [0, 2, 2]))
+      train_op, _ = optimization.build_train_op(
+          loss, {"optimizer_type": "sgd", "learning_rate": 1.0, "loss_scaling_factor": scale},
+          total_steps=1)
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(train_op)
+        moved[scale] = sess.run(table)
+  np.testing.assert_allclose(moved[64.0], moved[1.0])
+  np.testing.assert_allclose(moved[1.0][:, 0], [-1.0, 0.0, -2.0, 0.0])
