@@ -149,6 +149,11 @@ def make_fixtures(tmp):
     vocab = f.read().splitlines()
   (tmp / "vocab_200.txt").write_text("\n".join(vocab[:200]) + "\n")
   _write_foreign_checkpoint(str(tmp / "othermodel" / "model.ckpt"))
+  _write_foreign_checkpoint(str(tmp / "cut" / "model.ckpt"))  # its data file cut in half
+  data = tmp / "cut" / "model.ckpt-5.data-00000-of-00001"
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  # "the" again at the end (a vocab merged from two files): lines 1997 and 30523.
+  (tmp / "vocab_dup.txt").write_text("\n".join(vocab + ["the"]) + "\n")
   (tmp / "vocab_no_cls.txt").write_text(
       "\n".join("[XLS]" if t == "[CLS]" else t for t in vocab) + "\n")
 

@@ -150,3 +150,20 @@ def tsv_head(path: str) -> Iterator[Tuple[int, List[str]]]:
         return
       if line.strip():
         yield number, line.rstrip("\r\n").split("\t")
+
+
+def vocab_tokens(path: str) -> List[str]:
+  """The tokens of a one-token-a-line vocab file, id = line number - 1. A token listed twice is
+  refused by name and line: the id table would hold two ids for one key, which TensorFlow
+  reports only when the table is first used, as 155 lines of "HashTable has different value
+  for same key"."""
+  with tf.io.gfile.GFile(path) as f:
+    tokens = [line.rstrip("\n") for line in f]
+  first: Dict[str, int] = {}
+  for line, token in enumerate(tokens, 1):
+    if token in first:
+      raise DataError(f"vocab file {path} lists the token {token!r} twice (lines {first[token]} "
+                      f"and {line}): each token must have one id; remove the second line, or "
+                      f"use the vocab the data was written with")
+    first[token] = line
+  return tokens
