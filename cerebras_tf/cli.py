@@ -30,7 +30,7 @@ from cerebras_tf import params as params_lib
 from cerebras_tf import registry
 from cerebras_tf import runner
 from cerebras_tf import schema
-from cerebras_tf.models.data import acquire
+from cerebras_tf.models.data import acquire, opened
 from cerebras_tf.runtime import ckpt_files, logs, tf_config
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
@@ -207,6 +207,7 @@ def _sigterm_as_interrupt():
 
 def _run(argv: List[str]) -> int:
   params = opts = None
+  opened.forget()  # the files an earlier run in this process read are not this run's
   try:
     params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
@@ -470,8 +471,28 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"TSV) to them, or point the data paths in the params file at data from "
             f"`{acquire.PREPARE}`")
   if isinstance(e, tf.errors.DataLossError):
-    return (f"corrupt data: {first}; re-create it with `{acquire.PREPARE} --force` "
+    at = re.search(r"corrupted record at (\d+)", first)
+    damaged = _damaged_record_file(tf, int(at.group(1)) if at else None)
+    where = f" in {damaged}" if damaged else ""
+    return (f"corrupt data{where}: {first}; re-create it with `{acquire.PREPARE} --force` "
             f"or remove the damaged file")
+  return None
+
+
+def _damaged_record_file(tf, offset: Optional[int]) -> Optional[str]:
+  """The first TFRecord file the inputs read (models/data/opened.py) whose records do not all
+  read back: a checksum fails, or it ends mid-record. Only files longer than `offset`, the
+  position TensorFlow's message gives. Reads them: called once a read has failed."""
+  for path, compression in opened.tfrecords():
+    try:
+      if offset is not None and not compression and os.path.getsize(path) <= offset:
+        continue
+      for _ in tf.data.TFRecordDataset(path, compression_type=compression):
+        pass
+    except tf.errors.DataLossError:
+      return path
+    except (tf.errors.OpError, OSError):
+      continue
   return None
 
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from cerebras_tf.errors import DataError
+from cerebras_tf.models.data import opened
 
 TFRECORD, TEXT, HDF5, BINARY, EMPTY = "TFRecord", "text", "HDF5", "binary", "empty"
 _GZIP = b"\x1f\x8b"
@@ -129,6 +130,8 @@ def probe_files(files: Sequence[str], key: str) -> FileKind:
     return k.what if k.kind == TFRECORD else k.kind
 
   first = probe(files[0])
+  if first.kind == TFRECORD:
+    opened.note_tfrecords(files, first.compression)
   kinds: Dict[str, List[str]] = {kind_of(first): [files[0]]}
   for path in files[1:]:
     kinds.setdefault(kind_of(probe(path, read_example=False)), []).append(path)
