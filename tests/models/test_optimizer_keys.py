@@ -65,7 +65,6 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
 
 @pytest.mark.parametrize("config, override, built", [
     ("params_mlp.yaml", "model.mixed_precision=true", "false"),
-    ("params_transformer_tiny.yaml", "model.mixed_precision=true", "false"),
     ("params_cnn_digits.yaml", "model.mixed_precision=true", "false"),
     ("params_bert_tiny_msl128.yaml", "model.tf_summary=true", "false"),
     ("params_gpt_tiny.yaml", "model.boundary_casting=true", "false"),
@@ -78,7 +77,7 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
     ("params_bert_tiny_msl128.yaml", "train_input.buckets=[39,56]", "[]"),
 ])
 def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, built):
-  """mixed_precision is applied by bert and gpt only; tf_summary and boundary_casting
+  """mixed_precision is applied by bert, gpt and the transformer only; tf_summary and boundary_casting
   (modelzoo keys) by none; the shared transformer switches by the families that build them
   (GPT read neither use_ffn_bias nor its activation; BERT failed tracing on them): the value
   a family builds is accepted, any other refused, never silently ignored."""
@@ -88,6 +87,13 @@ def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, bu
                                         rf"\(or set it to {re.escape(built)}\)"):
     load_params(path, overrides=[override])
   load_params(path, overrides=[f"{key}={built}"])
+
+
+def test_the_transformer_family_accepts_mixed_precision():
+  """It did once, then was refused as unapplied (issue 40): the Transformer now computes in
+  bfloat16 with it (tests/models/transformer: test_mixed_precision_is_accepted...)."""
+  path = os.path.join(ROOT, "configs", "params_transformer_tiny.yaml")
+  assert load_params(path, overrides=["model.mixed_precision=true"])["model"]["mixed_precision"]
 
 
 def test_log_summaries_writes_the_optimizer_scalars(tmp_path):

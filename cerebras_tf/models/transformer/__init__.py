@@ -75,5 +75,4 @@ SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
 
 SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
                           schema=SCHEMA, check=check_transformer_params,
-                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False,
-                                     ("model", "mixed_precision"): False}))  # float32 only
+                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False}))
