@@ -156,11 +156,15 @@ def _other_unicode(data: bytes) -> Optional[str]:
     if data.startswith(mark):
       return name
   head = data[:400]
-  if len(head) >= 8 and head.count(0) * 4 >= len(head) * 3 - 4:
+  if len(head) < 4:
+    return None
+  # Mostly ASCII in UTF-16 puts a zero in most bytes of one parity and almost none in the
+  # other; UTF-32 makes three bytes in four zero. UTF-8 text holds no zero bytes at all.
+  if len(head) >= 8 and head.count(0) >= 0.6 * len(head):
     return "UTF-32"
-  if len(head) >= 4 and (head[1::2].count(0) * 2 >= len(head) - 2
-                         or head[0::2].count(0) * 2 >= len(head) - 2):
-    return "UTF-16"
+  for zeros, other in ((head[1::2], head[0::2]), (head[0::2], head[1::2])):
+    if zeros.count(0) >= 0.6 * len(zeros) and other.count(0) <= 0.1 * len(other):
+      return "UTF-16"
   return None
 
 

@@ -99,6 +99,9 @@ def make_fixtures(tmp):
     (tmp / name).write_text(text)
   (tmp / "utf16.yaml").write_bytes("model:\n  name: mlp\n".encode("utf-16"))  # with a BOM
   (tmp / "utf16le.yaml").write_bytes("model:\n  name: mlp\n".encode("utf-16-le"))  # without
+  # Found by tests/test_bad_input_generator.py: without a BOM and with non-Latin text, the
+  # first check (half of the bytes zero) missed it and YAML said "unacceptable character".
+  (tmp / "utf16_cjk.yaml").write_bytes("model:\n  name: mlp\n# 中文注释\n".encode("utf-16-le"))
   (tmp / "latin1.yaml").write_bytes("model:\n  name: caf\xe9\n".encode("latin-1"))
   (tmp / "empty").mkdir()
   (tmp / "dirdata" / "bert_pretrain" / "train.tfrecord").mkdir(parents=True)
