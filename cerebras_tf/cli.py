@@ -10,6 +10,7 @@ known to be good, so those errors come back in a fraction of a second.
 """
 
 import contextlib
+import errno
 import dataclasses
 import difflib
 import logging
@@ -29,7 +30,7 @@ from cerebras_tf import params as params_lib
 from cerebras_tf import registry
 from cerebras_tf import runner
 from cerebras_tf import schema
-from cerebras_tf.runtime import ckpt_files, logs, tf_config
+from cerebras_tf.runtime import ckpt_files, input_files, logs, tf_config
 
 _USAGE = ("usage: run.py --params FILE.yaml [--mode {modes}] [--model_dir DIR] [flags]\n"
           "Flags override the YAML; --params_override SECTION.KEY=VALUE sets any params key.")
@@ -195,7 +196,8 @@ def _sigterm_as_interrupt():
 
 
 def _run(argv: List[str]) -> int:
-  params = None
+  params = opts = None
+  input_files.forget()  # the files an earlier run in this process read are not this run's
   try:
     params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
@@ -211,7 +213,8 @@ def _run(argv: List[str]) -> int:
           f"{_resume_hint(params)}", file=sys.stderr)
     return 143 if terminated else 130
   except Exception as e:  # pylint: disable=broad-except
-    message = _disk_full_message(e, params) or _user_facing_tf_error(e, params)
+    message = (_disk_full_message(e, params) or _unwritable_message(e, params, opts)
+               or _user_facing_tf_error(e, params))
     if message is None:
       raise  # a bug: keep the traceback
     print(f"error: {message}", file=sys.stderr)
@@ -334,6 +337,54 @@ def _disk_full_message(e: BaseException, params) -> Optional[str]:
           f"intact; free some space (or choose another --model_dir) and rerun the same command")
 
 
+# What a write that the filesystem refuses says: Python's errno, TensorFlow's message.
+_WRITE_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
+                 errno.EEXIST, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG)
+_TF_WRITE_REFUSED = re.compile(r"^(?P<path>/\S*?):? (?:is not a directory|Not a directory|"
+                               r"Read-only file system|Permission denied|Is a directory)|"
+                               r"(?P<path2>/\S*?); (?P<why>Read-only file system|Permission "
+                               r"denied|Not a directory|Is a directory)")
+
+
+def output_dirs(params, opts) -> List[Tuple[str, str]]:
+  """(directory, the key or flag that names it) of everything a run writes."""
+  if not params:
+    return []
+  model_dir = params["runconfig"]["model_dir"]
+  out = [(params["csconfig"].get("compile_dir") or os.path.join(model_dir, "cs_compile"),
+          "csconfig.compile_dir (--compile_dir)"),
+         (model_dir, "runconfig.model_dir (--model_dir)")]
+  if opts is not None and opts.export_dir:
+    out.insert(0, (opts.export_dir, "--export_dir"))
+  return out
+
+
+def _unwritable_message(e: BaseException, params, opts) -> Optional[str]:
+  """One line for a write the filesystem refused (read-only, not a directory, permission,
+  quota) anywhere under a directory the run writes, in Python or in TensorFlow's C++: the
+  path and the key or flag that chose it. A check before the run catches most; this is the
+  rule for every write after it (a report, a checkpoint, an export)."""
+  path = why = None
+  if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS and e.filename:
+    path, why = str(e.filename), e.strerror or str(e)
+  elif "tensorflow" in sys.modules and isinstance(e, sys.modules["tensorflow"].errors.OpError):
+    m = _TF_WRITE_REFUSED.search(tf_error_text(e))
+    if m:
+      path = m.group("path") or m.group("path2")
+      why = m.group("why") or m.group(0)[len(path):].strip(" :")
+  if path is None:
+    return None
+  for directory, key in output_dirs(params, opts):
+    top = os.path.abspath(directory)
+    here = os.path.abspath(path)
+    if here == top or here.startswith(top + os.sep) or top.startswith(here + os.sep):
+      return (f"cannot write {path}: {why}; {key} must name a writable directory: make it "
+              f"writable or choose another, and rerun (nothing written before is lost)")
+  if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+    return f"cannot write {path}: {why}; make it writable or choose another path"
+  return None
+
+
 def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
   """One line for TensorFlow errors that are the user's to fix (a missing or corrupt data
   file, an unwritable model_dir), else None."""
@@ -410,8 +461,28 @@ def _user_facing_tf_error(e: BaseException, params=None) -> Optional[str]:
             f"TSV) to them, or point the data paths in the params file at data from "
             f"`{PREPARE_DATA}`")
   if isinstance(e, tf.errors.DataLossError):
-    return (f"corrupt data: {first}; re-create it with `{PREPARE_DATA} --force` "
+    at = re.search(r"corrupted record at (\d+)", first)
+    damaged = _damaged_record_file(tf, int(at.group(1)) if at else None)
+    where = f" in {damaged}" if damaged else ""
+    return (f"corrupt data{where}: {first}; re-create it with `{PREPARE_DATA} --force` "
             f"or remove the damaged file")
+  return None
+
+
+def _damaged_record_file(tf, offset: Optional[int]) -> Optional[str]:
+  """The first TFRecord file the inputs read (runtime/input_files.py) whose records do not all
+  read back: a checksum fails, or it ends mid-record. Only files longer than `offset`, the
+  position TensorFlow's message gives. Reads them: called once a read has failed."""
+  for path, compression in input_files.tfrecords():
+    try:
+      if offset is not None and not compression and os.path.getsize(path) <= offset:
+        continue
+      for _ in tf.data.TFRecordDataset(path, compression_type=compression):
+        pass
+    except tf.errors.DataLossError:
+      return path
+    except (tf.errors.OpError, OSError):
+      continue
   return None
 
 

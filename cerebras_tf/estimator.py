@@ -492,6 +492,8 @@ class _CerebrasMethods:
     """The checkpoint eval/predict will restore; None for a warm start (tf.estimator applies
     `warm_start_from` there too, e.g. a Keras model's own weights). No source: refused."""
     if checkpoint_path:
+      if not tf.io.gfile.isdir(checkpoint_path):
+        checkpoints.check_whole(checkpoint_path)  # a copy cut short: one line, not RestoreV2's
       return checkpoint_path
     found = checkpoints.latest(self.model_dir)
     if found is None and (self._warm_start_settings or self._init_checkpoint):

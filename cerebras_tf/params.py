@@ -130,12 +130,38 @@ def load_params(path: str, overrides: Optional[Sequence[Union[str, Override]]] =
     raise ParamsError(f"params file is a directory: {path}")
   try:
     with open(path, "rb") as f:
-      text = f.read().decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise ParamsError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+      data = f.read()
   except OSError as e:
     raise ParamsError(f"{path}: cannot read params file: {e.strerror}") from None
+  other = _other_unicode(data)  # UTF-16 of ASCII without a byte-order mark is valid UTF-8
+  if other:
+    raise ParamsError(f"{path}: {other} text, not UTF-8; save it as UTF-8 (e.g. iconv -f "
+                      f"{other} -t UTF-8)")
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ParamsError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
   return parse_params(text, path, overrides)
+
+
+def _other_unicode(data: bytes) -> Optional[str]:
+  """"UTF-16" or "UTF-32" when the bytes are one of them (a byte-order mark, as Windows
+  editors write, or the zero bytes of ASCII text in those encodings), else None."""
+  for mark, name in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+                     (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16")):
+    if data.startswith(mark):
+      return name
+  head = data[:400]
+  if len(head) < 4:
+    return None
+  # Mostly ASCII in UTF-16 puts a zero in most bytes of one parity and almost none in the
+  # other; UTF-32 makes three bytes in four zero. UTF-8 text holds no zero bytes at all.
+  if len(head) >= 8 and head.count(0) >= 0.6 * len(head):
+    return "UTF-32"
+  for zeros, other in ((head[1::2], head[0::2]), (head[0::2], head[1::2])):
+    if zeros.count(0) >= 0.6 * len(zeros) and other.count(0) <= 0.1 * len(other):
+      return "UTF-16"
+  return None
 
 
 def parse_params(text: str, filename: str = "<params>",
@@ -209,7 +235,37 @@ MAX_EXPANDED_VALUES = 100_000
 
 def _check_expansion(node, where: str) -> None:
   """Refuses YAML whose aliases expand to more than MAX_EXPANDED_VALUES nodes (counted
-  without expanding: each node's size is memoized)."""
+  without expanding: each node's size is memoized), naming the key and line where they do."""
+  size = _expanded_sizes(node)
+  if size.get(id(node), 1) <= MAX_EXPANDED_VALUES:
+    return
+  path, at = [], node
+  while True:  # down to the innermost key whose value alone expands past the limit
+    step = next(((label, child) for label, child in _children(at)
+                 if size.get(id(child), 1) > MAX_EXPANDED_VALUES), None)
+    if step is None:
+      break
+    path.append(step[0])
+    at = step[1]
+  key = "".join(p if p.startswith("[") else f".{p}" for p in path).lstrip(".")
+  line = f":{at.start_mark.line + 1}" if path else ""
+  under = f" under {key}" if key else ""
+  raise ParamsError(f"{where}{line}: YAML aliases{under} expand to more than "
+                    f"{MAX_EXPANDED_VALUES:,} values (an alias bomb?); a params file holds plain "
+                    f"values, a few hundred at most")
+
+
+def _children(n):
+  """(label, child node) of a mapping (by key) or sequence (by [index])."""
+  if isinstance(n, yaml.MappingNode):
+    return [(str(k.value) if isinstance(k, yaml.ScalarNode) else "?", v) for k, v in n.value]
+  if isinstance(n, yaml.SequenceNode):
+    return [(f"[{i}]", v) for i, v in enumerate(n.value)]
+  return []
+
+
+def _expanded_sizes(node) -> Dict[int, int]:
+  """{id(node): values it expands to}, each node once (aliases share their node)."""
   size: Dict[int, int] = {}
   stack = [(node, False)]
   while stack:
@@ -223,10 +279,7 @@ def _check_expansion(node, where: str) -> None:
       stack.extend((k, False) for k in kids if id(k) not in size)
       continue
     size[id(n)] = 1 + sum(size.get(id(k), 1) for k in kids)
-    if size[id(n)] > MAX_EXPANDED_VALUES:
-      raise ParamsError(f"{where}: YAML aliases expand to more than {MAX_EXPANDED_VALUES:,} "
-                        f"values (an alias bomb?); a params file holds plain values, a few "
-                        f"hundred at most")
+  return size
 
 
 def _check_tags(node, where: str, lines: bool):
@@ -604,6 +657,8 @@ class _Validator:
     if kind in ("bool", "int", "float"):
       try:
         return field.check(value)  # the one rule of the key (CSConfig applies it too)
+      except schema.PastInt64 as e:
+        self.fail(path, f"{_dotted(path)} {e}")
       except ValueError:
         self.bad(path, field, value)
     if kind == "spec":  # modelzoo's initializer specs: plain YAML, the family checks them

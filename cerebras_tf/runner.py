@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -76,6 +77,8 @@ def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
             f"here; set it to true (or remove it)")
   check_model_dir(params["runconfig"]["model_dir"])
   check_compile_dir(params["csconfig"]["compile_dir"])
+  if opts.mode == "export" or opts.export_dir:
+    check_export_dir(opts.export_dir)
   if opts.checkpoint_path and opts.mode in ("eval", "predict"):
     check_checkpoint_path(opts.checkpoint_path)
   if params["runconfig"]["warm_start"]:
@@ -326,14 +329,7 @@ def check_model_dir(model_dir: str) -> None:
   """Creates `model_dir` if needed; a path that cannot be a writable directory is a one-line
   ConfigError here rather than a traceback from deep inside the Estimator."""
   check_local(model_dir, "runconfig.model_dir")
-  try:
-    os.makedirs(model_dir, exist_ok=True)
-  except OSError as e:
-    raise ConfigError(f"runconfig.model_dir {model_dir} cannot be created: "
-                      f"{e.strerror or e}; choose a writable directory (--model_dir)") from None
-  if not os.access(model_dir, os.W_OK | os.X_OK):
-    raise ConfigError(f"runconfig.model_dir {model_dir} is not writable; choose a writable "
-                      "directory (--model_dir)")
+  check_writable_dir(model_dir, "runconfig.model_dir", "--model_dir")
 
 
 def check_compile_dir(compile_dir: Optional[str]) -> None:
@@ -344,11 +340,30 @@ def check_compile_dir(compile_dir: Optional[str]) -> None:
   if os.path.exists(compile_dir) and not os.path.isdir(compile_dir):
     raise ConfigError(f"csconfig.compile_dir {compile_dir} is a file, not a directory; choose "
                       "a directory for the compiler's reports and cache (--compile_dir)")
+  check_writable_dir(compile_dir, "csconfig.compile_dir", "--compile_dir")
+
+
+def check_export_dir(export_dir: Optional[str]) -> None:
+  """--export_dir must be a directory the SavedModel's timestamped subdirectory can go in."""
+  if not export_dir or "://" in export_dir:
+    return
+  if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+    raise ConfigError(f"--export_dir {export_dir} is a file, not a directory; choose a "
+                      f"directory for the SavedModel (--export_dir)")
+  check_writable_dir(export_dir, "--export_dir", "--export_dir")
+
+
+def check_writable_dir(path: str, key: str, flag: str) -> None:
+  """Creates `path` if needed and checks a file can be made in it: one rule for every
+  directory the framework writes. os.access does not do: root passes it on a read-only
+  mount's permission bits, and it says nothing of a full disk."""
   try:
-    os.makedirs(compile_dir, exist_ok=True)
+    os.makedirs(path, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+      pass
   except OSError as e:
-    raise ConfigError(f"csconfig.compile_dir {compile_dir} cannot be created: "
-                      f"{e.strerror or e}; choose a writable directory (--compile_dir)") from None
+    raise ConfigError(f"{key} {path} cannot be {'written' if os.path.isdir(path) else 'created'}"
+                      f": {e.strerror or e}; choose a writable directory ({flag})") from None
 
 
 def check_checkpoint_path(path: str, flag: str = "--checkpoint_path",

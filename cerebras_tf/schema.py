@@ -35,6 +35,10 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 ENGINES = ("cs1", "cs2", "cs3")
 
 
+class PastInt64(ValueError):
+  """An int key's value past int64, TensorFlow's widest int (the message says so)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Field:
   """One params key. `low`/`high` bound numbers (inclusive unless `*_open`)."""
@@ -116,6 +120,9 @@ class Field:
       ok = v.lower() if v.lower() in ENGINES else v
     if ok is None:
       raise ValueError(f"must be {self.describe()}, got {value!r}")
+    if self.kind == "int" and self.high is None and not -INT64_MAX - 1 <= ok <= INT64_MAX:
+      # Every int reaches TensorFlow as an int64 at most: a count past it is a typo.
+      raise PastInt64(f"must be {self.describe()} and at most {INT64_MAX}, got {value!r}")
     return ok
 
   def _range(self) -> str:
@@ -141,7 +148,16 @@ def pos_int(default, help_text, nullable=False, high=None):
 
 # TensorFlow holds shapes in int32 in places (a reshape's shape tensor) and steps in int64.
 MAX_BATCH = 2**31 - 1
-MAX_STEPS = 2**63 - 1
+INT64_MAX = 2**63 - 1
+MAX_STEPS = INT64_MAX
+# Counts the run allocates something for before any plan checks them: a host device per system
+# or replica, a process per weight server. Bounded in the schema (before TensorFlow starts), far
+# above any cluster built (CS-2's SwarmX: 192 systems), so a typo's 10^9 is one line, not a
+# process that builds 10^9 device configs. The planner then checks the engine's own limit.
+MAX_SYSTEMS = 1024
+MAX_REPLICAS = 1024
+# Each weight server is a local process (runtime/cluster.py); modelzoo configs use up to 24.
+MAX_WGT_SERVERS = 64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,9 +272,11 @@ CSCONFIG_FIELDS = {
                                 "(auto: the compiler plans each and keeps the fastest that fits)",
                                 choices=plans.STRATEGIES),
     "engine": Field("engine", "cs2", "engine model or an engine YAML"),
-    "num_csx": pos_int(1, "CS systems (weight streaming)"),
-    "max_wgt_servers": pos_int(1, "MemoryX weight servers (weight streaming)"),
-    "num_replicas": pos_int(None, "multi_replica copies (null: compiler picks)"),
+    "num_csx": pos_int(1, "CS systems (weight streaming)", high=MAX_SYSTEMS),
+    "max_wgt_servers": pos_int(1, "MemoryX weight servers (weight streaming)",
+                               high=MAX_WGT_SERVERS),
+    "num_replicas": pos_int(None, "multi_replica copies (null: compiler picks)",
+                            high=MAX_REPLICAS),
     "multireplica": Field("bool", False, "modelzoo switch: true means execution_strategy "
                           "multi_replica"),
     "sparsity": Field("float", 0.0, "unstructured weight sparsity (weight streaming)", low=0,

@@ -25,12 +25,30 @@ def dropout(x, rate: float):
     raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
   with tf.name_scope("dropout"):
     x = tf.convert_to_tensor(x)
-    n = tf.size(x, out_type=tf.int64)  # int32 wraps past 2^31 elements (TAPE's [1024, 12,
-    # 700, 700] attention probabilities)
-    words = tf.random.uniform([(n + 1) // 2], minval=tf.int32.min, maxval=tf.int32.max,
-                              dtype=tf.int32)
-    halves = tf.reshape(tf.bitcast(words, tf.int16), [-1])[:n]  # uniform on [-32768, 32767]
+    halves = _uniform_halves(x)  # uniform on [-32768, 32767], x's shape
     threshold = int(round(rate * _LEVELS)) - _LEVELS // 2
-    keep = tf.reshape(halves >= threshold, tf.shape(x, out_type=tf.int64))
+    keep = halves >= threshold
     mask = tf.where(keep, tf.constant(1.0 / (1.0 - rate), x.dtype), tf.constant(0.0, x.dtype))
     return x * tf.stop_gradient(mask)
+
+
+def _uniform_halves(x):
+  """An int16 uniform of x's shape, two from each 32-bit draw, drawn over x's own dimensions:
+  never the element count, which passes int32 (2^31) for a long sequence's attention
+  probabilities (BERT-Large at 10,256 tokens, batch 30) and made the shapes unknown or wrap
+  to 0. The last dimension is drawn as pairs (one more half when it is odd, dropped)."""
+  static = x.shape.as_list() if x.shape.is_fully_defined() else None
+  if static is not None and not static:
+    return _uniform_halves(tf.reshape(x, [1]))[0]  # a scalar
+  if static is not None:  # python ints: the compiler sees static shapes
+    lead, last = static[:-1], static[-1]
+    pairs = (last + 1) // 2
+    words = tf.random.uniform(lead + [pairs], tf.int32.min, tf.int32.max, tf.int32)
+    halves = tf.reshape(tf.bitcast(words, tf.int16), lead + [2 * pairs])
+    return halves[..., :last] if last % 2 else halves
+  shape = tf.shape(x)
+  lead, last = shape[:-1], shape[-1]
+  pairs = (last + 1) // 2
+  words = tf.random.uniform(tf.concat([lead, [pairs]], 0), tf.int32.min, tf.int32.max, tf.int32)
+  halves = tf.reshape(tf.bitcast(words, tf.int16), tf.concat([lead, [2 * pairs]], 0))
+  return halves[..., :last]

@@ -296,7 +296,8 @@ def build_train_op(loss, opt: Mapping[str, Any], total_steps: int,
     # MEAN loss, not their SUM (R times the loss of the other modes).
     tf1.get_default_graph()._is_loss_scaled_by_optimizer = True  # pylint: disable=protected-access
   if scale != 1.0:
-    grads = [None if g is None else g / scale for g in grads]
+    # An embedding's gradient is IndexedSlices, which has no `/`: scale its values.
+    grads = [None if g is None else _scaled(g, 1.0 / scale) for g in grads]
   pairs = [(g, v) for g, v in zip(grads, tvars) if g is not None]
   if in_replicas and replicas > 1:
     summed = ctx.merge_call(_sum_across, args=tuple(g for g, _ in pairs))

@@ -48,6 +48,10 @@ FIXTURE_YAML = {
     "bomb.yaml": "x_anchors:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"  {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
                  + "train_input:\n  batch_size: 8\nmodel:\n  name: mlp\n  hidden_sizes: *i\n",
+    # The same at batch_size, its anchors inline: 10^6 values if expanded.
+    "bomb_batch.yaml": "train_input:\n  batch_size: [&a [x, x, x, x, x, x, x, x, x, x], " + ", ".join(
+        f"&{c} [{', '.join(['*' + p] * 10)}]" for p, c in zip("abcd", "bcde"))
+                       + f", [{', '.join(['*e'] * 10)}]]\nmodel:\n  name: mlp\n",
 }
 
 
@@ -93,6 +97,11 @@ THROUGH_THE_SCRIPT = ("yaml_tag", "tf_config_json", "nan_loss_no_cs", "nan_loss"
 def make_fixtures(tmp):
   for name, text in FIXTURE_YAML.items():
     (tmp / name).write_text(text)
+  (tmp / "utf16.yaml").write_bytes("model:\n  name: mlp\n".encode("utf-16"))  # with a BOM
+  (tmp / "utf16le.yaml").write_bytes("model:\n  name: mlp\n".encode("utf-16-le"))  # without
+  # Found by tests/test_bad_input_generator.py: without a BOM and with non-Latin text, the
+  # first check (half of the bytes zero) missed it and YAML said "unacceptable character".
+  (tmp / "utf16_cjk.yaml").write_bytes("model:\n  name: mlp\n# 中文注释\n".encode("utf-16-le"))
   (tmp / "latin1.yaml").write_bytes("model:\n  name: caf\xe9\n".encode("latin-1"))
   (tmp / "empty").mkdir()
   (tmp / "dirdata" / "bert_pretrain" / "train.tfrecord").mkdir(parents=True)
@@ -100,6 +109,17 @@ def make_fixtures(tmp):
   with open(DATA, "rb") as f:  # a real header, then garbage: a length/CRC mismatch
     head = f.read(64)
   (tmp / "corrupt.tfrecord").write_bytes(head + b"\x00garbage" * 512)
+  (tmp / "shards").mkdir()  # two shards of 8 real records; the second damaged mid-file
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel  # only for this fixture
+  records = [r.numpy() for r in tf.data.TFRecordDataset(DATA).take(16)]
+  for i in (0, 1):
+    with tf.io.TFRecordWriter(str(tmp / "shards" / f"part-{i}.tfrecord")) as writer:
+      for r in records[8 * i:8 * i + 8]:
+        writer.write(r)
+  damaged = tmp / "shards" / "part-1.tfrecord"
+  with open(damaged, "r+b") as f:
+    f.seek(damaged.stat().st_size // 2)
+    f.write(b"\xff" * 32)
   (tmp / "reviews_5.tsv").write_text("a good film\t4\na dull plot\t3\n")  # five classes
   (tmp / "reviews.csv").write_text("sentence,label\na good film,1\na dull plot,0\n")
   (tmp / "trainer.yaml").write_text(
@@ -149,6 +169,11 @@ def make_fixtures(tmp):
     vocab = f.read().splitlines()
   (tmp / "vocab_200.txt").write_text("\n".join(vocab[:200]) + "\n")
   _write_foreign_checkpoint(str(tmp / "othermodel" / "model.ckpt"))
+  _write_foreign_checkpoint(str(tmp / "cut" / "model.ckpt"))  # its data file cut in half
+  data = tmp / "cut" / "model.ckpt-5.data-00000-of-00001"
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  # "the" again at the end (a vocab merged from two files): lines 1997 and 30523.
+  (tmp / "vocab_dup.txt").write_text("\n".join(vocab + ["the"]) + "\n")
   (tmp / "vocab_no_cls.txt").write_text(
       "\n".join("[XLS]" if t == "[CLS]" else t for t in vocab) + "\n")
 

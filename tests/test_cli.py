@@ -59,10 +59,10 @@ FLAG_CASES = [
      "auto, got 'pipelind' (did you mean 'pipelined'?)"),
     (["--engine=cs9"], "error: --engine: csconfig.engine must be one of cs1, cs2, cs3 or a path "
      "to an engine .yaml file, got 'cs9'"),
-    (["--num_csx=0"], "error: --num_csx: csconfig.num_csx must be an int > 0, got 0"),
+    (["--num_csx=0"], "error: --num_csx: csconfig.num_csx must be an int in [1, 1024], got 0"),
     (["--num_csx=abc"], "error: --num_csx must be an int, got 'abc'"),
     (["--num_wgt_servers=-1"], "error: --num_wgt_servers: csconfig.max_wgt_servers must be an "
-     "int > 0, got -1"),
+     "int in [1, 64], got -1"),
     (["--num_csx"], "error: flag --num_csx needs a value"),
     (["--no_cs=maybe"], "error: --no_cs must be true or false, got 'maybe'"),
     (["--max_steps=0"], "error: --max_steps: runconfig.max_steps must be an int in [1, 9223372036854775807] or null, got 0"),
@@ -113,7 +113,7 @@ SUBPROCESS_CASES = [
     (["--params", "p.yaml", "--mode", "dance"], "error: --mode: runconfig.mode must be one of "
      "train, eval, eval_all, train_and_eval, predict, export, got 'dance'"),
     (["--params", "p.yaml", "--num_csx", "0"], "error: --num_csx: csconfig.num_csx must be an "
-     "int > 0, got 0"),
+     "int in [1, 1024], got 0"),
     (["--params", "bad.yaml"], "error: bad.yaml: YAML syntax error at line 3 column 3: "
      "expected <block end>, but found '<block mapping start>'"),
     (["--params", "evil.yaml"], "error: evil.yaml:1: YAML tag '!!python/object/apply:os.system' "

@@ -724,6 +724,48 @@ def test_available_memory_reads_meminfo_and_a_cgroup_limit(tmp_path):
   assert host_memory.available_bytes(str(tmp_path / "none"), str(cgroup)) is None
 
 
+def test_available_memory_reads_the_cgroup_and_rlimits_the_process_runs_under(tmp_path):
+  """Issue 40: under `ulimit -v` 4.1 GiB a 4.3 GB model passed the check (it read the
+  machine's memory) and died in a 167-line ResourceExhaustedError. A v1 memory cgroup nested
+  two levels deep (the parent's limit binds), and RLIMIT_AS less the VmSize already mapped."""
+  import resource  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import host_memory  # pylint: disable=import-outside-toplevel
+  meminfo = tmp_path / "meminfo"
+  meminfo.write_text("MemAvailable:   20000000 kB\n")  # 20.48 GB
+  proc_cgroup = tmp_path / "cgroup"
+  proc_cgroup.write_text("4:memory:/job/step\n0::/\n")
+  v1 = tmp_path / "fs" / "memory"
+  (v1 / "job" / "step").mkdir(parents=True)
+  (v1 / "job" / "step" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # none
+  (v1 / "job" / "step" / "memory.usage_in_bytes").write_text("100\n")
+  (v1 / "job" / "memory.limit_in_bytes").write_text("5000000000\n")
+  (v1 / "job" / "memory.usage_in_bytes").write_text("1000000000\n")
+  status = tmp_path / "status"
+  status.write_text("VmSize:\t 1000000 kB\nVmData:\t  500000 kB\n")
+
+  def unlimited(which):
+    del which
+    return resource.RLIM_INFINITY, resource.RLIM_INFINITY
+
+  def ulimit_v(which):  # ulimit -v 4300000 (KiB)
+    return ((4_300_000 * 1024, 4_300_000 * 1024) if which == resource.RLIMIT_AS
+            else unlimited(which))
+  read = lambda rlimits: host_memory.available_bytes(
+      str(meminfo), str(tmp_path / "fs"), str(proc_cgroup), str(status), rlimits)
+  assert read(unlimited) == 4_000_000_000              # the parent cgroup: 5 GB - 1 GB used
+  assert read(ulimit_v) == (4_300_000 - 1_000_000) * 1024  # 3.38 GB: the limit less VmSize
+
+
+def test_a_real_ulimit_v_is_read(tmp_path):
+  """The same in a process really started under `ulimit -v` 4 GiB (a subshell)."""
+  code = ("from cerebras_tf.runtime import host_memory; "
+          "print(host_memory.available_bytes())")
+  out = subprocess.run(["bash", "-c", f"ulimit -v {4 * 1024 * 1024}; exec {sys.executable} "
+                        f"-c '{code}'"], capture_output=True, text=True, check=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=str(tmp_path)).stdout
+  assert 0 < int(out) < 4 * 1024 ** 3
+
+
 def test_evaluate_and_predict_take_the_newest_when_training_deletes_theirs(tmp_path, caplog,
                                                                           monkeypatch):
   """`--mode eval` in a second terminal while training saves every few seconds (keep 2): the

@@ -481,7 +481,7 @@ BAD_CASES = [
      "override 'model.hidden_size.x=1': cannot set 'model.hidden_size.x': model.hidden_size is "
      "not a mapping"),
     ("flag source", None, [params_lib.Override("csconfig.num_csx", 0, "--num_csx")],
-     "--num_csx: csconfig.num_csx must be an int > 0, got 0"),
+     "--num_csx: csconfig.num_csx must be an int in [1, 1024], got 0"),
 ]
 
 
@@ -518,8 +518,10 @@ def test_alias_bomb_is_cheap(tmp_path):
     lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
   path = _write(tmp_path, "\n".join(lines) + "\n")
   # 9^12 values if expanded: refused by counting (memoized), before any section is looked at.
-  assert _error(path) == (f"{path}: YAML aliases expand to more than 100,000 values (an alias "
-                          "bomb?); a params file holds plain values, a few hundred at most")
+  # It names the first key whose value alone expands past the limit: a5 (1 + 9 x 11,111).
+  assert _error(path) == (f"{path}:6: YAML aliases under a5 expand to more than 100,000 values "
+                          "(an alias bomb?); a params file holds plain values, a few hundred at "
+                          "most")
 
 
 def test_registry_unknown_model_and_spec_checks():

@@ -23,10 +23,11 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 
@@ -190,6 +191,29 @@ class CompileCache:
     return published
 
 
+# A temporary file is renamed into place milliseconds after it is written: one this old was
+# left by a process killed in between (SIGKILL, a power cut), never one still being written.
+STALE_TMP_S = 60.0
+_TMP_NAME = re.compile(r"\.\d+(?:\.[0-9a-f]{8})?\.tmp$")  # _tmp_name's, report.put_input_line's
+
+
+def remove_stale_tmp(compile_dir: str, now: Optional[float] = None) -> List[str]:
+  """Deletes the temporary files a killed compile left in compile_dir and its cache (only
+  names `_tmp_name` and the report's input line give, older than STALE_TMP_S); returns them."""
+  now = time.time() if now is None else now
+  removed = []
+  for root, _, files in os.walk(compile_dir):
+    for name in files:
+      path = os.path.join(root, name)
+      try:
+        if _TMP_NAME.search(name) and now - os.path.getmtime(path) > STALE_TMP_S:
+          os.remove(path)
+          removed.append(path)
+      except OSError:
+        continue  # gone already (another process cleaned it), or not ours to remove
+  return sorted(removed)
+
+
 def _tmp_name(path: str) -> str:
   """A temporary name beside `path` that no other process uses: the chief and the workers of
   a multi-worker run share the model_dir's compile_dir and publish the same reports at once
@@ -263,6 +287,7 @@ class Compiler:
       BatchError: the global batch does not split over the plan's replicas and systems.
     """
     t0 = now()
+    remove_stale_tmp(self.compile_dir)
     engine = spec_lib.load_engine(cs_config.engine)
     captured = capture.capture(call_input_fn, call_model_fn, global_batch or 0)
     if not captured.batch_size:

@@ -515,6 +515,24 @@ def remove_partial_writes(model_dir: str) -> List[str]:
   return sorted(removed)
 
 
+def check_whole(prefix: str) -> None:
+  """DataError naming the checkpoint when its data files hold fewer bytes than its index says
+  its tensors take (a copy cut short, a disk that filled): TensorFlow finds out only when an
+  initializer reads the missing part, as 141 lines ending in "Read less bytes than requested".
+  Sizes only, nothing is read; a string tensor's size is not known and counts as 0."""
+  reader = tf.train.load_checkpoint(prefix)
+  dtypes = reader.get_variable_to_dtype_map()
+  need = sum(int(np.prod(shape, dtype=np.int64)) * (dtypes[name].size if dtypes[name] != tf.string
+                                                    else 0)
+             for name, shape in reader.get_variable_to_shape_map().items())
+  files = tf.io.gfile.glob(prefix + ".data-?????-of-?????")
+  have = sum(tf.io.gfile.stat(f).length for f in files)
+  if have < need:
+    raise DataError(f"checkpoint {prefix} is damaged: its data files hold {have:,} bytes, its "
+                    f"index names {need:,} (a copy cut short, or a disk that filled while it "
+                    f"was written); use another checkpoint, or copy this one again")
+
+
 def init_matching(checkpoint: str, var_list=None) -> Dict[str, tf.Variable]:
   """Warm-starts the graph variables that a checkpoint holds with the same name and shape
   (tf.compat.v1.train.init_from_checkpoint: the initializers read the checkpoint).
@@ -529,6 +547,7 @@ def init_matching(checkpoint: str, var_list=None) -> Dict[str, tf.Variable]:
   tf1 = tf.compat.v1
   if tf.io.gfile.isdir(checkpoint):
     checkpoint = latest(checkpoint) or checkpoint
+  check_whole(checkpoint)
   in_ckpt = dict(tf1.train.list_variables(checkpoint))
   variables = var_list if var_list is not None else tf1.global_variables()
   assignment, mismatched, missing = {}, [], []

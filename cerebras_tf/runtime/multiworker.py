@@ -83,7 +83,10 @@ def strategy(cluster: tf_config.TFConfig,
         coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name=job,
                                                                  num_tasks=spec.num_tasks(job))
                           for job in peers.TRAINING_JOBS if job in spec.jobs])
+  if peers.port_taken(cluster.cluster[cluster.task_type][cluster.task_index]):
+    raise ConfigError(_port_taken_message(cluster))
   sigterm = signal.getsignal(signal.SIGTERM)
+  restore_sigint = peers.exit_on_signal()  # the watchdog's stop: exit code 2, not 137
   watchdog = subprocess.Popen(  # pylint: disable=consider-using-with
       [sys.executable, "-m", "cerebras_tf.runtime.peers", "--formation_watch", str(os.getpid()),
        str(formation_timeout_s)], stdin=subprocess.PIPE,
@@ -108,6 +111,7 @@ def strategy(cluster: tf_config.TFConfig,
   finally:
     watchdog.stdin.close()
     watchdog.wait()
+    restore_sigint()
   # The coordination service's preemption notifier catches SIGTERM and keeps the process
   # alive; a user (or the launcher) that sends SIGTERM means stop.
   signal.signal(signal.SIGTERM, sigterm if callable(sigterm) else signal.SIG_DFL)

@@ -76,7 +76,9 @@ def host_devices(cs_config) -> dict:
   if any(m.replicates for m in modes):
     want = cs_config.num_replicas or batching.HOST_CPU_REPLICAS
   if any(m.streams_weights for m in modes):
-    want = max(want, cs_config.num_csx)
+    # The host trains the systems' shares on at most HOST_CPU_REPLICAS devices
+    # (batching.host_replicas): a device per system would be num_csx configs for nothing.
+    want = max(want, min(cs_config.num_csx, batching.HOST_CPU_REPLICAS))
   if want < batching.HOST_CPU_REPLICAS:
     # A run on one device reserves the default data-parallel count too while it still can,
     # so a notebook that trains pipelined and then multi_replica needs no new process.

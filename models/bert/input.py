@@ -64,8 +64,7 @@ def read_vocab(vocab_file: str) -> Dict[str, int]:
   if tf.io.gfile.isdir(vocab_file):
     raise DataError(f"cannot read vocab file {vocab_file}: it is a directory; set vocab_file "
                     "to the vocab .txt in the params file")
-  with tf.io.gfile.GFile(vocab_file) as f:
-    return {line.rstrip("\n"): i for i, line in enumerate(f)}
+  return {token: i for i, token in enumerate(formats.vocab_tokens(vocab_file))}
 
 
 def special_ids(vocab: Mapping[str, int], vocab_file: str = "the vocab") -> Dict[str, int]:

@@ -15,6 +15,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from cerebras_tf.errors import DataError
+from cerebras_tf.runtime import input_files
 
 TFRECORD, TEXT, HDF5, BINARY, EMPTY = "TFRecord", "text", "HDF5", "binary", "empty"
 _GZIP = b"\x1f\x8b"
@@ -129,6 +130,8 @@ def probe_files(files: Sequence[str], key: str) -> FileKind:
     return k.what if k.kind == TFRECORD else k.kind
 
   first = probe(files[0])
+  if first.kind == TFRECORD:
+    input_files.note_tfrecords(files, first.compression)
   kinds: Dict[str, List[str]] = {kind_of(first): [files[0]]}
   for path in files[1:]:
     kinds.setdefault(kind_of(probe(path, read_example=False)), []).append(path)
@@ -150,3 +153,20 @@ def tsv_head(path: str) -> Iterator[Tuple[int, List[str]]]:
         return
       if line.strip():
         yield number, line.rstrip("\r\n").split("\t")
+
+
+def vocab_tokens(path: str) -> List[str]:
+  """The tokens of a one-token-a-line vocab file, id = line number - 1. A token listed twice is
+  refused by name and line: the id table would hold two ids for one key, which TensorFlow
+  reports only when the table is first used, as 155 lines of "HashTable has different value
+  for same key"."""
+  with tf.io.gfile.GFile(path) as f:
+    tokens = [line.rstrip("\n") for line in f]
+  first: Dict[str, int] = {}
+  for line, token in enumerate(tokens, 1):
+    if token in first:
+      raise DataError(f"vocab file {path} lists the token {token!r} twice (lines {first[token]} "
+                      f"and {line}): each token must have one id; remove the second line, or "
+                      f"use the vocab the data was written with")
+    first[token] = line
+  return tokens

@@ -79,8 +79,7 @@ def _data_files(section, split: str, section_name: str):
 def _check_wordpiece_vocab(path: str) -> int:
   """Rows of a WordPiece vocab (one token a line, with [UNK]); refuses other vocabularies,
   which the tokenizer would read without a word of complaint and map every word to one id."""
-  with tf.io.gfile.GFile(path) as f:
-    tokens = [line.rstrip("\n") for line in f]
+  tokens = formats.vocab_tokens(path)
   if UNK not in tokens:
     what = ("a JSON file (a GPT-2 BPE vocab.json?)" if tokens and tokens[0].lstrip()[:1] == "{"
             else "not a WordPiece vocab")

@@ -88,5 +88,4 @@ def _check(out: dict, fail) -> None:
 
 SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
                           schema=SCHEMA, check=_check,
-                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False,
-                                     ("model", "mixed_precision"): False}))  # float32 only
+                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False}))

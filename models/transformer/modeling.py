@@ -12,7 +12,9 @@ Variable scopes:
 
 Shapes: B batch, S source length, T target length, H hidden, N heads, D = H / N, F filter,
 V vocabulary. Building blocks (dense, layer_norm, dropout, gelu, initializer) come from
-models/bert/modeling.py. Compute is float32.
+models/bert/modeling.py. Compute is float32, or bfloat16 with `model.mixed_precision: true`
+(float32 variables cast where used; softmax, LayerNorm, the attention bias and the logits stay
+float32, as in BERT's and GPT's mixed precision).
 
 Where lengths come from (variable tensor shape): the input pipeline pads every batch to the
 static [B, S] / [B, T] the engine compiles for, and passes `source_padding_mask`,
@@ -56,6 +58,7 @@ class TransformerConfig:
   share_embedding_weights: bool = True    # one table for source and target
   tie_output_projection: bool = True      # logits = h @ target_table^T
   nonlinearity: str = "relu"
+  dtype: str = "float32"                  # compute dtype; bfloat16 with mixed_precision
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
@@ -65,6 +68,10 @@ class TransformerConfig:
       raise ValueError("position_embedding_type must be fixed or learned")
     if self.nonlinearity not in ACTIVATIONS:
       raise ValueError("nonlinearity must be one of %s" % sorted(ACTIVATIONS))
+
+  @property
+  def compute_dtype(self) -> tf.DType:
+    return tf.as_dtype(self.dtype)
 
   @property
   def head_size(self) -> int:
@@ -81,6 +88,8 @@ class TransformerConfig:
       kwargs["nonlinearity"] = model["encoder_nonlinearity"]
     if model.get("norm_type"):
       kwargs["pre_norm"] = model["norm_type"] == "pre"
+    if model.get("mixed_precision"):
+      kwargs["dtype"] = "bfloat16"
     return cls(**kwargs)
 
 
@@ -122,15 +131,16 @@ def embed(ids, table, config: TransformerConfig, training: bool, start=0):
   Args:
     ids: [B, L] int32.  start: position of ids[:, 0] (decoding steps).
   Returns:
-    [B, L, H] float32.
+    [B, L, H] in the compute dtype.
   """
   length = tf.shape(ids)[1]
-  x = tf.gather(table, ids) * (config.hidden_size ** 0.5)
+  dtype = config.compute_dtype
+  x = tf.cast(tf.gather(table, ids), dtype) * (config.hidden_size ** 0.5)
   if config.position_embedding_type == "fixed":
     pos = sinusoids(length, config.hidden_size, start)
   else:
     pos = tf.gather(position_table(config), tf.range(length) + start)
-  x += pos[tf.newaxis]
+  x += tf.cast(pos, dtype)[tf.newaxis]
   return dropout(x, config.dropout_rate, training)
 
 
@@ -185,7 +195,8 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
   q = project_heads(query_input, "query", config)
   k, v = kv if kv is not None else key_values(query_input, config)
   scores = tf.matmul(q, k, transpose_b=True) * (config.head_size ** -0.5)  # [B, N, Lq, Lk]
-  probs = dropout(tf.nn.softmax(scores + bias), config.attention_dropout_rate, training)
+  probs = tf.nn.softmax(tf.cast(scores, tf.float32) + bias)  # float32: the -1e9 bias
+  probs = dropout(tf.cast(probs, v.dtype), config.attention_dropout_rate, training)
   context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])  # [B, Lq, N, D]
   batch, length = tf.shape(query_input)[0], tf.shape(query_input)[1]
   context = tf.reshape(context, [batch, length, config.hidden_size])
@@ -204,14 +215,17 @@ def feed_forward(x, config: TransformerConfig, training: bool):
 def sublayer(x, fn, config: TransformerConfig, training: bool):
   """Residual block: post-norm LN(x + drop(fn(x))) or pre-norm x + drop(fn(LN(x)))."""
   eps = config.layer_norm_epsilon
+  dtype = config.compute_dtype
   if config.pre_norm:
-    return x + dropout(fn(layer_norm(x, eps)), config.dropout_rate, training)
-  return layer_norm(x + dropout(fn(x), config.dropout_rate, training), eps)
+    return x + dropout(fn(tf.cast(layer_norm(x, eps), dtype)), config.dropout_rate, training)
+  return tf.cast(layer_norm(x + dropout(fn(x), config.dropout_rate, training), eps), dtype)
 
 
 def final_norm(x, config: TransformerConfig):
   """Pre-norm stacks end with a LayerNorm; post-norm outputs are normalized already."""
-  return layer_norm(x, config.layer_norm_epsilon, "final_norm") if config.pre_norm else x
+  if not config.pre_norm:
+    return x
+  return tf.cast(layer_norm(x, config.layer_norm_epsilon, "final_norm"), config.compute_dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,18 +277,19 @@ def cross_key_values(encoder_output, config: TransformerConfig):
 
 
 def output_logits(x, config: TransformerConfig):
-  """Decoder states [B, L, H] -> logits [B, L, V] (tied to the target embeddings or not)."""
+  """Decoder states [B, L, H] -> float32 logits [B, L, V] (tied to the target embeddings or
+  not)."""
   _, target_table = embedding_tables(config)
   batch, length = tf.shape(x)[0], tf.shape(x)[1]
   flat = tf.reshape(x, [-1, config.hidden_size])
   if config.tie_output_projection:
-    logits = tf.matmul(flat, target_table, transpose_b=True)
+    logits = tf.matmul(flat, tf.cast(target_table, flat.dtype), transpose_b=True)
   else:
     with tf1.variable_scope("decoder/output_projection", reuse=tf1.AUTO_REUSE):
       kernel = tf1.get_variable("kernel", [config.hidden_size, config.vocab_size],
                                 initializer=initializer(config.initializer_range))
-    logits = tf.matmul(flat, kernel)
-  logits = tf.reshape(logits, [batch, length, config.vocab_size])
+    logits = tf.matmul(flat, tf.cast(kernel, flat.dtype))
+  logits = tf.reshape(tf.cast(logits, tf.float32), [batch, length, config.vocab_size])
   logits.set_shape(x.shape[:-1].concatenate([config.vocab_size]))
   return logits
 
@@ -301,8 +316,8 @@ def init_cache(batch, max_length: int, config: TransformerConfig) -> Dict[str, t
   shape = [batch, config.num_heads, max_length, config.head_size]
   cache = {}
   for i in range(config.num_decoder_layers):
-    cache["layer_%d/k" % i] = tf.zeros(shape)
-    cache["layer_%d/v" % i] = tf.zeros(shape)
+    cache["layer_%d/k" % i] = tf.zeros(shape, config.compute_dtype)
+    cache["layer_%d/v" % i] = tf.zeros(shape, config.compute_dtype)
   return cache
 
 
@@ -323,7 +338,8 @@ def decode_step(ids, step, cache, cross_kv, cross_bias, config: TransformerConfi
   # Keys 0..step are visible; later cache slots are still zero.
   positions = tf.range(max_length)
   self_bias = tf.where(positions <= step, 0.0, NEG_INF)[tf.newaxis, tf.newaxis, tf.newaxis, :]
-  write = tf.cast(tf.equal(positions, step), tf.float32)[tf.newaxis, tf.newaxis, :, tf.newaxis]
+  write = tf.cast(tf.equal(positions, step),
+                  config.compute_dtype)[tf.newaxis, tf.newaxis, :, tf.newaxis]
   new_cache = dict(cache)
   with tf1.variable_scope("decoder", reuse=tf1.AUTO_REUSE):
     for i in range(config.num_decoder_layers):

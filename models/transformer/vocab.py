@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_text as tft
 
 from cerebras_tf.errors import DataError
+from cerebras_models.data import formats
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 RESERVED = (PAD, UNK, START, END)
@@ -154,8 +155,7 @@ def _write(path: str, tokens: Sequence[str]) -> None:
 
 
 def read_vocab(path: str) -> List[str]:
-  with tf.io.gfile.GFile(path) as f:
-    tokens = [line.rstrip("\n") for line in f]
+  tokens = formats.vocab_tokens(path)
   if tuple(tokens[:len(RESERVED)]) != RESERVED:
     raise DataError(f"vocab file {path} starts with {' '.join(tokens[:len(RESERVED)])}, not "
                     f"{' '.join(RESERVED)}: the Transformer's ids 0-3 are padding, unknown, "

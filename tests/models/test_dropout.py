@@ -39,10 +39,25 @@ def test_rate_outside_range_fails():
       dropout.dropout(tf.zeros([3]), 1.0)
 
 
-def test_a_graph_past_two_to_the_31_elements_builds():
-  # TAPE BERT's attention probabilities, [1024, 12, 700, 700] = 6.0e9 elements: counted in
-  # int32 the size wrapped and the reshape was refused while the graph was traced.
+def test_more_than_int32_elements_keeps_static_shape():
+  # Attention probabilities of BERT-Large at 10,256 tokens, batch 30: 30 x 16 x 10,256^2 =
+  # 50.5e9 elements, past int32's 2^31. tf.size in int32 wrapped and left the dropout's shapes
+  # unknown (the compiler refused them as "dynamic output shape"); at 2^32 it wrapped to 0.
+  # Graph only: nothing this size is run.
   with tf.Graph().as_default():
-    x = tf1.placeholder(tf.bfloat16, [1024, 12, 700, 700])
-    y = dropout.dropout(x, 0.1)
-    assert y.shape.as_list() == [1024, 12, 700, 700]
+    for shape in ([30, 16, 10256, 10256], [1024, 16, 512, 512], [3, 5, 7]):
+      x = tf1.placeholder(tf.float32, shape)
+      y = dropout.dropout(x, 0.1)
+      assert y.shape.as_list() == shape
+      ops = [op for op in tf1.get_default_graph().get_operations() if "dropout" in op.name]
+      assert all(o.shape.is_fully_defined() for op in ops for o in op.outputs), shape
+
+
+def test_dynamic_shape_and_odd_last_dimension():
+  with tf.Graph().as_default():
+    x = tf1.placeholder(tf.float32, [None, 3])
+    y = dropout.dropout(x, 0.5)
+    with tf1.Session() as sess:
+      out = sess.run(y, {x: np.ones([1000, 3], np.float32)})
+  assert out.shape == (1000, 3)
+  assert set(np.unique(out)) <= {0.0, 2.0} and abs((out != 0).mean() - 0.5) < 0.05

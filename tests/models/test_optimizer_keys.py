@@ -65,7 +65,6 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
 
 @pytest.mark.parametrize("config, override, built", [
     ("params_mlp.yaml", "model.mixed_precision=true", "false"),
-    ("params_transformer_tiny.yaml", "model.mixed_precision=true", "false"),
     ("params_cnn_digits.yaml", "model.mixed_precision=true", "false"),
     ("params_gpt_tiny.yaml", "model.use_segment_embedding=true", "false"),
     ("params_gpt_tiny.yaml", "model.attention_type=dot_product", "scaled_dot_product"),
@@ -74,9 +73,9 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
     ("params_bert_tiny_msl128.yaml", "model.position_embedding_type=fixed", "learned"),
 ])
 def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, built):
-  """mixed_precision is applied by bert and gpt only (tf_summary and boundary_casting, which
-  steer only the CS compiler, are kept without effect and named in the log:
-  tests/test_modelzoo_tf.py); the shared transformer switches by the families that build them
+  """mixed_precision is applied by bert, gpt and the transformer only (tf_summary and
+  boundary_casting, which steer only the CS compiler, are kept without effect and named in the
+  log: tests/test_modelzoo_tf.py); the shared transformer switches by the families that build them
   (GPT read neither use_ffn_bias nor its activation; BERT failed tracing on them): the value
   a family builds is accepted, any other refused, never silently ignored."""
   key = override.split("=")[0]
@@ -85,6 +84,13 @@ def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, bu
                                         rf"\(or set it to {re.escape(built)}\)"):
     load_params(path, overrides=[override])
   load_params(path, overrides=[f"{key}={built}"])
+
+
+def test_the_transformer_family_accepts_mixed_precision():
+  """It did once, then was refused as unapplied (issue 40): the Transformer now computes in
+  bfloat16 with it (tests/models/transformer: test_mixed_precision_is_accepted...)."""
+  path = os.path.join(ROOT, "configs", "params_transformer_tiny.yaml")
+  assert load_params(path, overrides=["model.mixed_precision=true"])["model"]["mixed_precision"]
 
 
 def test_log_summaries_writes_the_optimizer_scalars(tmp_path):
@@ -125,3 +131,26 @@ def test_correct_bias_is_adams_bias_correction(fused):
   np.testing.assert_allclose(after_two(True), [-0.01, -0.02], rtol=1e-5)
   first = -0.01 * 0.1 * 2 / np.sqrt(0.001 * 4)
   assert after_two(False)[0] == pytest.approx(first, rel=1e-5)
+
+
+def test_static_loss_scale_with_an_embedding_gradient():
+  """A modelzoo config's `loss_scaling_factor: 64` with an embedding (tf.gather: an
+  IndexedSlices gradient) failed with "unsupported operand type(s) for /: 'IndexedSlices' and
+  'float'". SGD at rate 1: the scaled-then-unscaled step equals the plain one; the gradient of
+  sum(table[ids]) is 1 for each gathered row (twice for row 2), so rows 0, 2 move by -1, -2."""
+  from cerebras_models import optimization  # pylint: disable=import-outside-toplevel
+  tf1 = tf.compat.v1
+  moved = {}
+  for scale in (1.0, 64.0):
+    with tf.Graph().as_default():
+      table = tf1.get_variable("table", [4, 3], initializer=tf1.zeros_initializer())
+      loss = tf.reduce_sum(tf.gather(table, [0, 2, 2]))
+      train_op, _ = optimization.build_train_op(
+          loss, {"optimizer_type": "sgd", "learning_rate": 1.0, "loss_scaling_factor": scale},
+          total_steps=1)
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(train_op)
+        moved[scale] = sess.run(table)
+  np.testing.assert_allclose(moved[64.0], moved[1.0])
+  np.testing.assert_allclose(moved[1.0][:, 0], [-1.0, 0.0, -2.0, 0.0])
