@@ -25,7 +25,7 @@ import os
 import pytest
 
 from cerebras_tf import cli
-from cerebras_tf.analysis import fidelity
+from validation import fidelity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DECODERS = ("gpt", "gptj", "llama")
