@@ -525,6 +525,19 @@ class _CerebrasMethods:
 
 
 @functools.lru_cache(maxsize=None)
+def _keras_parts(model, model_dir, config, custom_objects=None, metric_names_map=None,
+                 export_outputs=None):
+  """(model_fn, config, warm start) that train a compiled Keras `model` from its weights."""
+  config = _as_cs_run_config(config)
+  if model_dir is not None or config.model_dir is None:
+    config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
+  # The warm-start checkpoint is read by weight servers in another directory.
+  config = config.replace(model_dir=_absolute(config.model_dir))
+  model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
+                                                 export_outputs)
+  return model_fn, config, keras_model_lib.save_warm_start(model, config, custom_objects)
+
+
 def _hint_onednn_once() -> None:
   """Says once why host training is slower when TensorFlow was imported before cerebras_tf."""
   if cerebras_tf.ONEDNN_TOO_LATE:
@@ -574,6 +587,14 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   def __init__(self, model_fn, model_dir=None, compile_dir=None, config=None, params=None,
                warm_start_from=None, use_cs=None, init_checkpoint=None):
+    if isinstance(model_fn, tf.keras.Model):
+      # A compiled Keras model where a model_fn goes: what from_keras_model does.
+      if warm_start_from is not None:
+        raise ConfigError("CerebrasEstimator(keras_model, warm_start_from=...): a Keras model "
+                          "starts from its own weights; load the others into it first")
+      model_fn, config, warm_start_from = _keras_parts(keras_model_lib.load(model_fn),
+                                                       model_dir, config)
+      model_dir = config.model_dir
     # params also carries the batch the input_fn and the runtime read (params["batch_size"], as
     # TPUEstimator's): a model_fn that does not take it is not one that forgot to.
     takes_params = "params" in estimator_util.fn_args(model_fn)
@@ -620,14 +641,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     `model.input_names`); see cerebras_tf/keras_model.py for what differs.
     """
     model = keras_model_lib.load(keras_model, keras_model_path, custom_objects)
-    config = _as_cs_run_config(config)
-    if model_dir is not None or config.model_dir is None:
-      config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
-    # The warm-start checkpoint below is read by weight servers in another directory.
-    config = config.replace(model_dir=_absolute(config.model_dir))
-    model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
-                                                   export_outputs)
-    warm = keras_model_lib.save_warm_start(model, config, custom_objects)
+    model_fn, config, warm = _keras_parts(model, model_dir, config, custom_objects,
+                                          metric_names_map, export_outputs)
     return cls(model_fn, compile_dir=compile_dir, config=config, params=params,
                warm_start_from=warm, use_cs=use_cs)
 
