@@ -167,9 +167,13 @@ def _table() -> Dict[str, Kernel]:
   add(("Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "L2Loss", "Cumsum", "Cumprod"), REDUCTION, "in",
       layers="GlobalAveragePooling (Mean), GlobalMaxPooling (Max), losses, unfused "
              "BatchNormalization/LayerNormalization moments")
+  add(("TopKV2", "TopK"), REDUCTION, "in",
+      layers="tf.math.top_k: a mixture-of-experts router's choice of experts",
+      why="one pass over each row keeping the k largest")
   add(("GatherV2", "Gather", "ResourceGather", "GatherNd"), GATHER, "zero", layers="Embedding")
-  add(("ResourceScatterAdd", "UnsortedSegmentSum", "ScatterNd", "TensorScatterUpdate"), GATHER,
-      "zero", layers="embedding gradients")
+  add(("ResourceScatterAdd", "UnsortedSegmentSum", "ScatterNd", "TensorScatterUpdate",
+       "TensorScatterAdd", "SegmentSum"), GATHER, "zero",
+      layers="embedding gradients; a router's dispatch of tokens to expert slots and combine")
   add(("ConcatV2", "Concat"), GATHER, "zero", layers="Concatenate (U-Net skips)")
   add(("Slice", "StridedSlice", "StridedSliceGrad", "Pack", "Unpack", "Split", "SplitV",
        "Transpose", "Pad", "PadV2", "MirrorPad", "Reverse", "ReverseV2", "MatrixBandPart",

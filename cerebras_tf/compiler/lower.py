@@ -332,6 +332,38 @@ def op_spatial(op, batch: int = 0) -> Optional[ir.Spatial]:
     return None
 
 
+# Ops that write rows of a zeroed buffer: a router's dispatch of tokens to expert slots.
+_DISPATCH = ("UnsortedSegmentSum", "ScatterNd")
+
+
+def dispatch_slots(op) -> Optional[Tuple[int, float]]:
+  """(slots, routed share) of a forward dispatch: a segment sum or scatter of R rows into S
+  slot rows, R < S (a mixture-of-experts router giving every expert room for every token,
+  or capacity above what is routed); None for any other op. The share is R / S."""
+  if op.type not in _DISPATCH or not op.outputs:
+    return None
+  rows_in = op.inputs[0 if op.type == "UnsortedSegmentSum" else 1].shape
+  rows_out = op.outputs[0].shape
+  if rows_in.rank is None or rows_out.rank is None or not rows_in.rank or not rows_out.rank:
+    return None
+  r, slots = rows_in.as_list()[0], rows_out.as_list()[0]
+  if r is None or slots is None or r >= slots:
+    return None
+  return slots, r / slots
+
+
+def touches_slots(op, slots: int) -> bool:
+  """Whether `op` works on a dispatch buffer of `slots` rows: a tensor [slots, ...] or
+  [experts, capacity, ...] with experts x capacity = slots (the experts' batched matmuls,
+  their activations and gradients)."""
+  for t in list(op.inputs) + list(op.outputs):
+    dims = t.shape.as_list() if t.shape.rank else []
+    if dims and (dims[0] == slots or (len(dims) >= 3 and None not in dims[:2]
+                                      and dims[0] * dims[1] == slots and dims[0] > 1)):
+      return True
+  return False
+
+
 def _contraction_flops(op) -> float:
   """op_flops of matmuls and convolutions, 0 for the rest (a loop body's dense share)."""
   return op_flops(op) if kernels.category(op.type) in (kernels.MATMUL, kernels.CONV) else 0.0
@@ -737,12 +769,25 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   io_values = 0  # their values
   spatial: Dict[str, List[ir.Spatial]] = collections.defaultdict(list)
   bwd_ops = []
+  # Mixture of experts: the engine computes the expert slots a router filled, not the empty
+  # ones, so the ops on a dispatch buffer count its routed share (top_k of num_experts per
+  # token, capped by the capacity), forward and backward.
+  routed: Dict[str, Tuple[int, float]] = {}
+  for op in fwd:
+    found = dispatch_slots(op)
+    if found is not None:
+      routed[op_layer(op)] = found
+
+  def routed_share(op, layer: str) -> float:
+    slots, share = routed.get(layer, (0, 1.0))
+    return share if slots and touches_slots(op, slots) else 1.0
+
   for i, op in enumerate(graph.get_operations()):
     if op in fwd_set:
       if op.type in ("Placeholder", "VarHandleOp", "VariableV2", "Const", "ReadVariableOp"):
         continue
       layer = op_layer(op)
-      f = op_flops(op)
+      f = op_flops(op) * routed_share(op, layer)
       # A layer sits in the pipeline where its heaviest op runs (not its first reshape).
       if layer not in order or f > heaviest[layer]:
         order[layer], heaviest[layer] = i, f
@@ -770,7 +815,8 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       bwd_ops.append(op)
   kept = set()  # forward tensors the gradient reads: the host keeps them through the step
   for op in bwd_ops:
-    bwd_flops[grad_layer(op)] += op_flops(op)
+    layer = grad_layer(op)
+    bwd_flops[layer] += op_flops(op) * routed_share(op, layer)
     kept.update(t for t in op.inputs if t.op in fwd_set
                 and (t.dtype.is_floating or t.dtype.is_integer or t.dtype == tf.bool)
                 and t.op.type not in ("Const", "VarHandleOp", "ReadVariableOp"))
