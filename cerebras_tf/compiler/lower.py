@@ -508,10 +508,113 @@ def _check_op(op) -> Optional[str]:
   return None
 
 
-def unsupported_ops(fwd: Iterable[tf.Operation]) -> List[Tuple[tf.Operation, str, str]]:
-  """(op, why, file:line) of every forward op the engine cannot run, in graph order."""
-  return [(op, why, user_source(op)) for op in fwd
-          for why in [_check_op(op)] if why is not None]
+_VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "ReadVariableOp"})
+# Engine ops that take host-made sparse ids: their row count is the data's, not static.
+_SPARSE_LOOKUPS = frozenset({"ResourceGather", "GatherV2", "Gather", "SparseSegmentMean",
+                             "SparseSegmentSum", "SparseSegmentSqrtN", "Select", "SelectV2",
+                             "ZerosLike", "Tile", "Mul", "Reshape", "Identity", "Cast",
+                             "StridedSlice", "Pack", "Shape", "AddN", "AddV2"})
+
+
+_PYTHON = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+def _host_work(op) -> bool:
+  """Whether `op` is preprocessing the engine has no kernel or no static shape for (strings,
+  tables, hashing, bucketizing, sparse ops). Float64 math stays refused (cast in the
+  input_fn), and so does a partitioned variable's lookup (the fix is in the model)."""
+  why = _check_op(op)
+  return why is not None and not why.startswith("computes in float64") and \
+      kernels.UNSUPPORTED_REASONS.get(op.type) != kernels.PARTITIONED
+
+
+def host_preprocessing(fwd: Iterable[tf.Operation]) -> Set[tf.Operation]:
+  """The forward ops the host runs before the engine: the part of the graph that depends
+  only on the input features and reads no variable, around the ops the engine cannot run
+  there (feature columns' string lookups, hashing, bucketizing, crossing, sparse reshapes):
+  such an op, the input-only ops it reads, and the input-only ops that read it. Empty for a
+  graph the engine runs whole (its input-only casts and normalizations stay on the engine).
+  """
+  fwd = list(fwd)
+  uses_vars: Set[tf.Operation] = set()
+  for op in fwd:  # creation order: an op's inputs come before it
+    if op.type in _VARIABLE_OPS or any(t.op in uses_vars for t in op.inputs):
+      uses_vars.add(op)
+  # Python and printing stay refused: a SavedModel cannot carry them (move them to the
+  # input_fn), and a print in a training step is a hook's job.
+  input_only = [op for op in fwd if op not in uses_vars and not kernels.never_on_engine(op.type)
+                and not any(t.op.type in _PYTHON for t in op.inputs)]
+  host = {op for op in input_only if op.type != "Placeholder" and _host_work(op)}
+  if not host:
+    return host
+  allowed = set(input_only)
+  stack = [t.op for op in host for t in op.inputs]
+  while stack:  # what the host ops read
+    op = stack.pop()
+    if op in allowed and op not in host and op.type != "Placeholder":
+      host.add(op)
+      stack.extend(t.op for t in op.inputs)
+  for op in input_only:  # what reads them, up to the first variable
+    if op not in host and any(t.op in host for t in op.inputs):
+      host.add(op)
+  return host
+
+
+def host_cost(host: Set[tf.Operation], engine_ops: Set[tf.Operation],
+              batch: int) -> Optional[ir.HostPreprocessing]:
+  """What the host's preprocessing costs per sample: its ops, the raw features it reads and
+  what it hands the engine (sparse ids as many as the data brings are counted apart)."""
+  if not host:
+    return None
+  read = {t for op in host for t in op.inputs if t.op.type == "Placeholder"}
+  sent = {t for op in engine_ops for t in op.inputs if t.op in host}
+  static = [t for t in sent if t.shape.is_fully_defined()]
+  # The types that put it on the host (no engine kernel), most frequent first.
+  types = collections.Counter(op.type for op in host if _check_op(op) is not None)
+  return ir.HostPreprocessing(
+      num_ops=sum(op.type != "Const" for op in host),
+      op_types=tuple(sorted(types, key=lambda k: (-types[k], k))),
+      read_bytes=sum(_static_bytes(t) for t in read) / batch,
+      sent_bytes=sum(_static_bytes(t) for t in static) / batch,
+      sparse_tensors=len(sent) - len(static), features=tuple(sorted(
+          t.op.name for t in read)))
+
+
+def _static_bytes(t) -> int:
+  """Bytes of a tensor of static shape; a string counts 8 bytes a value (a pointer; the
+  characters are the data's)."""
+  return (_static_size(t.shape) or 0) * (8 if t.dtype == tf.string else t.dtype.size)
+
+
+def _check_engine_op(op, host: Set[tf.Operation]) -> Optional[str]:
+  """_check_op, except that a lookup of host-made sparse ids may have as many rows as the
+  data brings (an embedding column's gather and segment mean)."""
+  why = _check_op(op)
+  if why is not None and why.startswith("has a dynamic output shape") and \
+      op.type in _SPARSE_LOOKUPS and _fed_by(op, host):
+    return None
+  return why
+
+
+def _fed_by(op, host: Set[tf.Operation], depth: int = 12) -> bool:
+  """Whether a host op is among `op`'s inputs, a few ops back."""
+  seen, frontier = set(), [op]
+  for _ in range(depth):
+    frontier = [t.op for o in frontier for t in o.inputs if t.op not in seen]
+    if any(o in host for o in frontier):
+      return True
+    seen.update(frontier)
+  return False
+
+
+def unsupported_ops(fwd: Iterable[tf.Operation],
+                    host: Optional[Set[tf.Operation]] = None
+                    ) -> List[Tuple[tf.Operation, str, str]]:
+  """(op, why, file:line) of every forward op the engine cannot run, in graph order; ops of
+  `host` (host_preprocessing) run on the host and are not the engine's."""
+  host = host or set()
+  return [(op, why, user_source(op)) for op in fwd if op not in host
+          for why in [_check_engine_op(op, host)] if why is not None]
 
 
 # Op-name scopes of tf.feature_column's layers: their lookups are sparse, host-side work.
@@ -582,10 +685,12 @@ def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None,
         f"units are 16- and 32-bit: cast it in the input_fn (x.astype('float32'), or "
         f"dataset.map with tf.cast)")
   fwd = forward_ops(captured) if fwd is None else fwd
-  bad = unsupported_ops(fwd)
+  host = host_preprocessing(fwd)
+  bad = unsupported_ops(fwd, host)
   # The gradient and update path is the optimizer's; only what cannot run there at all.
   on_gradients = [(op, kernels.unsupported_reason(op.type), user_source(op))
-                  for op in update_path_ops(captured, fwd) if kernels.never_on_engine(op.type)]
+                  for op in update_path_ops(captured, fwd) if kernels.never_on_engine(op.type)
+                  and op not in host]
   if bad or on_gradients:
     ops = tuple((op.name, op.type, where, why) for op, why, where in bad + on_gradients)
     if listing:
@@ -630,6 +735,8 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   """
   graph = captured.graph
   fwd = forward_ops(captured) if fwd is None else fwd
+  host = host_preprocessing(fwd)  # runs before the engine: no layer of it
+  fwd = [op for op in fwd if op not in host]
   fwd_set = set(fwd)
   batch = captured.batch_size
   with graph.as_default():
@@ -805,7 +912,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         if not any(_reads_variable(t.op) for t in op.inputs):
           pair_flops[layer] += f  # activation x activation: attention scores / context
       for t in op.inputs:
-        if t.op.type == "Placeholder" and t not in fed:
+        if (t.op.type == "Placeholder" or t.op in host) and t not in fed:
           # Each input crosses the host links once, to its first consumer (every op reading
           # it counted it: (x - mean(x)) / std(x) in the model_fn read an image 4 times).
           fed.add(t)
@@ -885,6 +992,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         work_bytes=work_bytes[n] / batch,
         spatial=tuple(spatial.get(n, ())), batch_norm=n in norms))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
+                       host_preprocessing=host_cost(host, fwd_set, batch),
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
                        input_value_bytes=(sum(io_bytes.values()) / io_values
                                           if io_values else 0.0),
