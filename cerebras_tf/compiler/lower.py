@@ -519,6 +519,11 @@ _SPARSE_LOOKUPS = frozenset({"ResourceGather", "GatherV2", "Gather", "SparseSegm
 _PYTHON = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
 
+def _python_or_print(op_type: str) -> bool:
+  return op_type in kernels.TPU_OPS or kernels.UNSUPPORTED_REASONS.get(op_type) in (
+      "runs Python on the host", "prints on the host")
+
+
 def _host_work(op) -> bool:
   """Whether `op` is preprocessing the engine has no kernel or no static shape for (strings,
   tables, hashing, bucketizing, sparse ops). Float64 math stays refused (cast in the
@@ -542,7 +547,7 @@ def host_preprocessing(fwd: Iterable[tf.Operation]) -> Set[tf.Operation]:
       uses_vars.add(op)
   # Python and printing stay refused: a SavedModel cannot carry them (move them to the
   # input_fn), and a print in a training step is a hook's job.
-  input_only = [op for op in fwd if op not in uses_vars and not kernels.never_on_engine(op.type)
+  input_only = [op for op in fwd if op not in uses_vars and not _python_or_print(op.type)
                 and not any(t.op.type in _PYTHON for t in op.inputs)]
   host = {op for op in input_only if op.type != "Placeholder" and _host_work(op)}
   if not host:
@@ -571,9 +576,12 @@ def host_cost(host: Set[tf.Operation], engine_ops: Set[tf.Operation],
   static = [t for t in sent if t.shape.is_fully_defined()]
   # The types that put it on the host (no engine kernel), most frequent first.
   types = collections.Counter(op.type for op in host if _check_op(op) is not None)
+  # Those without a kernel first (string lookups, hashing, bucketizing, crossing), then those
+  # with data-dependent shapes.
+  order = lambda k: (kernels.category(k) is not None, -types[k], k)  # noqa: E731
   return ir.HostPreprocessing(
       num_ops=sum(op.type != "Const" for op in host),
-      op_types=tuple(sorted(types, key=lambda k: (-types[k], k))),
+      op_types=tuple(sorted(types, key=order)),
       read_bytes=sum(_static_bytes(t) for t in read) / batch,
       sent_bytes=sum(_static_bytes(t) for t in static) / batch,
       sparse_tensors=len(sent) - len(static), features=tuple(sorted(
