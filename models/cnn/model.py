@@ -27,7 +27,8 @@ def image_shape(model_params: dict) -> tuple:
 def _application(model_params: dict) -> tf.keras.Model:
   """A tf.keras.applications model, weights=None, logits out (no softmax)."""
   build = getattr(tf.keras.applications, model_params["architecture"])
-  return build(weights=None, input_shape=image_shape(model_params),
+  # The input named as the input_fn names it, one flat functional model (Keras clones it).
+  return build(weights=None, input_tensor=L.Input(image_shape(model_params), name=INPUT_NAME),
                classes=model_params.get("num_classes", 10), classifier_activation=None)
 
 
@@ -45,10 +46,7 @@ def build_keras_model(model_params: dict, optimizer_params: dict) -> tf.keras.Mo
   and sparse softmax cross-entropy (Keras's accuracy metric)."""
   if model_params.get("architecture", "digits_cnn") != "digits_cnn":
     tf.keras.utils.set_random_seed(model_params.get("seed", 0))  # its initializers are unseeded
-    app = _application(model_params)
-    # The input is named as the input_fn names it.
-    x = L.Input(image_shape(model_params), name=INPUT_NAME)
-    return compile_classifier(tf.keras.Model(x, app(x), name=app.name), optimizer_params)
+    return compile_classifier(_application(model_params), optimizer_params)
   seed = model_params.get("seed", 0)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731 reproducible
   layers = [L.Input(IMAGE, name=INPUT_NAME)]
@@ -127,3 +125,11 @@ def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
       ds = ds.shuffle(len(y), seed=section.get("shuffle_seed"))
     ds = ds.repeat()
   return ds.batch(batch_size, drop_remainder=train).prefetch(fields.prefetch_batches(section, 2))
+
+
+def serving_input_receiver_fn(params):
+  """A ServingInputReceiver for the exported SavedModel: `image` float32 [None, H, W, C] in
+  [0, 1], at the model's image shape (the input_fn resizes the digits to it)."""
+  shape = image_shape(params.get("model") or {})
+  image = tf.compat.v1.placeholder(tf.float32, [None, *shape], name=INPUT_NAME)
+  return tf.estimator.export.ServingInputReceiver({INPUT_NAME: image}, {INPUT_NAME: image})
