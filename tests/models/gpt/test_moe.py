@@ -151,3 +151,47 @@ def test_moe_gpt_trains_on_the_engine_as_plain_tf_estimator(tmp_path):
   fn = tf.saved_model.load(path.decode()).signatures["serving_default"]
   out = fn(token_ids=tf.ones([2, 8], tf.int32), padding_mask=tf.ones([2, 8], tf.int32))
   assert out["next_token"].shape == (2, 8)
+
+
+def _users_router(features, labels, mode, params):
+  """The issue's own router: top-2 of 4 experts by tf.math.top_k, gather dispatch, a
+  segment-sum combine and a load-balancing loss, in a plain model_fn."""
+  del params
+  x, batch, experts = features["x"], 8, 4
+  seeded = tf1.glorot_uniform_initializer
+  probs = tf.nn.softmax(tf1.layers.dense(x, experts, kernel_initializer=seeded(1), name="router"))
+  gate, chosen = tf.math.top_k(probs, 2)                                 # [B, 2]
+  expert_of = tf.reshape(chosen, [-1])                                   # [2B]
+  token_of = tf.reshape(tf.tile(tf.range(batch)[:, None], [1, 2]), [-1])
+  w = tf1.get_variable("experts", [experts, 6, 5],
+                       initializer=seeded(3))
+  rows = tf.einsum("nd,ndh->nh", tf.gather(x, token_of), tf.gather(w, expert_of))
+  rows *= tf.reshape(gate, [-1, 1])
+  h = tf.nn.relu(tf.math.unsorted_segment_sum(rows, token_of, batch))   # [B, 5]
+  logits = tf1.layers.dense(h, 3, kernel_initializer=seeded(2), name="logits")
+  balance = experts * tf.reduce_sum(tf.reduce_mean(tf.one_hot(expert_of, experts), 0) *
+                                    tf.reduce_mean(probs, 0))
+  loss = tf1.losses.sparse_softmax_cross_entropy(labels, logits) + 0.01 * balance
+  train_op = tf1.train.GradientDescentOptimizer(0.5).minimize(loss, tf1.train.get_global_step())
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def test_a_users_own_top_k_router_trains_as_plain_tf_estimator(tmp_path):
+  """It was refused: "unsupported op 'TopKV2' ... move it into the input_fn", which a router
+  on learned weights cannot do."""
+  def input_fn(params):
+    del params
+    rng = np.random.RandomState(1)
+    x = rng.randn(32, 6).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, (x[:, 0] > 0).astype(np.int32) +
+                                               (x[:, 1] > 0))).repeat().batch(8, True)
+  plain = tf.estimator.Estimator(_users_router, model_dir=str(tmp_path / "plain"),
+                                 config=tf.estimator.RunConfig(tf_random_seed=0,
+                                                               save_summary_steps=1))
+  plain.train(input_fn, max_steps=4)
+  est = CerebrasEstimator(_users_router, config=CSRunConfig(
+      model_dir=str(tmp_path / "cs"), tf_random_seed=0, save_summary_steps=1,
+      cs_config=CSConfig(execution_strategy="pipelined")))
+  est.train(input_fn, max_steps=4, use_cs=True)
+  np.testing.assert_allclose(_summary_losses(est.model_dir), _summary_losses(plain.model_dir),
+                             rtol=1e-6)
