@@ -27,6 +27,12 @@ tf1 = tf.compat.v1
 H, F, E, K, B, S = 16, 32, 4, 2, 4, 6  # hidden, expert filter, experts, top_k, batch, seq
 
 
+@pytest.fixture(autouse=True)
+def _gpt_registered(monkeypatch):
+  """The gpt family by module name too: found without the installed entry points."""
+  monkeypatch.setenv("CEREBRAS_TF_MODEL_MODULES", "cerebras_models.gpt")
+
+
 def _experts_flops(capacity_factor):
   """(forward, backward) FLOPs per step of the experts layer, as the compiler counts them."""
   cfg = modeling.GPTConfig(vocab_size=40, hidden_size=H, num_hidden_layers=1, num_heads=2,
@@ -195,3 +201,22 @@ def test_a_users_own_top_k_router_trains_as_plain_tf_estimator(tmp_path):
   est.train(input_fn, max_steps=4, use_cs=True)
   np.testing.assert_allclose(_summary_losses(est.model_dir), _summary_losses(plain.model_dir),
                              rtol=1e-6)
+
+
+def test_expert_flops_are_the_same_in_every_mode(tmp_path):
+  """The routed-token count is the compiler's, before planning: pipelined and weight
+  streaming cost the experts layer the same FLOPs per step, and multi_replica's replicas
+  share them (each its 1/R of the batch)."""
+  import json  # pylint: disable=import-outside-toplevel
+  from cerebras_tf import cli  # pylint: disable=import-outside-toplevel
+  path = _params(tmp_path) and str(tmp_path / "p.yaml")
+  per_step = {}
+  for mode in ("pipelined", "weight_streaming", "multi_replica"):
+    out = tmp_path / mode
+    assert cli.main(["run.py", "--params", path, "--compile_only", "--model_dir", str(out),
+                     "--execution_strategy", mode]) == 0
+    plan = json.load(open(out / "cs_compile" / "plan.json", encoding="utf-8"))
+    per_step[mode] = sum(l["flops"] for l in plan["layers"] if l["name"].endswith("moe/experts"))
+  assert per_step["pipelined"] > 0
+  assert per_step["weight_streaming"] == pytest.approx(per_step["pipelined"])
+  assert per_step["multi_replica"] == pytest.approx(per_step["pipelined"])

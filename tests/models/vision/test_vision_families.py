@@ -26,7 +26,7 @@ BATCH, STEPS = 16, 4
 
 @pytest.fixture(autouse=True)
 def _vit_registered(monkeypatch):
-  monkeypatch.setenv("CEREBRAS_TF_MODEL_MODULES", "cerebras_models.vit")
+  monkeypatch.setenv("CEREBRAS_TF_MODEL_MODULES", "cerebras_models.cnn,cerebras_models.vit")
 
 
 @pytest.fixture(scope="module")
