@@ -524,10 +524,26 @@ class _CerebrasMethods:
       hooks = list(hooks) + [self._progress_hook(estimator_spec.loss, run)]
       _say_per_replica_variables(tf.compat.v1.get_default_graph(), self._train_distribution)
       _say_per_replica_clipping(tf.compat.v1.get_default_graph(), self._train_distribution)
+      _say_replica_values(tf.compat.v1.get_default_graph(), self._train_distribution,
+                          list(hooks) + list(estimator_spec.training_hooks),
+                          estimator_spec.loss)
       _say_batch_norm_statistics(run["result"].graph.batch_norm_layers, run["result"].plan)
       checkpoints.keep_one_per_variable(tf.compat.v1.get_default_graph())
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
+
+
+def _keras_parts(model, model_dir, config, custom_objects=None, metric_names_map=None,
+                 export_outputs=None):
+  """(model_fn, config, warm start) that train a compiled Keras `model` from its weights."""
+  config = _as_cs_run_config(config)
+  if model_dir is not None or config.model_dir is None:
+    config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
+  # The warm-start checkpoint is read by weight servers in another directory.
+  config = config.replace(model_dir=_absolute(config.model_dir))
+  model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
+                                                 export_outputs)
+  return model_fn, config, keras_model_lib.save_warm_start(model, config, custom_objects)
 
 
 @functools.lru_cache(maxsize=None)
@@ -580,6 +596,14 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   def __init__(self, model_fn, model_dir=None, compile_dir=None, config=None, params=None,
                warm_start_from=None, use_cs=None, init_checkpoint=None):
+    if isinstance(model_fn, tf.keras.Model):
+      # A compiled Keras model where a model_fn goes: what from_keras_model does.
+      if warm_start_from is not None:
+        raise ConfigError("CerebrasEstimator(keras_model, warm_start_from=...): a Keras model "
+                          "starts from its own weights; load the others into it first")
+      model_fn, config, warm_start_from = _keras_parts(keras_model_lib.load(model_fn),
+                                                       model_dir, config)
+      model_dir = config.model_dir
     # params also carries the batch the input_fn and the runtime read (params["batch_size"], as
     # TPUEstimator's): a model_fn that does not take it is not one that forgot to.
     takes_params = "params" in estimator_util.fn_args(model_fn)
@@ -626,14 +650,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     `model.input_names`); see cerebras_tf/keras_model.py for what differs.
     """
     model = keras_model_lib.load(keras_model, keras_model_path, custom_objects)
-    config = _as_cs_run_config(config)
-    if model_dir is not None or config.model_dir is None:
-      config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
-    # The warm-start checkpoint below is read by weight servers in another directory.
-    config = config.replace(model_dir=_absolute(config.model_dir))
-    model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
-                                                   export_outputs)
-    warm = keras_model_lib.save_warm_start(model, config, custom_objects)
+    model_fn, config, warm = _keras_parts(model, model_dir, config, custom_objects,
+                                          metric_names_map, export_outputs)
     return cls(model_fn, compile_dir=compile_dir, config=config, params=params,
                warm_start_from=warm, use_cs=use_cs)
 
@@ -1037,6 +1055,77 @@ def _say_summed_loss_across_replicas(loss) -> None:
       "their gradients by %d, so each update is 1/%d of the one-device one; use a mean, or "
       "tf.compat.v1.losses.* with reduction=SUM (the optimizer then does not divide)",
       f"{where}: " if where else "", r, r, r, r)
+
+
+_SUMMARY_OPS = ("ScalarSummary", "HistogramSummary", "ImageSummary", "AudioSummaryV2",
+                "TensorSummaryV2", "WriteScalarSummary", "WriteHistogramSummary",
+                "WriteSummary", "WriteImageSummary")
+_REPLICA_SCOPE = re.compile(r"^replica_\d+/")
+
+
+def _reads_the_batch(tensor, limit: int = 100000) -> bool:
+  """Whether `tensor`'s value comes from the input batch (an iterator's output), so each
+  host replica has its own; a learning rate or a weight norm is the same in all."""
+  seen, stack = set(), [tensor.op]
+  while stack and len(seen) < limit:
+    op = stack.pop()
+    if op in seen:
+      continue
+    seen.add(op)
+    if op.type in ("IteratorGetNext", "IteratorGetNextSync", "MultiDeviceIteratorGetNextFromShard"):
+      return True
+    stack.extend(t.op for t in op.inputs)
+  return False
+
+
+def replica_valued(graph, hooks, loss=None) -> Sequence[str]:
+  """The user's summaries (by tag) and hook-read tensors (by name) whose value is one host
+  replica's under data parallelism: made in the model_fn from the batch, outside the
+  framework's global loss. tf.estimator writes replica 0's; the loss summary is the reduced
+  one."""
+  names = []
+  loss_op = loss.op if loss is not None else None
+  for op in graph.get_operations():
+    if op.type not in _SUMMARY_OPS or _REPLICA_SCOPE.match(op.name):
+      continue
+    tag_t, value = (op.inputs[0], op.inputs[1]) if op.type.endswith("Summary") or \
+        op.type == "TensorSummaryV2" else (op.inputs[2], op.inputs[3])
+    if value.op is loss_op or not _reads_the_batch(value):
+      continue
+    tag = tf.get_static_value(tag_t)
+    tag = tag.decode() if isinstance(tag, bytes) else op.name
+    if tag not in ("loss",):
+      names.append(f"summary '{tag}'")
+  for hook in hooks:
+    tensors = getattr(hook, "_tensors", None)  # LoggingTensorHook and the like
+    if not isinstance(tensors, dict):
+      continue
+    for tag, t in tensors.items():
+      try:
+        t = graph.as_graph_element(t) if not isinstance(t, tf.Tensor) else t
+      except (KeyError, ValueError, TypeError):
+        continue
+      if isinstance(t, tf.Tensor) and t.graph is graph and t.op is not loss_op and \
+          _reads_the_batch(t):
+        names.append(f"{type(hook).__name__} tensor '{t.name}'")
+  return names
+
+
+def _say_replica_values(graph, distribution, hooks, loss) -> None:
+  """In multi_replica each host replica trains on 1/R of the batch; a summary the model_fn
+  writes, or a tensor a hook reads by name, is replica 0's value on its share, not the
+  global one (only the loss is reduced over the replicas). Said once per training call,
+  naming them."""
+  replicas = getattr(distribution, "num_replicas_in_sync", 1)
+  if replicas < 2:
+    return
+  names = replica_valued(graph, hooks, loss)
+  if names:
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: in multi_replica each of the %d host replicas trains on 1/%d of the "
+        "batch, and these hold replica 0's value on its share, not the global one: %s (the "
+        "loss is the global mean); average them in a metric, or train pipelined to see the "
+        "whole batch's", replicas, replicas, ", ".join(names))
 
 
 _GLOBAL_NORM_CLIP = re.compile(r"(?:^|/)clip_by_global_norm(?:_\d+)?/")

@@ -683,6 +683,12 @@ class _Validator:
           for k, v in value.items()):
         self.bad(path, field, value)
       return {k: schema.as_float(v) for k, v in value.items()}
+    if kind == "mapping":  # a nested block of scalars (modelzoo's model.moe); its family checks it
+      if not isinstance(value, dict) or not all(
+          isinstance(k, str) and (v is None or isinstance(v, (bool, int, float, str)))
+          for k, v in value.items()):
+        self.bad(path, field, value)
+      return dict(value)
     if kind == "float_pair":
       numbers = [schema.as_float(v) for v in value] if isinstance(value, list) else []
       if len(numbers) != 2 or any(n is None or not schema.in_range(n, field) for n in numbers):
@@ -863,6 +869,11 @@ class _Validator:
     cs, rc = out["csconfig"], out["runconfig"]
     if rc.pop("multireplica"):
       cs["multireplica"] = True
+    rc.pop("num_workers_per_csx", None)
+    servers = rc.pop("num_wgt_servers", None)
+    if servers is not None:
+      self.renamed(out, raw, ("runconfig", "num_wgt_servers"), ("csconfig", "max_wgt_servers"),
+                   servers)
     if rc.pop("enable_distributed"):
       self.fail(("runconfig", "enable_distributed"), "runconfig.enable_distributed: true is "
                 "modelzoo's multi-GPU switch; a cluster here is the TF_CONFIG environment "

@@ -25,8 +25,8 @@ def suggest(word, candidates) -> str:
 
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "paths", "spec", "int_list", "float_pair", "numbers",
-          "learning_rate", "loss_scale",
+_KINDS = ("int", "float", "bool", "str", "path", "paths", "spec", "int_list", "float_pair",
+          "numbers", "mapping", "learning_rate", "loss_scale",
           "engine")
 REQUIRED = object()  # a Field default that means: the key must be given
 
@@ -85,6 +85,8 @@ class Field:
       text = "a list of ints"
     elif self.kind == "numbers":
       text = "a mapping of names to numbers"
+    elif self.kind == "mapping":
+      text = "a mapping of names to numbers, booleans or strings"
     elif self.kind == "float_pair":
       text = "a list of two numbers" + self._range()
     elif self.kind == "learning_rate":
@@ -265,6 +267,10 @@ RUNCONFIG_FIELDS = {
     "multireplica": Field("bool", False, "modelzoo's place for csconfig.multireplica"),
     "enable_distributed": Field("bool", False, "modelzoo's multi-GPU switch: true is refused "
                                 "(a cluster is TF_CONFIG here)"),
+    "num_wgt_servers": pos_int(None, "modelzoo's place for csconfig.max_wgt_servers"),
+    "num_workers_per_csx": pos_int(None, "modelzoo key: input workers per CS system; here "
+                                   "they are the TF_CONFIG cluster's workers (read, not "
+                                   "applied)"),
 }
 
 CSCONFIG_FIELDS = {

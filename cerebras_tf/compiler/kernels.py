@@ -167,9 +167,17 @@ def _table() -> Dict[str, Kernel]:
   add(("Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "L2Loss", "Cumsum", "Cumprod"), REDUCTION, "in",
       layers="GlobalAveragePooling (Mean), GlobalMaxPooling (Max), losses, unfused "
              "BatchNormalization/LayerNormalization moments")
+  add(("TopKV2", "TopK"), REDUCTION, "in",
+      layers="tf.math.top_k: a mixture-of-experts router's choice of experts",
+      why="one pass over each row keeping the k largest")
+  add(("SparseSegmentMean", "SparseSegmentSum", "SparseSegmentSqrtN"), REDUCTION, "in",
+      layers="feature columns' embedding_column and linear_model: the combiner over each "
+             "example's looked-up rows (ids made on the host; rows as many as the data brings, "
+             "counted 0 when the compile cannot know them)")
   add(("GatherV2", "Gather", "ResourceGather", "GatherNd"), GATHER, "zero", layers="Embedding")
-  add(("ResourceScatterAdd", "UnsortedSegmentSum", "ScatterNd", "TensorScatterUpdate"), GATHER,
-      "zero", layers="embedding gradients")
+  add(("ResourceScatterAdd", "UnsortedSegmentSum", "ScatterNd", "TensorScatterUpdate",
+       "TensorScatterAdd", "SegmentSum"), GATHER, "zero",
+      layers="embedding gradients; a router's dispatch of tokens to expert slots and combine")
   add(("ConcatV2", "Concat"), GATHER, "zero", layers="Concatenate (U-Net skips)")
   add(("Slice", "StridedSlice", "StridedSliceGrad", "Pack", "Unpack", "Split", "SplitV",
        "Transpose", "Pad", "PadV2", "MirrorPad", "Reverse", "ReverseV2", "MatrixBandPart",
@@ -193,7 +201,7 @@ def _table() -> Dict[str, Kernel]:
 
 KERNELS: Dict[str, Kernel] = _table()
 
-_PARTITIONED = ("has a data-dependent output shape; TF emits it to look up a variable made with "
+PARTITIONED = ("has a data-dependent output shape; TF emits it to look up a variable made with "
                 "partitioner=..., a host-side sharding the engine does not need (it holds "
                 "whole tables): create the variable without a partitioner")
 _TPU = "is a TPU collective; the engine's replicas need none (the framework sums gradients)"
@@ -215,9 +223,9 @@ UNSUPPORTED_REASONS = {
                 "a While loop, which the engine runs)",
     "CudnnRNNV3": "is a cuDNN-only kernel; build the LSTM/GRU without cuDNN",
     # A lookup into a variable made with get_variable(partitioner=...) splits the ids.
-    "DynamicPartition": _PARTITIONED,
-    "DynamicStitch": _PARTITIONED,
-    "ParallelDynamicStitch": _PARTITIONED,
+    "DynamicPartition": PARTITIONED,
+    "DynamicStitch": PARTITIONED,
+    "ParallelDynamicStitch": PARTITIONED,
 }
 
 

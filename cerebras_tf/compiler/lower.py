@@ -332,6 +332,38 @@ def op_spatial(op, batch: int = 0) -> Optional[ir.Spatial]:
     return None
 
 
+# Ops that write rows of a zeroed buffer: a router's dispatch of tokens to expert slots.
+_DISPATCH = ("UnsortedSegmentSum", "ScatterNd")
+
+
+def dispatch_slots(op) -> Optional[Tuple[int, float]]:
+  """(slots, routed share) of a forward dispatch: a segment sum or scatter of R rows into S
+  slot rows, R < S (a mixture-of-experts router giving every expert room for every token,
+  or capacity above what is routed); None for any other op. The share is R / S."""
+  if op.type not in _DISPATCH or not op.outputs:
+    return None
+  rows_in = op.inputs[0 if op.type == "UnsortedSegmentSum" else 1].shape
+  rows_out = op.outputs[0].shape
+  if rows_in.rank is None or rows_out.rank is None or not rows_in.rank or not rows_out.rank:
+    return None
+  r, slots = rows_in.as_list()[0], rows_out.as_list()[0]
+  if r is None or slots is None or r >= slots:
+    return None
+  return slots, r / slots
+
+
+def touches_slots(op, slots: int) -> bool:
+  """Whether `op` works on a dispatch buffer of `slots` rows: a tensor [slots, ...] or
+  [experts, capacity, ...] with experts x capacity = slots (the experts' batched matmuls,
+  their activations and gradients)."""
+  for t in list(op.inputs) + list(op.outputs):
+    dims = t.shape.as_list() if t.shape.rank else []
+    if dims and (dims[0] == slots or (len(dims) >= 3 and None not in dims[:2]
+                                      and dims[0] * dims[1] == slots and dims[0] > 1)):
+      return True
+  return False
+
+
 def _contraction_flops(op) -> float:
   """op_flops of matmuls and convolutions, 0 for the rest (a loop body's dense share)."""
   return op_flops(op) if kernels.category(op.type) in (kernels.MATMUL, kernels.CONV) else 0.0
@@ -475,10 +507,121 @@ def _check_op(op) -> Optional[str]:
   return None
 
 
-def unsupported_ops(fwd: Iterable[tf.Operation]) -> List[Tuple[tf.Operation, str, str]]:
-  """(op, why, file:line) of every forward op the engine cannot run, in graph order."""
-  return [(op, why, user_source(op)) for op in fwd
-          for why in [_check_op(op)] if why is not None]
+_VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "ReadVariableOp"})
+# Engine ops that take host-made sparse ids: their row count is the data's, not static.
+_SPARSE_LOOKUPS = frozenset({"ResourceGather", "GatherV2", "Gather", "SparseSegmentMean",
+                             "SparseSegmentSum", "SparseSegmentSqrtN", "Select", "SelectV2",
+                             "ZerosLike", "Tile", "Mul", "Reshape", "Identity", "Cast",
+                             "StridedSlice", "Pack", "Shape", "AddN", "AddV2"})
+
+
+_PYTHON = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+def _python_or_print(op_type: str) -> bool:
+  return op_type in kernels.TPU_OPS or kernels.UNSUPPORTED_REASONS.get(op_type) in (
+      "runs Python on the host", "prints on the host")
+
+
+def _host_work(op) -> bool:
+  """Whether `op` is preprocessing the engine has no kernel or no static shape for (strings,
+  tables, hashing, bucketizing, sparse ops). Float64 math stays refused (cast in the
+  input_fn), and so does a partitioned variable's lookup (the fix is in the model)."""
+  why = _check_op(op)
+  return why is not None and not why.startswith("computes in float64") and \
+      kernels.UNSUPPORTED_REASONS.get(op.type) != kernels.PARTITIONED
+
+
+def host_preprocessing(fwd: Iterable[tf.Operation]) -> Set[tf.Operation]:
+  """The forward ops the host runs before the engine: the part of the graph that depends
+  only on the input features and reads no variable, around the ops the engine cannot run
+  there (feature columns' string lookups, hashing, bucketizing, crossing, sparse reshapes):
+  such an op, the input-only ops it reads, and the input-only ops that read it. Empty for a
+  graph the engine runs whole (its input-only casts and normalizations stay on the engine).
+  """
+  fwd = list(fwd)
+  uses_vars: Set[tf.Operation] = set()
+  for op in fwd:  # creation order: an op's inputs come before it
+    if op.type in _VARIABLE_OPS or any(t.op in uses_vars for t in op.inputs):
+      uses_vars.add(op)
+  # Python and printing stay refused: a SavedModel cannot carry them (move them to the
+  # input_fn), and a print in a training step is a hook's job.
+  input_only = [op for op in fwd if op not in uses_vars and not _python_or_print(op.type)
+                and not any(t.op.type in _PYTHON for t in op.inputs)]
+  host = {op for op in input_only if op.type != "Placeholder" and _host_work(op)}
+  if not host:
+    return host
+  allowed = set(input_only)
+  stack = [t.op for op in host for t in op.inputs]
+  while stack:  # what the host ops read
+    op = stack.pop()
+    if op in allowed and op not in host and op.type != "Placeholder":
+      host.add(op)
+      stack.extend(t.op for t in op.inputs)
+  for op in input_only:  # what reads them, up to the first variable
+    if op not in host and any(t.op in host for t in op.inputs):
+      host.add(op)
+  return host
+
+
+def host_cost(host: Set[tf.Operation], engine_ops: Set[tf.Operation],
+              batch: int) -> Optional[ir.HostPreprocessing]:
+  """What the host's preprocessing costs per sample: its ops, the raw features it reads and
+  what it hands the engine (sparse ids as many as the data brings are counted apart)."""
+  if not host:
+    return None
+  read = {t for op in host for t in op.inputs if t.op.type == "Placeholder"}
+  sent = {t for op in engine_ops for t in op.inputs if t.op in host}
+  static = [t for t in sent if t.shape.is_fully_defined()]
+  # The types that put it on the host (no engine kernel), most frequent first.
+  types = collections.Counter(op.type for op in host if _check_op(op) is not None)
+  # Those without a kernel first (string lookups, hashing, bucketizing, crossing), then those
+  # with data-dependent shapes.
+  order = lambda k: (kernels.category(k) is not None, -types[k], k)  # noqa: E731
+  return ir.HostPreprocessing(
+      num_ops=sum(op.type != "Const" for op in host),
+      op_types=tuple(sorted(types, key=order)),
+      read_bytes=sum(_static_bytes(t) for t in read) / batch,
+      sent_bytes=sum(_static_bytes(t) for t in static) / batch,
+      sparse_tensors=len(sent) - len(static), features=tuple(sorted(
+          t.op.name for t in read)))
+
+
+def _static_bytes(t) -> int:
+  """Bytes of a tensor of static shape; a string counts 8 bytes a value (a pointer; the
+  characters are the data's)."""
+  return (_static_size(t.shape) or 0) * (8 if t.dtype == tf.string else t.dtype.size)
+
+
+def _check_engine_op(op, host: Set[tf.Operation]) -> Optional[str]:
+  """_check_op, except that a lookup of host-made sparse ids may have as many rows as the
+  data brings (an embedding column's gather and segment mean)."""
+  why = _check_op(op)
+  if why is not None and why.startswith("has a dynamic output shape") and \
+      op.type in _SPARSE_LOOKUPS and _fed_by(op, host):
+    return None
+  return why
+
+
+def _fed_by(op, host: Set[tf.Operation], depth: int = 12) -> bool:
+  """Whether a host op is among `op`'s inputs, a few ops back."""
+  seen, frontier = set(), [op]
+  for _ in range(depth):
+    frontier = [t.op for o in frontier for t in o.inputs if t.op not in seen]
+    if any(o in host for o in frontier):
+      return True
+    seen.update(frontier)
+  return False
+
+
+def unsupported_ops(fwd: Iterable[tf.Operation],
+                    host: Optional[Set[tf.Operation]] = None
+                    ) -> List[Tuple[tf.Operation, str, str]]:
+  """(op, why, file:line) of every forward op the engine cannot run, in graph order; ops of
+  `host` (host_preprocessing) run on the host and are not the engine's."""
+  host = host or set()
+  return [(op, why, user_source(op)) for op in fwd if op not in host
+          for why in [_check_engine_op(op, host)] if why is not None]
 
 
 # Op-name scopes of tf.feature_column's layers: their lookups are sparse, host-side work.
@@ -549,10 +692,12 @@ def validate(captured: CapturedGraph, fwd: Optional[List[tf.Operation]] = None,
         f"units are 16- and 32-bit: cast it in the input_fn (x.astype('float32'), or "
         f"dataset.map with tf.cast)")
   fwd = forward_ops(captured) if fwd is None else fwd
-  bad = unsupported_ops(fwd)
+  host = host_preprocessing(fwd)
+  bad = unsupported_ops(fwd, host)
   # The gradient and update path is the optimizer's; only what cannot run there at all.
   on_gradients = [(op, kernels.unsupported_reason(op.type), user_source(op))
-                  for op in update_path_ops(captured, fwd) if kernels.never_on_engine(op.type)]
+                  for op in update_path_ops(captured, fwd) if kernels.never_on_engine(op.type)
+                  and op not in host]
   if bad or on_gradients:
     ops = tuple((op.name, op.type, where, why) for op, why, where in bad + on_gradients)
     if listing:
@@ -597,6 +742,8 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   """
   graph = captured.graph
   fwd = forward_ops(captured) if fwd is None else fwd
+  host = host_preprocessing(fwd)  # runs before the engine: no layer of it
+  fwd = [op for op in fwd if op not in host]
   fwd_set = set(fwd)
   batch = captured.batch_size
   with graph.as_default():
@@ -736,12 +883,25 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   io_values = 0  # their values
   spatial: Dict[str, List[ir.Spatial]] = collections.defaultdict(list)
   bwd_ops = []
+  # Mixture of experts: the engine computes the expert slots a router filled, not the empty
+  # ones, so the ops on a dispatch buffer count its routed share (top_k of num_experts per
+  # token, capped by the capacity), forward and backward.
+  routed: Dict[str, Tuple[int, float]] = {}
+  for op in fwd:
+    found = dispatch_slots(op)
+    if found is not None:
+      routed[op_layer(op)] = found
+
+  def routed_share(op, layer: str) -> float:
+    slots, share = routed.get(layer, (0, 1.0))
+    return share if slots and touches_slots(op, slots) else 1.0
+
   for i, op in enumerate(graph.get_operations()):
     if op in fwd_set:
       if op.type in ("Placeholder", "VarHandleOp", "VariableV2", "Const", "ReadVariableOp"):
         continue
       layer = op_layer(op)
-      f = op_flops(op)
+      f = op_flops(op) * routed_share(op, layer)
       # A layer sits in the pipeline where its heaviest op runs (not its first reshape).
       if layer not in order or f > heaviest[layer]:
         order[layer], heaviest[layer] = i, f
@@ -759,7 +919,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         if not any(_reads_variable(t.op) for t in op.inputs):
           pair_flops[layer] += f  # activation x activation: attention scores / context
       for t in op.inputs:
-        if t.op.type == "Placeholder" and t not in fed:
+        if (t.op.type == "Placeholder" or t.op in host) and t not in fed:
           # Each input crosses the host links once, to its first consumer (every op reading
           # it counted it: (x - mean(x)) / std(x) in the model_fn read an image 4 times).
           fed.add(t)
@@ -769,7 +929,8 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       bwd_ops.append(op)
   kept = set()  # forward tensors the gradient reads: the host keeps them through the step
   for op in bwd_ops:
-    bwd_flops[grad_layer(op)] += op_flops(op)
+    layer = grad_layer(op)
+    bwd_flops[layer] += op_flops(op) * routed_share(op, layer)
     kept.update(t for t in op.inputs if t.op in fwd_set
                 and (t.dtype.is_floating or t.dtype.is_integer or t.dtype == tf.bool)
                 and t.op.type not in ("Const", "VarHandleOp", "ReadVariableOp"))
@@ -838,6 +999,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
         work_bytes=work_bytes[n] / batch,
         spatial=tuple(spatial.get(n, ())), batch_norm=n in norms))
   return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
+                       host_preprocessing=host_cost(host, fwd_set, batch),
                        dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
                        input_value_bytes=(sum(io_bytes.values()) / io_values
                                           if io_values else 0.0),

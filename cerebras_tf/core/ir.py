@@ -8,7 +8,7 @@ is divided out), so a planner can price any batch size.
 import dataclasses
 import hashlib
 import json
-from typing import Tuple
+from typing import Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +135,32 @@ class Layer:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostPreprocessing:
+  """The part of a traced graph the host runs before the engine (feature columns' lookups):
+  it depends only on the input features and reads no variable.
+
+  Attributes:
+    num_ops: its op count (constants aside).
+    op_types: the op types that put it there (no engine kernel), most frequent first.
+    read_bytes: bytes per sample of the raw features it reads (a string counts 8).
+    sent_bytes: bytes per sample of the static tensors it hands the engine.
+    sparse_tensors: tensors it hands the engine whose size the data decides (sparse ids).
+    features: the input placeholders it reads.
+  """
+
+  num_ops: int
+  op_types: Tuple[str, ...]
+  read_bytes: float
+  sent_bytes: float
+  sparse_tensors: int = 0
+  features: Tuple[str, ...] = ()
+
+  @classmethod
+  def from_dict(cls, d: dict) -> "HostPreprocessing":
+    return cls(**{**d, "op_types": tuple(d["op_types"]), "features": tuple(d["features"])})
+
+
+@dataclasses.dataclass(frozen=True)
 class LayerGraph:
   """A model as an ordered chain of layers (neighbours in the list are neighbours on chip).
 
@@ -160,6 +186,7 @@ class LayerGraph:
   seq_len: int = 0
   input_value_bytes: float = 0.0
   host_activation_bytes: float = 0.0
+  host_preprocessing: Optional[HostPreprocessing] = None
 
   @property
   def num_params(self) -> int:
@@ -197,12 +224,16 @@ class LayerGraph:
     for key in ("input_value_bytes", "host_activation_bytes"):
       if getattr(self, key):
         d[key] = getattr(self, key)
+    if self.host_preprocessing is not None:
+      d["host_preprocessing"] = dataclasses.asdict(self.host_preprocessing)
     return d
 
   @classmethod
   def from_dict(cls, d: dict) -> "LayerGraph":
     d = dict(d)
     d["layers"] = tuple(Layer.from_dict(l) for l in d["layers"])
+    if d.get("host_preprocessing") is not None:
+      d["host_preprocessing"] = HostPreprocessing.from_dict(d["host_preprocessing"])
     return cls(**d)
 
   def fingerprint(self) -> str:

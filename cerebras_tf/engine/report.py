@@ -316,6 +316,20 @@ def io_lines(graph: ir.LayerGraph, perf) -> List[str]:
           f"{perf.compute_samples_per_sec:,.1f})"]
 
 
+def host_preprocessing_lines(graph: ir.LayerGraph) -> List[str]:
+  """report.txt's "host prep:" line: the feature lookups the host runs before the engine."""
+  host = graph.host_preprocessing
+  if host is None:
+    return []
+  types = ", ".join(host.op_types[:8]) + (", ..." if len(host.op_types) > 8 else "")
+  sparse = (f" and {host.sparse_tensors} sparse tensor(s) as long as the data's ids"
+            if host.sparse_tensors else "")
+  return [f"host prep:        {host.num_ops} ops run on the host before the engine each step "
+          f"(for {types}): they depend only on the features ({', '.join(host.features)}) and "
+          f"hold no variable; per sample they read {fmt_bytes(host.read_bytes)} of raw "
+          f"features and send the engine {fmt_bytes(host.sent_bytes)}{sparse}"]
+
+
 def fmt_duration(seconds: float) -> str:
   """"42 s", "5.5 min", "8.0 h", "3.2 days": a length of time a person budgets with."""
   if not math.isfinite(seconds) or seconds < 0:
@@ -446,6 +460,7 @@ def report_text(graph, plan, perf, engine, options=None, advice=True) -> str:
       f"bottleneck:       {perf.bottleneck}" if perf else "bottleneck:       -",
   ]
   lines += prediction_lines(graph, plan, perf, engine, options, advice)
+  lines += host_preprocessing_lines(graph)
   lines += [f"note:             {n}" for n in plan.notes]
   lines += [f"model:            {n}" for n in (perf.notes if perf else ())]
   lines.append("")

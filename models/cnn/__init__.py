@@ -11,8 +11,19 @@ a U-Net, an LSTM language model).
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
+# tf.keras.applications builders the `architecture` key selects (weights=None: no download).
+APPLICATIONS = ("ResNet50", "ResNet101", "ResNet152", "ResNet50V2", "MobileNetV2",
+                "MobileNetV3Small", "EfficientNetB0", "DenseNet121", "VGG16", "ConvNeXtTiny")
+
 SCHEMA = {
     "model": {
+        "architecture": Field("str", "digits_cnn", "digits_cnn (the small CNN below) or a "
+                              "tf.keras.applications model built with weights=None: " +
+                              ", ".join(APPLICATIONS), choices=("digits_cnn",) + APPLICATIONS),
+        "image_size": Field("int_list", None, "[H, W] the images are resized to (null: the "
+                            "digits' 8x8; applications need at least 32x32)"),
+        "num_channels": Field("int", None, "channels the gray digits are repeated to (null: "
+                              "1, applications 3)", low=1),
         "filters": Field("int_list", [16, 32], "Conv2D filters per block (each: conv, BN, "
                          "ReLU, 2x2 max-pool)"),
         "dense_units": Field("int", 64, "units of the hidden Dense layer", low=1),
@@ -33,6 +44,14 @@ UNAPPLIED = {
 
 def check_cnn_params(out: dict, fail) -> None:
   """The CNN is a compiled Keras model: SGD, momentum or Adam at a constant rate."""
+  model = out.get("model") or {}
+  size = model.get("image_size")
+  if size is not None and (len(size) != 2 or min(size) < 1):
+    fail(("model", "image_size"), f"model.image_size must be [H, W], got {size}")
+  if model.get("architecture", "digits_cnn") != "digits_cnn" and size is not None and \
+      min(size) < 32:
+    fail(("model", "image_size"), f"model.image_size {size}: tf.keras.applications models "
+         f"take at least 32x32 images")
   opt = out.get("optimizer") or {}
   if opt.get("optimizer_type") not in ("sgd", "momentum", "adam"):
     fail(("optimizer", "optimizer_type"), f"optimizer.optimizer_type is "

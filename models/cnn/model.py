@@ -17,9 +17,36 @@ IMAGE = (8, 8, 1)
 INPUT_NAME = "image"
 
 
+def image_shape(model_params: dict) -> tuple:
+  """(H, W, C) of the images the model takes: the digits' 8x8x1 unless resized/repeated."""
+  app = model_params.get("architecture", "digits_cnn") != "digits_cnn"
+  h, w = model_params.get("image_size") or ((32, 32) if app else IMAGE[:2])
+  return (int(h), int(w), int(model_params.get("num_channels") or (3 if app else 1)))
+
+
+def _application(model_params: dict) -> tf.keras.Model:
+  """A tf.keras.applications model, weights=None, logits out (no softmax)."""
+  build = getattr(tf.keras.applications, model_params["architecture"])
+  # The input named as the input_fn names it, one flat functional model (Keras clones it).
+  return build(weights=None, input_tensor=L.Input(image_shape(model_params), name=INPUT_NAME),
+               classes=model_params.get("num_classes", 10), classifier_activation=None)
+
+
+def compile_classifier(model: tf.keras.Model, optimizer_params: dict) -> tf.keras.Model:
+  """The params' optimizer, sparse softmax cross-entropy on logits, Keras's accuracy."""
+  model.compile(optimizer=_optimizer(optimizer_params),
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"])
+  return model
+
+
 def build_keras_model(model_params: dict, optimizer_params: dict) -> tf.keras.Model:
-  """Conv-BN-ReLU-MaxPool blocks, Flatten, Dense-ReLU, Dense logits; compiled with the
-  params' optimizer and sparse softmax cross-entropy (Keras's accuracy metric)."""
+  """Conv-BN-ReLU-MaxPool blocks, Flatten, Dense-ReLU, Dense logits (or the
+  tf.keras.applications model `architecture` names); compiled with the params' optimizer
+  and sparse softmax cross-entropy (Keras's accuracy metric)."""
+  if model_params.get("architecture", "digits_cnn") != "digits_cnn":
+    tf.keras.utils.set_random_seed(model_params.get("seed", 0))  # its initializers are unseeded
+    return compile_classifier(_application(model_params), optimizer_params)
   seed = model_params.get("seed", 0)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731 reproducible
   layers = [L.Input(IMAGE, name=INPUT_NAME)]
@@ -35,11 +62,7 @@ def build_keras_model(model_params: dict, optimizer_params: dict) -> tf.keras.Mo
                      kernel_initializer=init(n), name="dense"),
              L.Dense(model_params.get("num_classes", 10), kernel_initializer=init(n + 1),
                      name="logits")]
-  model = tf.keras.Sequential(layers, name="digits_cnn")
-  model.compile(optimizer=_optimizer(optimizer_params),
-                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=["accuracy"])
-  return model
+  return compile_classifier(tf.keras.Sequential(layers, name="digits_cnn"), optimizer_params)
 
 
 def _optimizer(opt: dict):
@@ -67,6 +90,12 @@ def model_fn(features, labels, mode, params):
   return keras_model.model_fn_from_keras(model)(features, labels, mode)
 
 
+def as_image(x, shape):
+  """A digit [8, 8, 1] as an image of `shape` (H, W, C): bilinear resize, gray repeated."""
+  x = tf.image.resize(x, shape[:2])
+  return tf.tile(x, [1, 1, shape[2]]) if shape[2] != 1 else x
+
+
 def load_split(split: str, data_dir=None):
   """(x float32 [N, 8, 8, 1] in [0, 1], y int32 [N]) of the digits `train` or `test` split."""
   paths = acquire.ensure_datasets(["digits"], data_dir=data_dir)["digits"]
@@ -81,14 +110,26 @@ def majority_class_accuracy(train_y, test_y) -> float:
 
 
 def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
-  """tf.data of ({"image": [B, 8, 8, 1]}, label [B]): train (shuffled, repeated) or test."""
+  """tf.data of ({"image": [B, H, W, C]}, label [B]): train (shuffled, repeated) or test;
+  the 8x8 gray digits, resized to model.image_size and repeated to model.num_channels."""
   train = mode == tf.estimator.ModeKeys.TRAIN
   section = params.get("train_input" if train else "eval_input", params)
   batch_size = params.get(batching.RESERVED_PARAMS_KEY) or section.get("batch_size", 32)
   x, y = load_split("train" if train else "test", section.get("data_dir"))
   ds = tf.data.Dataset.from_tensor_slices(({INPUT_NAME: x}, y))
+  shape = image_shape(params.get("model") or {})
+  if shape != IMAGE:
+    ds = ds.map(lambda f, label: ({INPUT_NAME: as_image(f[INPUT_NAME], shape)}, label))
   if train:
     if section.get("shuffle", True):
       ds = ds.shuffle(len(y), seed=section.get("shuffle_seed"))
     ds = ds.repeat()
   return ds.batch(batch_size, drop_remainder=train).prefetch(fields.prefetch_batches(section, 2))
+
+
+def serving_input_receiver_fn(params):
+  """A ServingInputReceiver for the exported SavedModel: `image` float32 [None, H, W, C] in
+  [0, 1], at the model's image shape (the input_fn resizes the digits to it)."""
+  shape = image_shape(params.get("model") or {})
+  image = tf.compat.v1.placeholder(tf.float32, [None, *shape], name=INPUT_NAME)
+  return tf.estimator.export.ServingInputReceiver({INPUT_NAME: image}, {INPUT_NAME: image})

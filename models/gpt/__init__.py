@@ -16,6 +16,47 @@ from cerebras_tf.schema import Field
 _FFN = ("gelu", "relu", "tanh", "swiglu")
 
 
+# model.moe's keys as modelzoo names them -> (kind, default); ours: capacity_factor.
+_MOE_KEYS = {
+    "num_experts": (int, 0), "top_k": (int, 1), "load_balancing_loss_coef": (float, 0.0),
+    "router_fp32": (bool, True), "num_shared_experts": (int, 0),
+    "expert_weighting_normalization": (bool, True), "capacity_factor": (float, None),
+}
+# Accepted when they name what is built (learned softmax routing); refused otherwise.
+_MOE_ONLY = {"routing_algorithm": ("learned",), "router_selection_nonlinearity": ("softmax",),
+             "expert_weighting_nonlinearity": ("softmax",), "null_expert_bias": (0, 0.0),
+             "moe_implementation": ("functional", "optimized", "experimental")}
+
+
+def _check_moe(model: dict, fail) -> None:
+  """model.moe (modelzoo's block) -> flat GPTConfig keys; one clear error per bad key."""
+  moe = model.pop("moe", None) or {}
+  where = ("model", "moe")
+  for key, value in moe.items():
+    if key in _MOE_ONLY:
+      if value is not None and value not in _MOE_ONLY[key]:
+        fail(where, f"model.moe.{key} {value!r} is not built here (only "
+             f"{', '.join(map(str, _MOE_ONLY[key]))}); remove it")
+      continue
+    if key not in _MOE_KEYS:
+      fail(where, f"model.moe.{key} is not read (known: {', '.join(sorted(_MOE_KEYS))}, "
+           f"{', '.join(sorted(_MOE_ONLY))})")
+    kind = _MOE_KEYS[key][0]
+    ok = (value is None and _MOE_KEYS[key][1] is None) or (
+        isinstance(value, kind) if kind is not float else
+        isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok or (kind in (int, float) and value is not None and value < 0):
+      fail(where, f"model.moe.{key} must be a {kind.__name__} >= 0, got {value!r}")
+    model[key] = value
+  experts = model.get("num_experts") or 0
+  if experts:
+    top_k = model.get("top_k") or 1
+    if not 1 <= top_k <= experts:
+      fail(where, f"model.moe.top_k {top_k} must be between 1 and num_experts {experts}")
+    if model.get("capacity_factor") is not None and model["capacity_factor"] <= 0:
+      fail(where, "model.moe.capacity_factor must be > 0 (null: dropless)")
+
+
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
@@ -26,6 +67,10 @@ def _check(out: dict, fail) -> None:
     fail(("model", "use_untied_layer_norm"), "model.use_untied_layer_norm: true is GPT-NeoX's "
          "second norm for the FFN of a parallel block; set parallel_attention: true (a "
          "sequential block has two norms already) or remove the key")
+  _check_moe(model, fail)
+  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
+    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
+         "head (share_embedding_weights: false): the tied head is the embedding table")
   extra = model.pop("extra_attention_params", None) or {}
   for key in extra:
     if key != "num_kv_groups":
@@ -127,6 +172,10 @@ SCHEMA = {
                                     low_open=True),
         "pos_scaling_type": Field("str", "linear", "how pos_scaling_factor applies",
                                   choices=("linear", "llama3")),
+        "moe": Field("mapping", None, "mixture of experts, as modelzoo's model.moe: "
+                     "num_experts, top_k, load_balancing_loss_coef, router_fp32, "
+                     "num_shared_experts, expert_weighting_normalization, and "
+                     "capacity_factor (ours; null: dropless)"),
         "pos_scaling_extra_args": Field("numbers", None, "llama3 scaling: low_freq_factor, "
                                         "high_freq_factor, original_max_position_embeddings"),
     },

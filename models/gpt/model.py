@@ -33,6 +33,7 @@ def model_fn(features, labels, mode, params):
   weight = float(params["model"].get("loss_weight") or 1.0)
   if training:  # no logits tensor: the head's loss and gradient come from the hidden states
     loss = lm_loss(modeling.lm_xent(hidden, labels, config), weights, per, weight)
+    loss = _with_moe_loss(loss)
     total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
     train_op, logs = optimization.build_train_op(loss, params["optimizer"], total_steps)
     tf1.summary.scalar("learning_rate", logs["learning_rate"])
@@ -47,13 +48,19 @@ def model_fn(features, labels, mode, params):
               tf.estimator.export.PredictOutput(predictions)}
     return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs=export)
   xent = losses.sparse_softmax_xent(logits, labels)
-  loss = lm_loss(xent, weights, per, weight)
+  loss = _with_moe_loss(lm_loss(xent, weights, per, weight))
   if mode == tf.estimator.ModeKeys.EVAL:
     metrics = {
         "accuracy": tf1.metrics.accuracy(labels, predictions["next_token"], weights=weights),
         "perplexity": _perplexity(lm_loss(xent, weights)),  # per token, whatever the scaling
     }
   return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+
+
+def _with_moe_loss(loss):
+  """The LM loss plus the MoE layers' weighted load-balancing losses (none: unchanged)."""
+  extra = tf1.get_collection(modeling.MOE_LOSSES)
+  return loss + tf.add_n(extra) if extra else loss
 
 
 def _perplexity(loss):

@@ -63,6 +63,15 @@ class GPTConfig:
   pos_scaling_factor: float = 1.0            # rotary context extension (see rotary_frequencies)
   pos_scaling_type: str = "linear"
   pos_scaling_extra_args: Optional[Mapping[str, float]] = None
+  # Mixture of experts (modelzoo's `model.moe`, flattened by the family's check): each FFN
+  # is num_experts expert FFNs, each token routed to top_k of them; 0 experts: a plain FFN.
+  num_experts: int = 0
+  top_k: int = 1
+  load_balancing_loss_coef: float = 0.0
+  router_fp32: bool = True
+  num_shared_experts: int = 0
+  expert_weighting_normalization: bool = True
+  capacity_factor: Optional[float] = None    # None: dropless (an expert can take every token)
   compute_dtype: Any = tf.float32
 
   @classmethod
@@ -151,11 +160,28 @@ def rotary(x, rotary_dim: int, theta: float = 10000.0, inv_freq=None):
   angles = np.einsum("s,f->sf", np.arange(seq), inv_freq)            # [S, R/2]
   sin = np.repeat(np.sin(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
   cos = np.repeat(np.cos(angles), 2, axis=-1)[None, :, None, :].astype(np.float32)
+  if sin.nbytes >= 1 << 20:  # long contexts: one table per graph, not per call
+    sin, cos = _shared_constant(sin, "rotary_sin"), _shared_constant(cos, "rotary_cos")
   rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
   even, odd = rot[..., 0::2], rot[..., 1::2]
   rotated = tf.reshape(tf.stack([-odd, even], axis=-1), tf.shape(rot))  # pairs (x1,x2)->(-x2,x1)
   rot = rot * tf.cast(cos, x.dtype) + rotated * tf.cast(sin, x.dtype)
   return tf.concat([rot, rest], axis=-1)
+
+
+def _shared_constant(value: np.ndarray, name: str):
+  """One graph constant per distinct `value` in the default graph: Mixtral's 32,768-position
+  rotary tables are 16 MB each, and one per layer would pass TF's 2 GB graph limit."""
+  graph = tf1.get_default_graph()
+  ref = graph.get_collection_ref("gpt_shared_constants")
+  if not ref:
+    ref.append({})
+  cache = ref[0]
+  key = (name, value.shape, value.tobytes()[:64], float(value.sum()))
+  if key not in cache:
+    with graph.as_default(), tf1.name_scope(None):
+      cache[key] = tf.constant(value, name=name)
+  return cache[key]
 
 
 def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
@@ -200,6 +226,80 @@ def mlp(x, config: GPTConfig, training: bool):
                    config.dropout_rate, training)
 
 
+def expert_capacity(tokens: int, config: GPTConfig) -> int:
+  """Slots per expert: ceil(capacity_factor x tokens x top_k / num_experts), at most the
+  tokens (an expert takes each token once); dropless (no capacity_factor): every token."""
+  if config.capacity_factor is None:
+    return tokens
+  return max(1, min(tokens, math.ceil(config.capacity_factor * tokens * config.top_k /
+                                      config.num_experts)))
+
+
+def _expert_weights(name, shape, r, dtype):
+  return tf.cast(tf1.get_variable(name, shape, initializer=initializer(r)), dtype)
+
+
+def moe_mlp(x, config: GPTConfig, training: bool):
+  """A mixture of expert FFNs (scope `moe`): a learned router picks top_k of num_experts per
+  token; tokens go to fixed expert slots (capacity) by a one-hot cumsum and a segment sum,
+  the experts run as one batched matmul over [num_experts, capacity, H], and each token's
+  outputs come back by a gather, weighted by its (renormalized) router probabilities.
+  A token past an expert's capacity skips it (the residual carries it).
+
+  Returns:
+    ([M, H] in x.dtype, the load-balancing loss: num_experts x sum_e f_e x P_e, f_e the
+    share of routed slots given to expert e and P_e its mean router probability).
+  """
+  e, k, r = config.num_experts, config.top_k, config.initializer_range
+  m, hidden = x.shape[0], config.hidden_size
+  m = m if m is not None else tf.shape(x)[0]
+  with tf1.variable_scope("moe"):
+    router_in = tf.cast(x, tf.float32) if config.router_fp32 else x
+    logits = dense(router_in, e, "router", r, use_bias=False)
+    probs = tf.nn.softmax(tf.cast(logits, tf.float32))                   # [M, E]
+    gate, chosen = tf.math.top_k(probs, k)                               # [M, k]
+    if config.expert_weighting_normalization and k > 1:
+      gate /= tf.reduce_sum(gate, -1, keepdims=True)
+    # Choice-major: every token's first choice takes a slot before any second choice.
+    expert_of = tf.reshape(tf.transpose(chosen), [-1])                   # [k*M]
+    onehot = tf.one_hot(expert_of, e, dtype=tf.float32)                  # [k*M, E]
+    position = tf.reduce_sum(tf.cumsum(onehot, axis=0, exclusive=True) * onehot, -1)
+    capacity = expert_capacity(m, config) if isinstance(m, int) else m
+    if not isinstance(m, int) and config.capacity_factor is not None:
+      capacity = tf.cast(tf.math.ceil(config.capacity_factor * tf.cast(m * k, tf.float32) / e),
+                         tf.int32)
+    kept = position < tf.cast(capacity, tf.float32)
+    slot = tf.where(kept, expert_of * capacity + tf.cast(position, tf.int32), -1)
+    lb_loss = e * tf.reduce_sum(tf.reduce_mean(onehot, 0) * tf.reduce_mean(probs, 0))
+    with tf1.variable_scope("experts"):
+      routed = tf.tile(x, [k, 1])                                        # [k*M, H]
+      slots = tf.math.unsorted_segment_sum(routed, slot, e * capacity)   # dropped: id -1
+      h = tf.reshape(slots, [e, capacity, hidden])
+      f, dt = config.filter_size, x.dtype
+      bias = config.use_ffn_bias
+
+      def project(h, name, units):
+        y = tf.matmul(h, _expert_weights(name + "_kernel", [e, h.shape[-1], units], r, dt))
+        if bias:
+          y += tf.cast(tf1.get_variable(name + "_bias", [e, 1, units],
+                                        initializer=tf1.zeros_initializer()), dt)
+        return y
+      if config.encoder_nonlinearity == "swiglu":
+        h = tf.nn.silu(project(h, "fc_gate", f)) * project(h, "fc_in", f)
+      else:
+        h = ACTIVATIONS[config.encoder_nonlinearity](project(h, "fc_in", f))
+      out = tf.reshape(project(h, "fc_out", hidden), [e * capacity, hidden])
+      back = tf.gather(out, tf.maximum(slot, 0))                         # [k*M, H]
+      weight = tf.reshape(tf.transpose(gate), [-1]) * tf.cast(kept, tf.float32)
+      y = tf.reduce_sum(tf.reshape(back * tf.cast(weight[:, None], dt), [k, m, hidden]), 0)
+    if config.num_shared_experts:
+      with tf1.variable_scope("shared"):
+        shared = dataclasses.replace(config, filter_size=config.filter_size *
+                                     config.num_shared_experts, dropout_rate=0.0)
+        y += mlp(x, shared, training)
+    return dropout(y, config.dropout_rate, training), lb_loss
+
+
 def rms_norm(x, epsilon: float, name: str):
   """RMSNorm over the last axis in float32 (LLaMA): x / rms(x) * gamma, no mean, no beta.
 
@@ -219,16 +319,31 @@ def _ln(x, name, config):
   return tf.cast(norm(x, config.layer_norm_epsilon, name), config.compute_dtype)
 
 
+# The load-balancing losses of the MoE layers built in this graph, already weighted by
+# load_balancing_loss_coef and averaged over the layers; model_fn adds their sum to the loss.
+MOE_LOSSES = "gpt_moe_load_balancing_losses"
+
+
+def _ffn(x, config: GPTConfig, training: bool):
+  if not config.num_experts:
+    return mlp(x, config, training)
+  y, lb_loss = moe_mlp(x, config, training)
+  if config.load_balancing_loss_coef:
+    tf1.add_to_collection(MOE_LOSSES, lb_loss * (config.load_balancing_loss_coef /
+                                                 config.num_hidden_layers))
+  return y
+
+
 def decoder_layer(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """One pre-LN block.  [B*S, H] -> [B*S, H]."""
   if config.parallel_attention:
     h = _ln(x, "ln_1", config)
     h_mlp = _ln(x, "ln_2", config) if config.use_untied_layer_norm else h
     return x + dropout(attention(h, bias, batch, seq, config, training), config.dropout_rate,
-                       training) + mlp(h_mlp, config, training)
+                       training) + _ffn(h_mlp, config, training)
   x = x + dropout(attention(_ln(x, "ln_1", config), bias, batch, seq, config, training),
                   config.dropout_rate, training)
-  return x + mlp(_ln(x, "ln_2", config), config, training)
+  return x + _ffn(_ln(x, "ln_2", config), config, training)
 
 
 class Hidden(NamedTuple):

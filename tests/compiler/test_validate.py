@@ -11,7 +11,8 @@ from source_marks import line_of
 def _model_fn(features, labels):
   x = features["x"]
   x = x + tf.numpy_function(lambda v: v, [x], tf.float32, stateful=False)  # MARK-pyfunc
-  x = tf.reshape(x, [4, 3])
+  # After a layer: string ops on the features alone run on the host (host_preprocessing).
+  x = tf.keras.layers.Dense(3)(tf.reshape(x, [4, 3]))
   x = x + tf.cast(tf.strings.length(tf.strings.as_string(x)), tf.float32)  # MARK-strings
   x = x + tf.cast(tf.strings.length(tf.strings.as_string(x * 2.0)), tf.float32)  # MARK-strings2
   logits = tf.keras.layers.Dense(2)(x)
@@ -79,14 +80,17 @@ def test_a_partitioned_variable_says_to_drop_the_partitioner():
   assert "create the variable without a partitioner" in str(err.value)
 
 
-def test_feature_columns_are_told_to_go_dense_in_the_input_fn():
+def test_feature_columns_after_a_variable_are_told_to_go_dense_in_the_input_fn():
   """The classic Estimator input: tf.feature_column's input_layer builds sparse lookups
-  (Where, SparseToDense, hash tables). The advice names feature columns and the fix."""
+  (Where, SparseToDense, hash tables). On the features they run on the host
+  (tests/compiler/test_host_preprocessing.py); on a value a variable made they cannot, and
+  the advice names feature columns and the fix."""
   cols = [tf.feature_column.indicator_column(
       tf.feature_column.categorical_column_with_identity("c", 5))]
 
   def model_fn(features, labels):
-    h = tf.compat.v1.feature_column.input_layer(features, cols)  # MARK-fc
+    shift = tf.compat.v1.get_variable("shift", [], tf.int64, tf.compat.v1.zeros_initializer())
+    h = tf.compat.v1.feature_column.input_layer({"c": features["c"] + shift}, cols)  # MARK-fc
     loss = tf.reduce_mean(tf.compat.v1.layers.dense(h, 1))
     train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
     return tf.estimator.EstimatorSpec("train", loss=loss, train_op=train_op)
@@ -223,7 +227,7 @@ def test_a_long_list_names_five_places_and_writes_them_all(tmp_path):
   """A model with unsupported ops on many lines gave one line of thousands of characters;
   past five places the line names the file that lists every op with its line."""
   def model_fn(features, labels):
-    x = features["x"]
+    x = tf.keras.layers.Dense(3)(features["x"])  # on the engine: so are the string ops after it
     as_number = lambda t: tf.cast(tf.strings.length(tf.strings.as_string(t)), tf.float32)  # noqa: E731
     x = x + as_number(x + 1.0)
     x = x + as_number(x + 2.0)

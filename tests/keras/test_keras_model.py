@@ -583,3 +583,20 @@ def test_a_keras_models_optimizer_state_carries_across_modes(tmp_path):
   ref = np.load(tmp_path / "pipelined.npy")
   for mode in ("multi_replica", "weight_streaming"):
     np.testing.assert_allclose(np.load(tmp_path / f"{mode}.npy"), ref, atol=1e-6)
+
+
+def test_constructor_takes_a_keras_model(tmp_path):
+  """CerebrasEstimator(keras_model, ...) is from_keras_model: the same per-step losses as
+  model.fit from the same weights (it used to end in TF's 'model_fn ... must include features
+  argument'), and it evaluates with the Keras metrics."""
+  x, y = _data()
+  fitted, ours = functional(), functional()
+  ours.set_weights(fitted.get_weights())
+  cb = _BatchLosses()
+  fitted.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+  est = CerebrasEstimator(ours, config=_config(tmp_path))
+  est.train(_input_fn(ours, x, y), max_steps=STEPS, use_cs=True)
+  np.testing.assert_allclose(_summary_losses(est.model_dir), cb.losses(), rtol=1e-5, atol=1e-6)
+  assert "accuracy" in est.evaluate(_input_fn(ours, x, y), use_cs=True)
+  with pytest.raises(ConfigError, match="warm_start_from"):
+    CerebrasEstimator(functional(), config=_config(tmp_path), warm_start_from=str(tmp_path))
