@@ -37,6 +37,11 @@ SCHEMA = {
                                  "masked positions (google-bert); a number: their sum over the "
                                  "batch size, times it (modelzoo's, about 1 / masked positions "
                                  "per sequence)", low=0, low_open=True),
+        "pooling": Field("str", "cls", "what the pooler (and so the classifier and NSP heads) "
+                         "reads: cls, the first token's output (google-bert), or mean, the "
+                         "mean of the real tokens' outputs (a checkpoint pretrained without "
+                         "NSP never trained the first token to summarize)",
+                         choices=("cls", "mean")),
         "pooler_nonlinearity": Field("str", "tanh", "the pooler's activation (modelzoo key)",
                                      choices=("tanh", "gelu", "relu")),
     },
