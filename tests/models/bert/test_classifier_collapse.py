@@ -69,7 +69,8 @@ def test_fine_tuning_on_real_reviews_predicts_both_classes_and_beats_the_baselin
     tmp_path, rotten_tomatoes):
   """The shipped recipe (from random weights, so no pretraining is needed here), shortened to
   STEPS of 32 with the warm-up and decay scaled to them, then the whole dev split (1,275
-  sentences, 57.25% positive). Measured: see the assertion's comment."""
+  sentences, 57.25% positive). Measured: accuracy 75.4%, largest predicted class share 0.61,
+  43 s with the tests' data preparation check on a loaded 2-core VM."""
   data_dir, vocab = rotten_tomatoes
   params = load_params(os.path.join(ROOT, "configs", "params_bert_tiny_classifier.yaml"))
   steps = 200
