@@ -533,6 +533,10 @@ def check_whole(prefix: str) -> None:
                     f"was written); use another checkpoint, or copy this one again")
 
 
+# Warm starts already logged by this process: one line per checkpoint and outcome.
+_WARM_STARTS_SAID = set()
+
+
 def init_matching(checkpoint: str, var_list=None) -> Dict[str, tf.Variable]:
   """Warm-starts the graph variables that a checkpoint holds with the same name and shape
   (tf.compat.v1.train.init_from_checkpoint: the initializers read the checkpoint).
@@ -563,6 +567,10 @@ def init_matching(checkpoint: str, var_list=None) -> Dict[str, tf.Variable]:
       assignment[name] = var  # the variable itself: Keras variables are not in tf1's store
   tf1.train.init_from_checkpoint(checkpoint, assignment)
   trainable = {v.op.name for v in tf1.trainable_variables()}
+  said = (checkpoint, len(assignment), len(missing), len(mismatched))
+  if said in _WARM_STARTS_SAID:
+    return assignment  # the compiler's trace of model_fn(TRAIN), then training's own graph
+  _WARM_STARTS_SAID.add(said)
   tf1.logging.info("cerebras_tf: warm start from %s: restored %d variables (%d of %d trainable); "
                    "%d not in the checkpoint, %d with another shape %s",
                    checkpoint, len(assignment), len(trainable & set(assignment)),

@@ -51,6 +51,11 @@ SCHEMA = {
         "cls_dropout_rate": Field("float", None, "dropout before the classifier head (null: "
                                   "dropout_rate; modelzoo's fine-tuning key)", low=0, high=1,
                                   high_open=True),
+        "pooling": Field("str", "cls", "what the pooler (and so the classifier and NSP heads) "
+                         "reads: cls, the first token's output (google-bert), or mean, the "
+                         "mean of the real tokens' outputs (a checkpoint pretrained without "
+                         "NSP never trained the first token to summarize)",
+                         choices=("cls", "mean")),
         "pooler_nonlinearity": Field("str", "tanh", "the pooler's activation (modelzoo key)",
                                      choices=("tanh", "gelu", "relu")),
     },

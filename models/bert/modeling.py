@@ -45,6 +45,7 @@ class BertConfig:
   hidden_act: str = "gelu"  # gelu (tanh form, as google-bert) | relu | tanh
   use_segment_embedding: bool = True  # False: no token_type_embeddings (RoBERTa)
   pooler_act: str = "tanh"  # the pooler's activation (modelzoo's cls_nonlinearity: relu, ...)
+  pooling: str = "cls"  # what the pooler reads: cls (first token) | mean (of the real tokens)
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
@@ -52,6 +53,8 @@ class BertConfig:
                        % (self.hidden_size, self.num_heads))
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError("dtype must be float32 or bfloat16, got %r" % (self.dtype,))
+    if self.pooling not in ("cls", "mean"):
+      raise ValueError("pooling must be cls or mean, got %r" % (self.pooling,))
     if self.hidden_act not in ACTIVATIONS:
       raise ValueError("hidden_act must be one of %s, got %r"
                        % (sorted(ACTIVATIONS), self.hidden_act))
@@ -316,12 +319,17 @@ def encoder(x, padding_mask, config: BertConfig, training: bool) -> List[tf.Tens
   return outputs
 
 
-def pooler(sequence_output, config: BertConfig):
-  """Dense on the first ([CLS]) token, tanh unless the config says (scope `pooler/dense`).
+def pooler(sequence_output, config: BertConfig, padding_mask=None):
+  """Dense (scope `pooler/dense`, tanh unless the config says) on the first ([CLS]) token, or
+  with `pooling: mean` on the mean over the real tokens (padding_mask [B, S], 1 = real).
   [B, S, H] -> [B, H]."""
   with tf1.variable_scope("pooler"):
-    first = sequence_output[:, 0, :]
-    return dense(first, config.hidden_size, "dense", config.initializer_range,
+    if config.pooling == "mean":
+      mask = tf.cast(padding_mask, sequence_output.dtype)[:, :, tf.newaxis]
+      summary = tf.reduce_sum(sequence_output * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1)
+    else:
+      summary = sequence_output[:, 0, :]
+    return dense(summary, config.hidden_size, "dense", config.initializer_range,
                  activation=ACTIVATIONS[config.pooler_act])
 
 
@@ -348,7 +356,7 @@ def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,
     out = {"embedding_output": emb, "all_encoder_layers": layers,
            "sequence_output": layers[-1], "word_embeddings": word_table}
     if with_pooler:
-      out["pooled_output"] = pooler(layers[-1], config)
+      out["pooled_output"] = pooler(layers[-1], config, padding_mask)
   return out
 
 
