@@ -9,7 +9,10 @@ setup(
     python_requires=">=3.11,<3.12",
     # One top-level package: the reference models are cerebras_tf.models (a top-level `models`
     # would shadow any user's own models.py).
-    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*"]),
+    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*"])
+    # `cerebras.tf.cs_estimator` / `.run_config`, the Cerebras R1.x import paths: a namespace
+    # package portion (no cerebras/__init__.py), so a real Cerebras install keeps its own.
+    + ["cerebras.tf"],
     package_data={"cerebras_tf.engine": ["specs/*.yaml"], "cerebras_tf.models": ["*/README.md"]},
     install_requires=[
         "tensorflow==2.15.1",       # the last release with tf.estimator

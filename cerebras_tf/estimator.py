@@ -36,7 +36,7 @@ from cerebras_tf.core import batching, plans
 from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, DataError, FitError, ModelFnError,
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
-                                disk_full_path, tf_error_text)
+                                disk_full_path, keeping_kind, tf_error_text)
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, logs, strategies,
                                  tf_config)
@@ -124,9 +124,10 @@ def _as_estimator_spec(spec, user_model_fn) -> model_fn_lib.EstimatorSpec:
     return spec
   if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
     return spec.as_estimator_spec()
-  raise ModelFnError(f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
-                     f"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec(mode, "
-                     f"loss=..., train_op=...) (predictions=... in predict mode)")
+  raise keeping_kind(ModelFnError, ValueError(), (
+      f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}: model_fn should "
+      f"return an EstimatorSpec: return tf.estimator.EstimatorSpec(mode, loss=..., "
+      f"train_op=...) (predictions=... in predict mode)"))
 
 
 def _check_single_examples(predictions, predict_keys, user_model_fn) -> None:
@@ -217,7 +218,9 @@ class _CerebrasMethods:
       return self._train_on_engine(input_fn, hooks, steps, max_steps, saving_listeners,
                                    run_max_steps)
     except (tf.compat.v1.train.NanLossDuringTrainingError, NonFiniteLossError) as e:
-      raise TrainingError(self._after_nan(e)) from None
+      # Still the error tf.estimator raises, for code that catches it.
+      raise keeping_kind(TrainingError, e, self._after_nan(e),
+                         kind=tf.compat.v1.train.NanLossDuringTrainingError) from None
     except (tf.errors.ResourceExhaustedError, OSError) as e:
       if not disk_full(e):
         raise
@@ -394,8 +397,8 @@ class _CerebrasMethods:
   @_shows_our_info
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None,
                use_cs=None):
-    """Evaluates a checkpoint (refused when there is none: the metrics of an untrained model
-    are not an answer); with use_cs=True the last compile must fit."""
+    """Evaluates a checkpoint (the initialized model when there is none, as tf.estimator);
+    with use_cs=True the last compile must fit."""
     if steps is None:
       input_fn = _refusing_endless(input_fn)
     if name is None:
@@ -427,8 +430,8 @@ class _CerebrasMethods:
 
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True, use_cs=None):
-    """Predicts from a checkpoint (refused when there is none); with use_cs=True the last
-    compile must fit."""
+    """Predicts from a checkpoint (the initialized model when there is none, as tf.estimator);
+    with use_cs=True the last compile must fit."""
     restore_from = self._checkpoint_for("predict", checkpoint_path)
     input_fn, batch = self._for_engine(_saying_endless(input_fn), ModeKeys.PREDICT, use_cs)
     self._single_examples = (predict_keys,) if yield_single_examples else None
@@ -485,18 +488,14 @@ class _CerebrasMethods:
       self._raise_unless_fits(self._last_compile)
 
   def _checkpoint_for(self, what: str, checkpoint_path) -> Optional[str]:
-    """The checkpoint eval/predict will restore; None for a warm start (tf.estimator applies
-    `warm_start_from` there too, e.g. a Keras model's own weights). No source: refused."""
+    """The checkpoint eval/predict will restore; None for none (a warm start, which
+    tf.estimator applies there too, e.g. a Keras model's own weights; or the initializers)."""
     if checkpoint_path:
       return checkpoint_path
-    found = checkpoints.latest(self.model_dir)
-    if found is None and (self._warm_start_settings or self._init_checkpoint):
-      return None
-    if found is None:
-      raise ConfigError(f"{what}: no checkpoint in model_dir {self.model_dir}: nothing trained "
-                        f"to {what}; train first, or check --model_dir (or pass "
-                        f"--checkpoint_path)")
-    return found
+    del what
+    # None: tf.estimator runs initialization and says so ("Could not find trained model");
+    # scripts/run.py refuses that (runner.require_checkpoint).
+    return checkpoints.latest(self.model_dir)
 
   def _train_with_estimator_spec(self, estimator_spec, worker_hooks, hooks, global_step_tensor,
                                  saving_listeners):
@@ -504,13 +503,14 @@ class _CerebrasMethods:
     distribution strategy that is the loss reduced over the replicas, not replica 0's."""
     if any(isinstance(h, tf.compat.v1.train.StopAtStepHook) for h in list(hooks) + worker_hooks) \
         and not capture_lib.writes_reached(estimator_spec.train_op, [global_step_tensor]):
-      # tf.estimator would train forever, logging "global step has not been increased".
-      raise ModelFnError(
-          f"model_fn{defined_at(self._user_model_fn)}: its train_op does not advance the global "
-          f"step, so steps/max_steps is never reached and training would never end: pass "
-          f"global_step=tf.compat.v1.train.get_global_step() to minimize() or "
-          f"apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
-          f"train_op")
+      # tf.estimator trains on (a hook of the user's may stop it), logging "global step has not
+      # been increased" at INFO: said up front, once, where it shows.
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: model_fn%s: its train_op does not advance the global step, so "
+          "steps/max_steps is never reached and training ends only when a hook stops it: pass "
+          "global_step=tf.compat.v1.train.get_global_step() to minimize() or "
+          "apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
+          "train_op", defined_at(self._user_model_fn))
     _say_updates_not_run(tf.compat.v1.get_default_graph(), estimator_spec.train_op,
                          global_step_tensor)
     run = self._cs_run
@@ -574,10 +574,13 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   def __init__(self, model_fn, model_dir=None, compile_dir=None, config=None, params=None,
                warm_start_from=None, use_cs=None, init_checkpoint=None):
-    # params also carries the batch the input_fn and the runtime read (params["batch_size"], as
-    # TPUEstimator's): a model_fn that does not take it is not one that forgot to.
-    takes_params = "params" in estimator_util.fn_args(model_fn)
-    model_fn_lib.verify_model_fn_args(model_fn, params if takes_params else None)
+    # tf.estimator's checks, in its order and words, on the user's model_fn (tf.estimator
+    # itself sees only the wrapper below).
+    if config is not None and not isinstance(config, tf.estimator.RunConfig):
+      raise ValueError(f"config must be an instance of `RunConfig`, but provided {config}.")
+    if not model_fn:
+      raise ValueError("model_fn must be provided to Estimator.")
+    model_fn_lib.verify_model_fn_args(model_fn, params)
     self._user_model_fn = model_fn
     # Weight servers (another directory) run the restore ops: checkpoint paths are absolute.
     self._init_checkpoint = _absolute(init_checkpoint)
@@ -595,13 +598,14 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
     for mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
       batch_size_for_mode(params or {}, mode)  # refuses a batch_size that is not one
-    config = _as_cs_run_config(config)
-    # The weight servers and worker processes run in another directory.
-    model_dir = _absolute(model_dir)
-    if config.model_dir:
-      config = config.replace(model_dir=_absolute(config.model_dir))
+    # A RunConfig of the user's (a subclass with methods of its own) is kept as it is; the
+    # engine's run converts it (_engine_config). model_dir is kept as given too: an engine
+    # run makes it absolute for the processes it starts elsewhere (_runtime_for).
+    config = CSRunConfig() if config is None else config
+    # `params or {}`: what tf.estimator keeps anyway, and its check of the wrapper (which takes
+    # params) then does not warn "includes params argument" for every model_fn.
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
-                     config=config, params=params, warm_start_from=warm_start_from)
+                     config=config, params=params or {}, warm_start_from=warm_start_from)
     dir_lock.check_local(self.model_dir, "model_dir")
     _check_readable_path(self.model_dir)
     if compile_dir:
@@ -703,7 +707,16 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   @property
   def cs_config(self) -> CSConfig:
-    return self.config.cs_config
+    """The config's CSConfig; the default one for a plain RunConfig."""
+    return getattr(self.config, "cs_config", None) or CSConfig()
+
+  def _engine_config(self) -> CSRunConfig:
+    """The config as a CSRunConfig with an absolute model_dir, for an engine run: its weight
+    servers and worker processes run in another directory."""
+    config = self.config
+    if not isinstance(config, CSRunConfig):
+      config = CSRunConfig.from_run_config(config)
+    return config.replace(model_dir=_absolute(config.model_dir))
 
   def _resolve_use_cs(self, use_cs) -> bool:
     return self._default_use_cs if use_cs is None else bool(use_cs)
@@ -723,19 +736,23 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def _runtime_for(self, plan):
     """Trains one call with the plan's runtime (runtime/strategies.py); yields it and the
     hooks its scope asks the train call to add."""
-    runtime = strategies.runtime_for(plan, self.config, self.model_dir, self.cs_config)
-    # tf.estimator copies these four out of its RunConfig when it is built; a train call with
+    config = self._engine_config()
+    runtime = strategies.runtime_for(plan, config, config.model_dir, self.cs_config)
+    # tf.estimator copies these five out of its RunConfig when it is built; a train call with
     # another runtime swaps them, and puts them back after.
-    saved = (self._config, self._train_distribution, self._session_config, self._device_fn)
+    saved = (self._config, self._train_distribution, self._session_config, self._device_fn,
+             self._model_dir)
     # Our progress line replaces tf.estimator's `loss = ..., step = ...` line.
     cfg = runtime.config.replace(log_step_count_steps=None)
     self._config, self._train_distribution = cfg, cfg.train_distribute
     self._session_config, self._device_fn = cfg.session_config, cfg.device_fn
+    self._model_dir = cfg.model_dir
     try:
       with runtime.scope() as scope_hooks:
         yield runtime, list(scope_hooks or [])
     finally:
-      self._config, self._train_distribution, self._session_config, self._device_fn = saved
+      (self._config, self._train_distribution, self._session_config, self._device_fn,
+       self._model_dir) = saved
 
   @contextlib.contextmanager
   def _model_fn_sees_batch(self, batch: Optional[int]):
@@ -792,6 +809,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def _wrap_model_fn(self, user_model_fn):
     @functools.wraps(user_model_fn)
     def model_fn(features, labels, mode, params, config):
+      if labels is not None and "labels" not in estimator_util.fn_args(user_model_fn):
+        # tf.estimator's own check and words (this wrapper takes labels, so it cannot see it).
+        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
       if self._model_fn_batch:
         params = {**params, batching.RESERVED_PARAMS_KEY: self._model_fn_batch}
       try:
@@ -807,9 +827,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
           raise  # TRAIN graphs were traced by the compiler, which names the line already
         message = " ".join(str(getattr(e, "message", e)).split())[:300].rstrip(".")
         what = "predict" if mode == ModeKeys.PREDICT else mode
-        raise ModelFnError(f"{capture_lib.user_line(e)}model_fn failed in {what} mode: "
-                           f"{type(e).__name__}: {message}"
-                           f"{_predict_hint(mode, features, labels, message)}") from e
+        raise keeping_kind(ModelFnError, e, (
+            f"{capture_lib.user_line(e)}model_fn failed in {what} mode: "
+            f"{type(e).__name__}: {message}"
+            f"{_predict_hint(mode, features, labels, message)}")) from e
       spec = _as_estimator_spec(spec, user_model_fn)
       if mode == ModeKeys.TRAIN and spec.loss is not None:
         _say_summed_loss_across_replicas(spec.loss)
@@ -818,8 +839,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       if mode == ModeKeys.TRAIN and spec.scaffold.saver is not None:
         checkpoints.check_saver_covers(spec.scaffold.saver, tf.compat.v1.get_default_graph(),
                                        f"model_fn{defined_at(user_model_fn)}")
-      if self._restore_from:
-        # Before the session restores (and before a refused run writes anything).
+      if self._restore_from and spec.scaffold.saver is None:
+        # Before the session restores (and before a refused run writes anything). A Saver of
+        # the model_fn's own may map other names onto the variables: it restores as it saves.
         checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),
                                   self.model_dir)
       elif self._init_checkpoint:  # no checkpoint to restore: start from the matching ones
@@ -884,9 +906,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     return result
 
   def _log_compile(self, result, previous=None):
-    kept = [f"{k} {v}" for k, v in (("cs_ip", self.config.cs_ip),
-                                     ("system_name", self.config.system_name),
-                                     ("stack_params", self.config.stack_params)) if v]
+    kept = [f"{k} {v}" for k, v in ((k, getattr(self.config, k, None))
+                                    for k in ("cs_ip", "system_name", "stack_params")) if v]
     if kept and not self._said_cs_ip:
       # Validated and kept (scripts written for hardware carry them), never used.
       self._said_cs_ip = True
@@ -1256,7 +1277,8 @@ def _check_batch(dataset, per_replica_batch: int, cs_config) -> None:
   """Refuses an input_fn whose dataset has a static batch other than the per-replica batch."""
   if not isinstance(dataset, tf.data.Dataset):
     return
-  capture_lib.check_batched(*capture_lib.element_spec(dataset))
+  if capture_lib.unbatched(*capture_lib.element_spec(dataset)):
+    return  # compiled as one sample a step (capture.py said so)
   dims = {int(s.shape[0]) for s in tf.nest.flatten(dataset.element_spec)
           if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is not None}
   if dims and dims != {per_replica_batch}:

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.compiler import tokens
-from cerebras_tf.errors import CerebrasTFError, CompileError
+from cerebras_tf.errors import CerebrasTFError, CompileError, keeping_kind
 
 
 @dataclasses.dataclass
@@ -46,14 +46,33 @@ class CapturedGraph:
   data_files: Tuple[str, ...] = ()
 
 
+def _spec_of(value):
+  """A TensorSpec of one returned value: a tensor's own; a Python or NumPy value's as
+  tf.estimator's model_fn gets it (converted); None (no labels) stays None."""
+  if value is None:
+    return None
+  if not (hasattr(value, "shape") and hasattr(value, "dtype")) or isinstance(value, np.ndarray):
+    value = tf.convert_to_tensor(value)
+  return tf.TensorSpec(value.shape, value.dtype)
+
+
 def element_spec(input_result):
-  """(features_spec, labels_spec) of what an input_fn returned."""
+  """(features_spec, labels_spec) of what an input_fn returned.
+
+  Raises:
+    ValueError (a CompileError too): a tuple or list other than (features, labels), with
+      tf.estimator's own words.
+  """
   if isinstance(input_result, tf.data.Dataset):
     spec = input_result.element_spec
-  elif isinstance(input_result, (tuple, list)) and len(input_result) == 2:
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), tuple(input_result))
+  elif isinstance(input_result, (tuple, list)):
+    if len(input_result) != 2:
+      raise keeping_kind(CompileError, ValueError(), (
+          f"input_fn should return (features, labels) as a len 2 tuple, got a "
+          f"{type(input_result).__name__} of {len(input_result)}"))
+    spec = tf.nest.map_structure(_spec_of, tuple(input_result))
   else:
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), input_result)
+    spec = tf.nest.map_structure(_spec_of, input_result)
   if isinstance(spec, tuple) and len(spec) == 2:
     return spec[0], spec[1]
   if isinstance(spec, tuple) and len(spec) == 3:
@@ -122,22 +141,35 @@ def _named_shapes(features_spec, labels_spec) -> List[Tuple[str, List[Optional[i
   return out
 
 
-def check_batched(features_spec, labels_spec) -> None:
-  """Refuses an input whose elements are not batches: a component of rank 0 (a dataset not
-  yet batched: its labels are scalars) or static leading dimensions that disagree."""
+def unbatched(features_spec, labels_spec) -> str:
+  """'' for an input whose elements are batches; else the shapes that say they are not (a
+  component of rank 0, a dataset not yet batched, or static leading dimensions that
+  disagree). tf.estimator takes both; the engine then takes one element as one sample."""
   shapes = _named_shapes(features_spec, labels_spec)
-  listed = ", ".join(f"{n}{d}" for n, d in shapes)
-  if any(d == [] for _, d in shapes):
-    raise CompileError(
-        f"the input_fn's elements are not batches ({listed}): a scalar has no batch "
-        f"dimension; batch the dataset, e.g. .batch(params['batch_size'], "
-        f"drop_remainder=True)")
   leading = {d[0] for _, d in shapes if d and d[0] is not None}
-  if len(leading) > 1:
-    raise CompileError(
-        f"the input_fn's tensors disagree on the batch dimension ({listed}); every feature "
-        f"and the labels need the same first dimension: batch the dataset, e.g. "
-        f".batch(params['batch_size'], drop_remainder=True)")
+  if any(d == [] for _, d in shapes) or len(leading) > 1:
+    return ", ".join(f"{n}{d}" for n, d in shapes)
+  return ""
+
+
+def pipeline_batch(dataset) -> Optional[int]:
+  """The static `batch()` argument of a dataset's outermost batching (batch, padded_batch),
+  or None: a dataset batched without drop_remainder has no static batch dimension, and its
+  batch is still that number (all but the last, partial, batch)."""
+  if not isinstance(dataset, tf.data.Dataset):
+    return None
+  seen, todo = set(), [dataset]
+  while todo:
+    ds = todo.pop(0)
+    if id(ds) in seen:
+      continue
+    seen.add(id(ds))
+    size = getattr(ds, "_batch_size", None)
+    if size is not None:
+      value = tf.get_static_value(size)
+      return int(value) if value is not None and int(value) > 0 else None
+    todo.extend(ds._inputs())  # pylint: disable=protected-access  # the dataset's inputs
+  return None
 
 
 def input_signature(captured: "CapturedGraph") -> str:
@@ -217,8 +249,16 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
     result = call_input_fn()
     features_spec, labels_spec = element_spec(result)
     files = data_files(result, input_graph)
-  check_batched(features_spec, labels_spec)
-  batch = batch_size_of((features_spec, labels_spec), default_batch_size)
+    in_pipeline = pipeline_batch(result)
+  shapes = unbatched(features_spec, labels_spec)
+  if shapes:
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: the input_fn's elements are not batches (%s): the engine takes each "
+        "step's input as one sample; batch the dataset (.batch(params['batch_size'], "
+        "drop_remainder=True)) for per-sample figures", shapes)
+    batch = 1
+  else:
+    batch = batch_size_of((features_spec, labels_spec), default_batch_size or in_pipeline or 0)
   graph = tf.Graph()
   inputs: Dict[str, tf.Tensor] = {}
   with graph.as_default(), _recording_optimizers() as (optimizers, steps):
