@@ -501,16 +501,20 @@ class _CerebrasMethods:
                                  saving_listeners):
     """tf.estimator's training loop, with the progress hook on the spec's loss: under a
     distribution strategy that is the loss reduced over the replicas, not replica 0's."""
-    if any(isinstance(h, tf.compat.v1.train.StopAtStepHook) for h in list(hooks) + worker_hooks) \
+    all_hooks = list(hooks) + list(worker_hooks)
+    if any(isinstance(h, tf.compat.v1.train.StopAtStepHook) for h in all_hooks) \
         and not capture_lib.writes_reached(estimator_spec.train_op, [global_step_tensor]):
-      # tf.estimator trains on (a hook of the user's may stop it), logging "global step has not
-      # been increased" at INFO: said up front, once, where it shows.
-      tf.compat.v1.logging.warning(
-          "cerebras_tf: model_fn%s: its train_op does not advance the global step, so "
-          "steps/max_steps is never reached and training ends only when a hook stops it: pass "
-          "global_step=tf.compat.v1.train.get_global_step() to minimize() or "
-          "apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
-          "train_op", defined_at(self._user_model_fn))
+      what = (f"model_fn{defined_at(self._user_model_fn)}: its train_op does not advance the "
+              f"global step, so steps/max_steps is never reached")
+      fix = ("pass global_step=tf.compat.v1.train.get_global_step() to minimize() or "
+             "apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
+             "train_op")
+      if not any(_users(h) for h in all_hooks):
+        # Nothing of the user's can stop it: tf.estimator would train forever.
+        raise ModelFnError(f"{what} and training would never end: {fix}")
+      # A hook of the user's may stop it, as under tf.estimator.
+      tf.compat.v1.logging.warning("cerebras_tf: %s: training ends when a hook stops it; %s",
+                                   what, fix)
     _say_updates_not_run(tf.compat.v1.get_default_graph(), estimator_spec.train_op,
                          global_step_tensor)
     run = self._cs_run
@@ -522,6 +526,11 @@ class _CerebrasMethods:
       checkpoints.keep_one_per_variable(tf.compat.v1.get_default_graph())
     return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
         self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)
+
+
+def _users(hook) -> bool:
+  """Whether a session hook is the user's (not TensorFlow's, nor one of ours)."""
+  return not type(hook).__module__.startswith(("tensorflow", "cerebras_tf"))
 
 
 @functools.lru_cache(maxsize=None)

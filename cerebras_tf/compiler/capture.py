@@ -349,6 +349,9 @@ def writes_reached(train_op, variables, stand_ins=frozenset()) -> bool:
              for op in ancestors(train_op))
 
 
+_GRADIENTS = re.compile(r"(^|/)gradients(_\d+)?/")
+
+
 def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:
   """Refuses a train_op from which no trainable variable's update can be reached: the model
   would train without learning. A Keras optimizer of TF 2.11+ used in a graph returns its step
@@ -356,6 +359,13 @@ def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:
   those dependencies; a model_fn's graph does not)."""
   trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
   if train_op is None or not trainable or writes_reached(train_op, trainable, steps):
+    return
+  if not any(_GRADIENTS.search(op.name) for op in graph.get_operations()):
+    # No gradient taken at all: a train_op that updates only non-trainables (a counter) is
+    # what the model_fn meant, and tf.estimator trains it.
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: the train_op updates none of the model's %d trainable variables and "
+        "takes no gradient: training does not change them", len(trainable))
     return
   raise CompileError(
       f"the train_op updates none of the model's {len(trainable)} trainable variables, so "
