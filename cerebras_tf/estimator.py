@@ -125,8 +125,8 @@ def _as_estimator_spec(spec, user_model_fn) -> model_fn_lib.EstimatorSpec:
   if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
     return spec.as_estimator_spec()
   raise keeping_kind(ModelFnError, ValueError(), (
-      f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}: model_fn should "
-      f"return an EstimatorSpec: return tf.estimator.EstimatorSpec(mode, loss=..., "
+      f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
+      f"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec(mode, loss=..., "
       f"train_op=...) (predictions=... in predict mode)"))
 
 
@@ -589,7 +589,12 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       raise ValueError(f"config must be an instance of `RunConfig`, but provided {config}.")
     if not model_fn:
       raise ValueError("model_fn must be provided to Estimator.")
-    model_fn_lib.verify_model_fn_args(model_fn, params)
+    # params holding only the batch (the reserved key the input_fn reads it from, as
+    # TPUEstimator's) may go to a model_fn without params: no batch written into the input_fn.
+    only_batch = isinstance(params, dict) and set(params) == {batching.RESERVED_PARAMS_KEY}
+    takes_params = "params" in estimator_util.fn_args(model_fn)
+    model_fn_lib.verify_model_fn_args(model_fn,
+                                      None if only_batch and not takes_params else params)
     self._user_model_fn = model_fn
     # Weight servers (another directory) run the restore ops: checkpoint paths are absolute.
     self._init_checkpoint = _absolute(init_checkpoint)
@@ -611,6 +616,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     # engine's run converts it (_engine_config). model_dir is kept as given too: an engine
     # run makes it absolute for the processes it starts elsewhere (_runtime_for).
     config = CSRunConfig() if config is None else config
+    # `~` expanded (a directory named "~" is never what was meant); relative stays relative.
+    model_dir = _home(model_dir)
+    if _home(config.model_dir) != config.model_dir:
+      config = config.replace(model_dir=_home(config.model_dir))
     # `params or {}`: what tf.estimator keeps anyway, and its check of the wrapper (which takes
     # params) then does not warn "includes params argument" for every model_fn.
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
@@ -1188,6 +1197,10 @@ def _absolute(path: Optional[str]) -> Optional[str]:
   """A local path made absolute, `~` expanded (as scripts/run.py does); None and URLs
   (gs://...) as they are."""
   return os.path.abspath(os.path.expanduser(path)) if path and "://" not in path else path
+
+
+def _home(path: Optional[str]) -> Optional[str]:
+  return os.path.expanduser(path) if path and "://" not in path else path
 
 
 def _check_readable_path(model_dir: str) -> None:

@@ -52,6 +52,8 @@ def test_constructor_refuses_as_tf_estimator():
   # params given to a model_fn without a params argument: tf.estimator raises, it was accepted
   with pytest.raises(ValueError, match="does not include params"):
     CerebrasEstimator(model_fn=lambda features, labels: None, params={"a": 1})
+  # ...except the batch alone, which the input_fn reads there (TPUEstimator's convention)
+  CerebrasEstimator(model_fn=lambda features, labels: None, params={"batch_size": 8})
 
 
 def test_no_false_params_warning(caplog):

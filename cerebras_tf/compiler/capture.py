@@ -142,13 +142,16 @@ def _named_shapes(features_spec, labels_spec) -> List[Tuple[str, List[Optional[i
 
 
 def unbatched(features_spec, labels_spec) -> str:
-  """'' for an input whose elements are batches; else the shapes that say they are not (a
+  """'' for an input whose elements are batches; else why they are not, naming the shapes (a
   component of rank 0, a dataset not yet batched, or static leading dimensions that
   disagree). tf.estimator takes both; the engine then takes one element as one sample."""
   shapes = _named_shapes(features_spec, labels_spec)
+  listed = ", ".join(f"{n}{d}" for n, d in shapes)
   leading = {d[0] for _, d in shapes if d and d[0] is not None}
-  if any(d == [] for _, d in shapes) or len(leading) > 1:
-    return ", ".join(f"{n}{d}" for n, d in shapes)
+  if any(d == [] for _, d in shapes):
+    return f"the input_fn's elements are not batches ({listed})"
+  if len(leading) > 1:
+    return f"the input_fn's tensors disagree on the batch dimension ({listed})"
   return ""
 
 
@@ -250,12 +253,12 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
     features_spec, labels_spec = element_spec(result)
     files = data_files(result, input_graph)
     in_pipeline = pipeline_batch(result)
-  shapes = unbatched(features_spec, labels_spec)
-  if shapes:
+  not_batches = unbatched(features_spec, labels_spec)
+  if not_batches:
     tf.compat.v1.logging.warning(
-        "cerebras_tf: the input_fn's elements are not batches (%s): the engine takes each "
-        "step's input as one sample; batch the dataset (.batch(params['batch_size'], "
-        "drop_remainder=True)) for per-sample figures", shapes)
+        "cerebras_tf: %s: the engine takes each step's input as one sample; batch the "
+        "dataset (.batch(params['batch_size'], drop_remainder=True)) for per-sample figures",
+        not_batches)
     batch = 1
   else:
     batch = batch_size_of((features_spec, labels_spec), default_batch_size or in_pipeline or 0)
@@ -282,6 +285,9 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
         hint = f"; check the batch size and the input shapes ({_shapes(inputs)})"
       else:
         hint = ""
+      if not_batches:
+        hint += (f"; {not_batches}: batch the dataset, e.g. .batch(params['batch_size'], "
+                 f"drop_remainder=True)")
       raise CompileError(f"{user_line(e)}model_fn failed while being traced for the engine at "
                          f"batch {batch}: {message}{hint}") from e
   if spec.loss is None:
