@@ -55,8 +55,8 @@ def _call_with_supported_args(fn, **kwargs):
   """Calls `fn` with the subset of kwargs its signature names (the Estimator's convention).
 
   Raises:
-    ConfigError: `fn` requires an argument by another name (`lambda p: ...`): tf.estimator's
-      TypeError said only "missing 1 required positional argument: 'p'".
+    ConfigError (a TypeError too): `fn` requires an argument by another name (`lambda p:
+      ...`): tf.estimator's TypeError said only "missing 1 required positional argument".
   """
   args = estimator_util.fn_args(fn)
   _check_required_args(fn, kwargs)
@@ -73,11 +73,11 @@ def _check_required_args(fn, passed) -> None:
   if not missing:
     return
   name = getattr(fn, "__name__", type(fn).__name__)
-  raise ConfigError(
+  raise keeping_kind(ConfigError, TypeError(), (  # a TypeError where tf.estimator's call failed
       f"{name}{defined_at(fn)} requires argument(s) {', '.join(repr(m) for m in missing)}, but "
       f"tf.estimator passes arguments by name, only {', '.join(sorted(passed))}: rename "
       f"{missing[0]!r} to one of those (the input_fn's is usually 'params'), or give it a "
-      "default")
+      "default"))
 
 
 def batch_size_for_mode(params: dict, mode: str) -> Optional[int]:
