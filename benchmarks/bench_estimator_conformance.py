@@ -13,7 +13,9 @@ own (a refusal names its reason; a crash is a bug).
     python benchmarks/bench_estimator_conformance.py --estimator_src /tmp/estimator
     # or only some:  --files run_config_test.py --variants plain,use_cs=True
 
---estimator_src may also be a directory holding the test files themselves.
+--estimator_src may also be a directory holding the test files themselves; it defaults to
+$TF_ESTIMATOR_SRC (so benchmarks/run_all.py can run this), and --results_dir to
+$CONFORMANCE_RESULTS_DIR.
 """
 
 import argparse
@@ -75,14 +77,17 @@ def _passed(outcomes: dict) -> set:
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--estimator_src", required=True,
+  parser.add_argument("--estimator_src", default=os.environ.get("TF_ESTIMATOR_SRC"),
                       help="a tensorflow/estimator checkout at v2.15.0 (or the test files)")
   parser.add_argument("--files", default=",".join(FILES))
   parser.add_argument("--variants", default=",".join(VARIANTS))
-  parser.add_argument("--results_dir", default=None,
+  parser.add_argument("--results_dir", default=os.environ.get("CONFORMANCE_RESULTS_DIR"),
                       help="keep each run's outcomes here; runs already there are reused")
   parser.add_argument("--timeout", type=int, default=3600, help="seconds per file and variant")
   args = parser.parse_args()
+  if not args.estimator_src:
+    raise SystemExit("no --estimator_src (nor $TF_ESTIMATOR_SRC): git clone -b v2.15.0 --depth 1 "
+                     "https://github.com/tensorflow/estimator DIR, and pass DIR")
   files = [f for f in args.files.split(",") if f]
   variants = [v for v in args.variants.split(",") if v]
   results_dir = args.results_dir or tempfile.mkdtemp(prefix="conformance_results_")

@@ -127,7 +127,8 @@ def _as_estimator_spec(spec, user_model_fn) -> model_fn_lib.EstimatorSpec:
   raise keeping_kind(ModelFnError, ValueError(), (
       f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
       f"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec(mode, loss=..., "
-      f"train_op=...) (predictions=... in predict mode)"))
+      f"train_op=...) (predictions=... in predict mode); model_fn should return an "
+      f"EstimatorSpec"))
 
 
 def _check_single_examples(predictions, predict_keys, user_model_fn) -> None:
@@ -230,6 +231,12 @@ class _CerebrasMethods:
 
   def _train_on_engine(self, input_fn, hooks, steps, max_steps, saving_listeners,
                        run_max_steps):
+    if self.config.task_type in ("evaluator", "ps"):  # RunConfig's TaskType values
+      # tf.estimator's own refusal, before the compile calls the model_fn.
+      raise ValueError(
+          "Train has been called wrong configuration. Please use "
+          "tf.estimator.train_and_evaluate which calls proper API according to given "
+          f"configuration. Current configuration: {self.config}.")
     strategies.form_cluster(self.cs_config)
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
@@ -259,7 +266,10 @@ class _CerebrasMethods:
     try:
       with self._runtime_for(result.plan) as (runtime, runtime_hooks):
         hooks = list(hooks or []) + runtime_hooks
-        input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch)
+        # The batch goes into params only when the params name one: a batch taken from the
+        # data leaves params as the user gave them, as tf.estimator does.
+        named = batch_size_for_mode(self.params, ModeKeys.TRAIN) is not None
+        input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch, named)
         if input_checkpointed:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
@@ -268,7 +278,7 @@ class _CerebrasMethods:
           hooks = hooks + [position]
           saving_listeners = list(saving_listeners or []) + [position.listener]
         with GracefulInterrupt(self.model_dir) as interrupt, \
-            self._model_fn_sees_batch(runtime.per_replica_batch):
+            self._model_fn_sees_batch(runtime.per_replica_batch if named else None):
           return tf.estimator.Estimator.train(self, input_fn, hooks=hooks + [interrupt.hook],
                                               steps=steps, max_steps=max_steps,
                                               saving_listeners=saving_listeners)
@@ -760,8 +770,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     # another runtime swaps them, and puts them back after.
     saved = (self._config, self._train_distribution, self._session_config, self._device_fn,
              self._model_dir)
-    # Our progress line replaces tf.estimator's `loss = ..., step = ...` line.
-    cfg = runtime.config.replace(log_step_count_steps=None)
+    # tf.estimator's own `loss = ..., step = ...` line and steps/s summary stay (INFO: at
+    # TensorFlow's default verbosity, and on scripts/run.py's terminal, only ours show).
+    cfg = runtime.config
     self._config, self._train_distribution = cfg, cfg.train_distribute
     self._session_config, self._device_fn = cfg.session_config, cfg.device_fn
     self._model_dir = cfg.model_dir
@@ -798,12 +809,13 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       return _call_with_supported_args(input_fn, params=params, mode=mode, config=config)
     return wrapped
 
-  def _per_replica_input_fn(self, input_fn, per_replica_batch: int):
+  def _per_replica_input_fn(self, input_fn, per_replica_batch: int, named: bool = True):
     """input_fn called with the per-replica batch in the reserved params key `batch_size`
     (TPUEstimator's convention; the params sections keep the global batch); a dataset whose
     static batch is another number is refused with both numbers."""
     def wrapped(params, mode, config, input_context=None):
-      params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
+      if named:
+        params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
       out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config,
                                       input_context=input_context)
       if not isinstance(out, tf.data.Dataset) and isinstance(

@@ -263,3 +263,40 @@ def test_seed_example_runs_as_printed_from_another_directory(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "SEED OK 5" in proc.stdout
   assert os.path.exists(tmp_path / "out" / "model.ckpt-5.index")
+
+
+def test_params_stay_as_given_when_they_name_no_batch(tmp_path):
+  """The per-replica batch went into params['batch_size'] of every input_fn and model_fn call
+  even when the batch came from the data: tf.estimator's tests comparing params failed."""
+  seen = []
+
+  def input_fn(params):
+    seen.append(dict(params))
+    return _xy_input()
+
+  def model_fn(features, labels, mode, params):
+    seen.append(dict(params))
+    return _dense_model_fn(features, labels, mode)
+  est = CerebrasEstimator(model_fn, model_dir=str(tmp_path), params={"units": 2},
+                          config=CSRunConfig(cs_config=PIPELINED), use_cs=True)
+  est.train(input_fn, steps=1)
+  assert seen and all(p == {"units": 2} for p in seen), seen
+
+
+def test_train_on_an_evaluator_is_tf_estimators_value_error(tmp_path):
+  class EvaluatorConfig(CSRunConfig):
+    @property
+    def task_type(self):
+      return "evaluator"
+  est = CerebrasEstimator(_counting_model_fn, model_dir=str(tmp_path), config=EvaluatorConfig(),
+                          use_cs=True)
+  with pytest.raises(ValueError, match="train_and_evaluate"):
+    est.train(_xy_input, steps=1)
+
+
+def test_a_v1_dataset_batch_is_found(tmp_path):
+  def input_fn():
+    x = tf.range(10, dtype=tf.float32)
+    return tf.compat.v1.data.Dataset.from_tensor_slices(
+        ({"x": x}, tf.cast(x, tf.int32) % 2)).batch(4)
+  assert _on_engine(tmp_path, _dense_model_fn).compile(input_fn).plan.batch_size == 4

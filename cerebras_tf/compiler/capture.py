@@ -146,6 +146,8 @@ def unbatched(features_spec, labels_spec) -> str:
   component of rank 0, a dataset not yet batched, or static leading dimensions that
   disagree). tf.estimator takes both; the engine then takes one element as one sample."""
   shapes = _named_shapes(features_spec, labels_spec)
+  if not shapes:
+    return "the input_fn returns no tensor"
   listed = ", ".join(f"{n}{d}" for n, d in shapes)
   leading = {d[0] for _, d in shapes if d and d[0] is not None}
   if any(d == [] for _, d in shapes):
@@ -172,6 +174,8 @@ def pipeline_batch(dataset) -> Optional[int]:
       value = tf.get_static_value(size)
       return int(value) if value is not None and int(value) > 0 else None
     todo.extend(ds._inputs())  # pylint: disable=protected-access  # the dataset's inputs
+    if isinstance(getattr(ds, "_dataset", None), tf.data.Dataset):
+      todo.append(ds._dataset)  # pylint: disable=protected-access  # a V1 adapter's own
   return None
 
 
@@ -233,6 +237,8 @@ def data_files(dataset, graph: tf.Graph) -> Tuple[str, ...]:
 def batch_size_of(spec, default: int) -> int:
   """The static batch dimension of an element spec, or `default` when it is unknown."""
   for s in tf.nest.flatten(spec):
+    if s is None:
+      continue  # no labels
     dims = s.shape.as_list()
     if dims and dims[0] is not None:
       return int(dims[0])
@@ -288,8 +294,10 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
       if not_batches:
         hint += (f"; {not_batches}: batch the dataset, e.g. .batch(params['batch_size'], "
                  f"drop_remainder=True)")
-      raise CompileError(f"{user_line(e)}model_fn failed while being traced for the engine at "
-                         f"batch {batch}: {message}{hint}") from e
+      # Still a ValueError / TypeError, as the model_fn raised it under tf.estimator.
+      raise keeping_kind(CompileError, e, (
+          f"{user_line(e)}model_fn failed while being traced for the engine at batch {batch}: "
+          f"{message}{hint}")) from e
   if spec.loss is None:
     raise CompileError("model_fn returned no loss in TRAIN mode; the engine trains on the loss")
   _check_train_op_updates(graph, spec.train_op, steps)

@@ -85,7 +85,8 @@ class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
       self._first_run = False
       try:
         self._restore_or_save_initial_ckpt(run_context.session)
-      except tf.errors.UnimplementedError as e:  # "GeneratorDataset does not support ..."
+      except (tf.errors.UnimplementedError,  # "GeneratorDataset does not support ..."
+              tf.errors.FailedPreconditionError) as e:  # an iterator of the input_fn's own
         self._stand_down(e)
 
   def _stand_down(self, error) -> None:
