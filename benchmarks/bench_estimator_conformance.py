@@ -71,6 +71,15 @@ def run_one(test_file: str, variant: str, results_dir: str, timeout: int) -> dic
     return json.load(fh)
 
 
+def cpu_model() -> str:
+  """The host CPU's model name (Linux), or ''."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as fh:
+      return next((l.split(":", 1)[1].strip() for l in fh if l.startswith("model name")), "")
+  except OSError:
+    return ""
+
+
 def _passed(outcomes: dict) -> set:
   return {t for t, o in outcomes.items() if o[0] == "passed"}
 
@@ -93,7 +102,7 @@ def main():
   results_dir = args.results_dir or tempfile.mkdtemp(prefix="conformance_results_")
   os.makedirs(results_dir, exist_ok=True)
 
-  outcomes = {}
+  outcomes, reused = {}, []
   for name in files:
     path = _source(args.estimator_src, name)
     for variant in variants:
@@ -101,12 +110,13 @@ def main():
       if args.results_dir and os.path.exists(kept):
         with open(kept, encoding="utf-8") as fh:
           outcomes[name, variant] = json.load(fh)
+        reused.append(f"{name} {variant}")
       else:
         outcomes[name, variant] = run_one(path, variant, results_dir, args.timeout)
       print(f"ran {name} {variant}: {len(_passed(outcomes[name, variant]))} passed of "
             f"{len(outcomes[name, variant])}", flush=True)
 
-  print(f"\nhost: {machine()}; tensorflow/estimator tests from {args.estimator_src}")
+  host = f"{machine()}, CPU {cpu_model() or 'unknown'}"
   rows, differing = [], []
   totals = {v: [0, 0] for v in variants}
   for name in files:
@@ -127,8 +137,11 @@ def main():
   for variant in variants:
     if variant != "plain":
       header += [f"pass {variant}", f"fail {variant}", f"crashes {variant}"]
-  print_table("tensorflow/estimator v2.15.0 tests, passing with the plain Estimator: "
-              "with CerebrasEstimator", header, rows)
+  print_table(f"tensorflow/estimator v2.15.0 tests, passing with the plain Estimator: with "
+              f"CerebrasEstimator ({host}; tests from {args.estimator_src})", header, rows)
+  if reused:
+    print(f"\nOutcomes read from {results_dir}, where this script's earlier pytest runs wrote "
+          f"them: {len(reused)} of {len(files) * len(variants)} runs.\n")
   for variant, (ok, of) in totals.items():
     if of:
       print(f"{variant}: {ok} of {of} ({100.0 * ok / of:.1f}%) of the plain Estimator's passes")
