@@ -14,7 +14,10 @@ setup(
     # The framework is cerebras_tf; the reference models live in the checkout's top-level
     # models/ (as the model zoo stands beside the framework) and install as `cerebras_models`,
     # so nothing named `models` can shadow a user's own models.py.
-    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*"]) + MODELS,
+    packages=find_packages(include=["cerebras_tf", "cerebras_tf.*"]) + MODELS
+    # `cerebras.tf.cs_estimator` / `.run_config`, the Cerebras R1.x import paths: a namespace
+    # package portion (no cerebras/__init__.py), so a real Cerebras install keeps its own.
+    + ["cerebras.tf"],
     package_dir={"cerebras_models": "models"},
     package_data={"cerebras_tf.engine": ["specs/*.yaml"], "cerebras_models": ["*/README.md"]},
     install_requires=[

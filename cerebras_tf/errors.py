@@ -6,6 +6,7 @@ the file, key or op and says what to do; `scripts/run.py` prints it to stderr an
 """
 
 import errno
+import functools
 import inspect
 import os
 import re
@@ -91,6 +92,31 @@ class FitError(CompileError):
 
 class ModelFnError(CerebrasTFError):
   """The user's model_fn raised while building an eval or predict graph (names its line)."""
+
+
+_BUILTIN_KINDS = (KeyError, IndexError, ValueError, TypeError, AttributeError)
+
+
+def _one_line(error) -> str:
+  # KeyError's own __str__ would quote the message.
+  return Exception.__str__(error).replace("\r", "\\r").replace("\n", "\\n")
+
+
+@functools.lru_cache(maxsize=None)
+def _both(ours: type, builtin: type) -> type:
+  return type(ours.__name__, (ours, builtin), {"__module__": ours.__module__,
+                                               "__qualname__": ours.__qualname__,
+                                               "__str__": _one_line})
+
+
+def keeping_kind(ours: type, original: BaseException, message: str,
+                 kind: Optional[type] = None) -> CerebrasTFError:
+  """`ours(message)` that is also the builtin kind of `original` (ValueError, KeyError, ...),
+  or `kind` when given: code written for tf.estimator that catches what the model_fn (or
+  tf.estimator) raised still catches it, and the CLI still prints it as one of ours. Same
+  class name as `ours`."""
+  kind = kind or next((k for k in _BUILTIN_KINDS if isinstance(original, k)), None)
+  return (_both(ours, kind) if kind else ours)(message)
 
 
 class DataError(CerebrasTFError):

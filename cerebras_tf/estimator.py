@@ -36,7 +36,7 @@ from cerebras_tf.core import batching, plans, source
 from cerebras_tf.engine import report
 from cerebras_tf.errors import (CerebrasTFError, ConfigError, DataError, FitError, ModelFnError,
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
-                                disk_full_path, tf_error_text)
+                                disk_full_path, keeping_kind, tf_error_text)
 from cerebras_tf import registry
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, logs, strategies,
@@ -59,8 +59,8 @@ def _call_with_supported_args(fn, **kwargs):
   """Calls `fn` with the subset of kwargs its signature names (the Estimator's convention).
 
   Raises:
-    ConfigError: `fn` requires an argument by another name (`lambda p: ...`): tf.estimator's
-      TypeError said only "missing 1 required positional argument: 'p'".
+    ConfigError (a TypeError too): `fn` requires an argument by another name (`lambda p:
+      ...`): tf.estimator's TypeError said only "missing 1 required positional argument".
   """
   args = estimator_util.fn_args(fn)
   _check_required_args(fn, kwargs)
@@ -77,11 +77,11 @@ def _check_required_args(fn, passed) -> None:
   if not missing:
     return
   name = getattr(fn, "__name__", type(fn).__name__)
-  raise ConfigError(
+  raise keeping_kind(ConfigError, TypeError(), (  # a TypeError where tf.estimator's call failed
       f"{name}{defined_at(fn)} requires argument(s) {', '.join(repr(m) for m in missing)}, but "
       f"tf.estimator passes arguments by name, only {', '.join(sorted(passed))}: rename "
       f"{missing[0]!r} to one of those (the input_fn's is usually 'params'), or give it a "
-      "default")
+      "default"))
 
 
 def batch_size_for_mode(params: dict, mode: str) -> Optional[int]:
@@ -128,9 +128,11 @@ def _as_estimator_spec(spec, user_model_fn) -> model_fn_lib.EstimatorSpec:
     return spec
   if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
     return spec.as_estimator_spec()
-  raise ModelFnError(f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
-                     f"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec(mode, "
-                     f"loss=..., train_op=...) (predictions=... in predict mode)")
+  raise keeping_kind(ModelFnError, ValueError(), (
+      f"model_fn{defined_at(user_model_fn)} returned {type(spec).__name__}, not a "
+      f"tf.estimator.EstimatorSpec: return tf.estimator.EstimatorSpec(mode, loss=..., "
+      f"train_op=...) (predictions=... in predict mode); model_fn should return an "
+      f"EstimatorSpec"))
 
 
 def _check_single_examples(predictions, predict_keys, user_model_fn) -> None:
@@ -221,7 +223,9 @@ class _CerebrasMethods:
       return self._train_on_engine(input_fn, hooks, steps, max_steps, saving_listeners,
                                    run_max_steps)
     except (tf.compat.v1.train.NanLossDuringTrainingError, NonFiniteLossError) as e:
-      raise TrainingError(self._after_nan(e)) from None
+      # Still the error tf.estimator raises, for code that catches it.
+      raise keeping_kind(TrainingError, e, self._after_nan(e),
+                         kind=tf.compat.v1.train.NanLossDuringTrainingError) from None
     except (tf.errors.ResourceExhaustedError, OSError) as e:
       if not disk_full(e):
         raise
@@ -231,6 +235,12 @@ class _CerebrasMethods:
 
   def _train_on_engine(self, input_fn, hooks, steps, max_steps, saving_listeners,
                        run_max_steps):
+    if self.config.task_type in ("evaluator", "ps"):  # RunConfig's TaskType values
+      # tf.estimator's own refusal, before the compile calls the model_fn.
+      raise ValueError(
+          "Train has been called wrong configuration. Please use "
+          "tf.estimator.train_and_evaluate which calls proper API according to given "
+          f"configuration. Current configuration: {self.config}.")
     strategies.form_cluster(self.cs_config)
     result = self.compile(input_fn, mode=ModeKeys.TRAIN)
     self._raise_unless_fits(result)
@@ -260,7 +270,10 @@ class _CerebrasMethods:
     try:
       with self._runtime_for(result.plan) as (runtime, runtime_hooks):
         hooks = list(hooks or []) + runtime_hooks
-        input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch)
+        # The batch goes into params only when the params name one: a batch taken from the
+        # data leaves params as the user gave them, as tf.estimator does.
+        named = batch_size_for_mode(self.params, ModeKeys.TRAIN) is not None
+        input_fn = self._per_replica_input_fn(input_fn, runtime.per_replica_batch, named)
         if input_checkpointed:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
@@ -269,7 +282,7 @@ class _CerebrasMethods:
           hooks = hooks + [position]
           saving_listeners = list(saving_listeners or []) + [position.listener]
         with GracefulInterrupt(self.model_dir) as interrupt, \
-            self._model_fn_sees_batch(runtime.per_replica_batch):
+            self._model_fn_sees_batch(runtime.per_replica_batch if named else None):
           return tf.estimator.Estimator.train(self, input_fn, hooks=hooks + [interrupt.hook],
                                               steps=steps, max_steps=max_steps,
                                               saving_listeners=saving_listeners)
@@ -398,8 +411,8 @@ class _CerebrasMethods:
   @_shows_our_info
   def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None,
                use_cs=None):
-    """Evaluates a checkpoint (refused when there is none: the metrics of an untrained model
-    are not an answer); with use_cs=True the last compile must fit."""
+    """Evaluates a checkpoint (the initialized model when there is none, as tf.estimator);
+    with use_cs=True the last compile must fit."""
     if steps is None:
       input_fn = _refusing_endless(input_fn)
     if name is None:
@@ -431,8 +444,8 @@ class _CerebrasMethods:
 
   def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None,
               yield_single_examples=True, use_cs=None):
-    """Predicts from a checkpoint (refused when there is none); with use_cs=True the last
-    compile must fit."""
+    """Predicts from a checkpoint (the initialized model when there is none, as tf.estimator);
+    with use_cs=True the last compile must fit."""
     restore_from = self._checkpoint_for("predict", checkpoint_path)
     input_fn, batch = self._for_engine(_saying_endless(input_fn), ModeKeys.PREDICT, use_cs)
     self._single_examples = (predict_keys,) if yield_single_examples else None
@@ -489,34 +502,35 @@ class _CerebrasMethods:
       self._raise_unless_fits(self._last_compile)
 
   def _checkpoint_for(self, what: str, checkpoint_path) -> Optional[str]:
-    """The checkpoint eval/predict will restore; None for a warm start (tf.estimator applies
-    `warm_start_from` there too, e.g. a Keras model's own weights). No source: refused."""
+    """The checkpoint eval/predict will restore; None for none (a warm start, which
+    tf.estimator applies there too, e.g. a Keras model's own weights; or the initializers)."""
     if checkpoint_path:
       if not tf.io.gfile.isdir(checkpoint_path):
         checkpoints.check_whole(checkpoint_path)  # a copy cut short: one line, not RestoreV2's
       return checkpoint_path
-    found = checkpoints.latest(self.model_dir)
-    if found is None and (self._warm_start_settings or self._init_checkpoint):
-      return None
-    if found is None:
-      raise ConfigError(f"{what}: no checkpoint in model_dir {self.model_dir}: nothing trained "
-                        f"to {what}; train first, or check --model_dir (or pass "
-                        f"--checkpoint_path)")
-    return found
+    del what
+    # None: tf.estimator runs initialization and says so ("Could not find trained model");
+    # scripts/run.py refuses that (runner.require_checkpoint).
+    return checkpoints.latest(self.model_dir)
 
   def _train_with_estimator_spec(self, estimator_spec, worker_hooks, hooks, global_step_tensor,
                                  saving_listeners):
     """tf.estimator's training loop, with the progress hook on the spec's loss: under a
     distribution strategy that is the loss reduced over the replicas, not replica 0's."""
-    if any(isinstance(h, tf.compat.v1.train.StopAtStepHook) for h in list(hooks) + worker_hooks) \
+    all_hooks = list(hooks) + list(worker_hooks)
+    if any(isinstance(h, tf.compat.v1.train.StopAtStepHook) for h in all_hooks) \
         and not capture_lib.writes_reached(estimator_spec.train_op, [global_step_tensor]):
-      # tf.estimator would train forever, logging "global step has not been increased".
-      raise ModelFnError(
-          f"model_fn{defined_at(self._user_model_fn)}: its train_op does not advance the global "
-          f"step, so steps/max_steps is never reached and training would never end: pass "
-          f"global_step=tf.compat.v1.train.get_global_step() to minimize() or "
-          f"apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
-          f"train_op")
+      what = (f"model_fn{defined_at(self._user_model_fn)}: its train_op does not advance the "
+              f"global step, so steps/max_steps is never reached")
+      fix = ("pass global_step=tf.compat.v1.train.get_global_step() to minimize() or "
+             "apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
+             "train_op")
+      if not any(_users(h) for h in all_hooks):
+        # Nothing of the user's can stop it: tf.estimator would train forever.
+        raise ModelFnError(f"{what} and training would never end: {fix}")
+      # A hook of the user's may stop it, as under tf.estimator.
+      tf.compat.v1.logging.warning("cerebras_tf: %s: training ends when a hook stops it; %s",
+                                   what, fix)
     _say_updates_not_run(tf.compat.v1.get_default_graph(), estimator_spec.train_op,
                          global_step_tensor)
     run = self._cs_run
@@ -544,6 +558,11 @@ def _keras_parts(model, model_dir, config, custom_objects=None, metric_names_map
   model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
                                                  export_outputs)
   return model_fn, config, keras_model_lib.save_warm_start(model, config, custom_objects)
+
+
+def _users(hook) -> bool:
+  """Whether a session hook is the user's (not TensorFlow's, nor one of ours)."""
+  return not type(hook).__module__.startswith(("tensorflow", "cerebras_tf"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -596,6 +615,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   def __init__(self, model_fn, model_dir=None, compile_dir=None, config=None, params=None,
                warm_start_from=None, use_cs=None, init_checkpoint=None):
+    # tf.estimator's checks, in its order and words, on the user's model_fn (tf.estimator
+    # itself sees only the wrapper below).
+    if config is not None and not isinstance(config, tf.estimator.RunConfig):
+      raise ValueError(f"config must be an instance of `RunConfig`, but provided {config}.")
     if isinstance(model_fn, tf.keras.Model):
       # A compiled Keras model where a model_fn goes: what from_keras_model does.
       if warm_start_from is not None:
@@ -604,10 +627,14 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       model_fn, config, warm_start_from = _keras_parts(keras_model_lib.load(model_fn),
                                                        model_dir, config)
       model_dir = config.model_dir
-    # params also carries the batch the input_fn and the runtime read (params["batch_size"], as
-    # TPUEstimator's): a model_fn that does not take it is not one that forgot to.
+    if not model_fn:
+      raise ValueError("model_fn must be provided to Estimator.")
+    # params holding only the batch (the reserved key the input_fn reads it from, as
+    # TPUEstimator's) may go to a model_fn without params: no batch written into the input_fn.
+    only_batch = isinstance(params, dict) and set(params) == {batching.RESERVED_PARAMS_KEY}
     takes_params = "params" in estimator_util.fn_args(model_fn)
-    model_fn_lib.verify_model_fn_args(model_fn, params if takes_params else None)
+    model_fn_lib.verify_model_fn_args(model_fn,
+                                      None if only_batch and not takes_params else params)
     self._user_model_fn = model_fn
     # Weight servers (another directory) run the restore ops: checkpoint paths are absolute.
     self._init_checkpoint = _absolute(init_checkpoint)
@@ -625,13 +652,18 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._model_fn_batch: Optional[int] = None  # the batch the model_fn's features have
     for mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
       batch_size_for_mode(params or {}, mode)  # refuses a batch_size that is not one
-    config = _as_cs_run_config(config)
-    # The weight servers and worker processes run in another directory.
-    model_dir = _absolute(model_dir)
-    if config.model_dir:
-      config = config.replace(model_dir=_absolute(config.model_dir))
+    # A RunConfig of the user's (a subclass with methods of its own) is kept as it is; the
+    # engine's run converts it (_engine_config). model_dir is kept as given too: an engine
+    # run makes it absolute for the processes it starts elsewhere (_runtime_for).
+    config = CSRunConfig() if config is None else config
+    # `~` expanded (a directory named "~" is never what was meant); relative stays relative.
+    model_dir = _home(model_dir)
+    if _home(config.model_dir) != config.model_dir:
+      config = config.replace(model_dir=_home(config.model_dir))
+    # `params or {}`: what tf.estimator keeps anyway, and its check of the wrapper (which takes
+    # params) then does not warn "includes params argument" for every model_fn.
     super().__init__(model_fn=self._wrap_model_fn(model_fn), model_dir=model_dir,
-                     config=config, params=params, warm_start_from=warm_start_from)
+                     config=config, params=params or {}, warm_start_from=warm_start_from)
     dir_lock.check_local(self.model_dir, "model_dir")
     _check_readable_path(self.model_dir)
     if compile_dir:
@@ -727,7 +759,16 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
 
   @property
   def cs_config(self) -> CSConfig:
-    return self.config.cs_config
+    """The config's CSConfig; the default one for a plain RunConfig."""
+    return getattr(self.config, "cs_config", None) or CSConfig()
+
+  def _engine_config(self) -> CSRunConfig:
+    """The config as a CSRunConfig with an absolute model_dir, for an engine run: its weight
+    servers and worker processes run in another directory."""
+    config = self.config
+    if not isinstance(config, CSRunConfig):
+      config = CSRunConfig.from_run_config(config)
+    return config.replace(model_dir=_absolute(config.model_dir))
 
   def _resolve_use_cs(self, use_cs) -> bool:
     return self._default_use_cs if use_cs is None else bool(use_cs)
@@ -747,19 +788,24 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def _runtime_for(self, plan):
     """Trains one call with the plan's runtime (runtime/strategies.py); yields it and the
     hooks its scope asks the train call to add."""
-    runtime = strategies.runtime_for(plan, self.config, self.model_dir, self.cs_config)
-    # tf.estimator copies these four out of its RunConfig when it is built; a train call with
+    config = self._engine_config()
+    runtime = strategies.runtime_for(plan, config, config.model_dir, self.cs_config)
+    # tf.estimator copies these five out of its RunConfig when it is built; a train call with
     # another runtime swaps them, and puts them back after.
-    saved = (self._config, self._train_distribution, self._session_config, self._device_fn)
-    # Our progress line replaces tf.estimator's `loss = ..., step = ...` line.
-    cfg = runtime.config.replace(log_step_count_steps=None)
+    saved = (self._config, self._train_distribution, self._session_config, self._device_fn,
+             self._model_dir)
+    # tf.estimator's own `loss = ..., step = ...` line and steps/s summary stay (INFO: at
+    # TensorFlow's default verbosity, and on scripts/run.py's terminal, only ours show).
+    cfg = runtime.config
     self._config, self._train_distribution = cfg, cfg.train_distribute
     self._session_config, self._device_fn = cfg.session_config, cfg.device_fn
+    self._model_dir = cfg.model_dir
     try:
       with runtime.scope() as scope_hooks:
         yield runtime, list(scope_hooks or [])
     finally:
-      self._config, self._train_distribution, self._session_config, self._device_fn = saved
+      (self._config, self._train_distribution, self._session_config, self._device_fn,
+       self._model_dir) = saved
 
   @contextlib.contextmanager
   def _model_fn_sees_batch(self, batch: Optional[int]):
@@ -787,12 +833,13 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       return _call_with_supported_args(input_fn, params=params, mode=mode, config=config)
     return wrapped
 
-  def _per_replica_input_fn(self, input_fn, per_replica_batch: int):
+  def _per_replica_input_fn(self, input_fn, per_replica_batch: int, named: bool = True):
     """input_fn called with the per-replica batch in the reserved params key `batch_size`
     (TPUEstimator's convention; the params sections keep the global batch); a dataset whose
     static batch is another number is refused with both numbers."""
     def wrapped(params, mode, config, input_context=None):
-      params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
+      if named:
+        params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
       out = _call_with_supported_args(input_fn, params=params, mode=mode, config=config,
                                       input_context=input_context)
       if not isinstance(out, tf.data.Dataset) and isinstance(
@@ -816,6 +863,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
   def _wrap_model_fn(self, user_model_fn):
     @functools.wraps(user_model_fn)
     def model_fn(features, labels, mode, params, config):
+      if labels is not None and "labels" not in estimator_util.fn_args(user_model_fn):
+        # tf.estimator's own check and words (this wrapper takes labels, so it cannot see it).
+        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
       if self._model_fn_batch:
         params = {**params, batching.RESERVED_PARAMS_KEY: self._model_fn_batch}
       try:
@@ -831,9 +881,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
           raise  # TRAIN graphs were traced by the compiler, which names the line already
         message = " ".join(str(getattr(e, "message", e)).split())[:300].rstrip(".")
         what = "predict" if mode == ModeKeys.PREDICT else mode
-        raise ModelFnError(f"{capture_lib.user_line(e)}model_fn failed in {what} mode: "
-                           f"{type(e).__name__}: {message}"
-                           f"{_predict_hint(mode, features, labels, message)}") from e
+        raise keeping_kind(ModelFnError, e, (
+            f"{capture_lib.user_line(e)}model_fn failed in {what} mode: "
+            f"{type(e).__name__}: {message}"
+            f"{_predict_hint(mode, features, labels, message)}")) from e
       spec = _as_estimator_spec(spec, user_model_fn)
       if mode == ModeKeys.TRAIN and spec.loss is not None:
         _say_summed_loss_across_replicas(spec.loss)
@@ -842,8 +893,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       if mode == ModeKeys.TRAIN and spec.scaffold.saver is not None:
         checkpoints.check_saver_covers(spec.scaffold.saver, tf.compat.v1.get_default_graph(),
                                        f"model_fn{defined_at(user_model_fn)}")
-      if self._restore_from:
-        # Before the session restores (and before a refused run writes anything).
+      if self._restore_from and spec.scaffold.saver is None:
+        # Before the session restores (and before a refused run writes anything). A Saver of
+        # the model_fn's own may map other names onto the variables: it restores as it saves.
         checkpoints.check_matches(self._restore_from, tf.compat.v1.get_default_graph(),
                                   self.model_dir)
       elif self._init_checkpoint:  # no checkpoint to restore: start from the matching ones
@@ -908,9 +960,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     return result
 
   def _log_compile(self, result, previous=None):
-    kept = [f"{k} {v}" for k, v in (("cs_ip", self.config.cs_ip),
-                                     ("system_name", self.config.system_name),
-                                     ("stack_params", self.config.stack_params)) if v]
+    kept = [f"{k} {v}" for k, v in ((k, getattr(self.config, k, None))
+                                    for k in ("cs_ip", "system_name", "stack_params")) if v]
     if kept and not self._said_cs_ip:
       # Validated and kept (scripts written for hardware carry them), never used.
       self._said_cs_ip = True
@@ -1255,6 +1306,10 @@ def _absolute(path: Optional[str]) -> Optional[str]:
   return os.path.abspath(os.path.expanduser(path)) if path and "://" not in path else path
 
 
+def _home(path: Optional[str]) -> Optional[str]:
+  return os.path.expanduser(path) if path and "://" not in path else path
+
+
 def _check_readable_path(model_dir: str) -> None:
   """TensorFlow's checkpoint reader takes its path as a glob pattern: under a model_dir named
   `runs/bert[2]` every checkpoint is written and none is ever read back (the resume said
@@ -1351,7 +1406,8 @@ def _check_batch(dataset, per_replica_batch: int, cs_config) -> None:
   """Refuses an input_fn whose dataset has a static batch other than the per-replica batch."""
   if not isinstance(dataset, tf.data.Dataset):
     return
-  capture_lib.check_batched(*capture_lib.element_spec(dataset))
+  if capture_lib.unbatched(*capture_lib.element_spec(dataset)):
+    return  # compiled as one sample a step (capture.py said so)
   dims = {int(s.shape[0]) for s in tf.nest.flatten(dataset.element_spec)
           if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is not None}
   if dims and dims != {per_replica_batch}:

@@ -15,7 +15,7 @@ import tensorflow as tf
 from cerebras_tf.cs_config import DEFAULT_CS_PORT, CSConfig, parse_cs_ip  # noqa: F401 (API)
 from cerebras_tf.errors import ConfigError
 
-_CS_FIELDS = ("cs_ip", "system_name", "cs_config", "stack_params", "master")
+_CS_FIELDS = ("cs_ip", "system_name", "cs_config", "stack_params")
 
 # RunConfig's own constructor arguments, read back from its properties (from_run_config).
 _RUN_CONFIG_ARGS = (
@@ -30,8 +30,12 @@ class CSRunConfig(tf.estimator.RunConfig):
   """A RunConfig that also says where the Cerebras system is and how to use it."""
 
   def __init__(self, cs_ip=None, system_name=None, cs_config=None, stack_params=None, **kwargs):
+    try:
+      super().__init__(**kwargs)  # what RunConfig refuses, it refuses with its own error
+    except TypeError:
+      _check_counts(kwargs)  # "'>=' not supported between 'str' and 'int'" named
+      raise
     _check_counts(kwargs)
-    super().__init__(**kwargs)
     self._cs_ip = parse_cs_ip(cs_ip)
     self._system_name = system_name
     self._cs_config = _check_cs_config(cs_config)
@@ -80,8 +84,13 @@ class CSRunConfig(tf.estimator.RunConfig):
       new._cs_config = _check_cs_config(cs_kwargs["cs_config"])
     if "stack_params" in cs_kwargs:
       new._stack_params = dict(cs_kwargs["stack_params"] or {})
-    if "master" in cs_kwargs:
-      new._cs_master = cs_kwargs["master"]
+    return new
+
+  def with_master(self, master: str) -> "CSRunConfig":
+    """A copy whose session target is `master` (the weight-streaming client's):
+    `replace(master=...)` is refused, as RunConfig refuses it."""
+    new = copy.deepcopy(self)
+    new._cs_master = master
     return new
 
 

@@ -232,6 +232,7 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
               max_steps=None if opts.steps is not None else max_steps, use_cs=use_cs)
     summary["global_step"] = latest_step(rc["model_dir"])
   elif mode == "eval":
+    require_checkpoint("eval", rc, opts.checkpoint_path)
     summary["evals"] = [est.evaluate(input_for(EVAL), steps=eval_steps,
                                      checkpoint_path=opts.checkpoint_path, use_cs=use_cs)]
   elif mode == "eval_all":
@@ -277,12 +278,23 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
       step = step_of(est.last_predict_checkpoint or opts.checkpoint_path or "")
       step = step if step >= 0 else latest_step(rc["model_dir"])
       return os.path.join(rc["model_dir"], "predictions", f"predictions-{step}.jsonl")
+    require_checkpoint("predict", rc, opts.checkpoint_path)
     count, keys, written = write_predictions(
         est.predict(input_for(PREDICT), checkpoint_path=opts.checkpoint_path, use_cs=use_cs),
         os.path.join(rc["model_dir"], "predictions"), path)
     summary.update(predictions=count, prediction_keys=sorted(keys), predictions_file=written)
   if opts.export_dir and mode in ("export", "train", "train_and_eval"):
     summary["export"] = export(est, spec, params, opts.export_dir, opts.checkpoint_path)
+
+
+def require_checkpoint(what: str, rc: dict, checkpoint_path: Optional[str]) -> None:
+  """The command line evaluates or predicts a trained model only: the metrics of an
+  initialized one are not an answer (the Python class, as tf.estimator, runs them with a
+  warning)."""
+  if checkpoint_path or rc.get("warm_start") or list_checkpoints(rc["model_dir"]):
+    return
+  raise ConfigError(f"{what}: no checkpoint in model_dir {rc['model_dir']}: nothing trained to "
+                    f"{what}; train first, or check --model_dir (or pass --checkpoint_path)")
 
 
 def check_serving(spec, params: dict) -> Callable:

@@ -95,6 +95,17 @@ def test_wheel_installs_and_trains_from_another_directory(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "WHEEL OK" in proc.stdout
 
+  # The seed's example as printed (`from cerebras.tf.cs_estimator import CerebrasEstimator`),
+  # from the wheel's namespace portion: cerebras/tf/*, and no cerebras/__init__.py to collide
+  # with a real Cerebras install.
+  assert "cerebras/tf/cs_estimator.py" in names and "cerebras/tf/run_config.py" in names
+  assert "cerebras/__init__.py" not in names and "cerebras/tf/__init__.py" not in names
+  (work / "seed_example.py").write_text(open(os.path.join(ROOT, "tests", "seed_example.py")).read())
+  proc = subprocess.run([str(venv / "bin" / "python"), "seed_example.py"], cwd=work, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "SEED OK 5" in proc.stdout and os.path.exists(work / "out" / "model.ckpt-5.index")
+
   # The local launcher from the wheel, in the user's directory with relative paths: its tasks
   # ran <package root>/scripts/run.py (not in a wheel) from the package root.
   (work / "mlp.yaml").write_text("model: {name: mlp, hidden_sizes: [16]}\n"

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.compiler import tokens
-from cerebras_tf.errors import CerebrasTFError, CompileError
+from cerebras_tf.errors import CerebrasTFError, CompileError, keeping_kind
 
 
 @dataclasses.dataclass
@@ -46,14 +46,33 @@ class CapturedGraph:
   data_files: Tuple[str, ...] = ()
 
 
+def _spec_of(value):
+  """A TensorSpec of one returned value: a tensor's own; a Python or NumPy value's as
+  tf.estimator's model_fn gets it (converted); None (no labels) stays None."""
+  if value is None:
+    return None
+  if not (hasattr(value, "shape") and hasattr(value, "dtype")) or isinstance(value, np.ndarray):
+    value = tf.convert_to_tensor(value)
+  return tf.TensorSpec(value.shape, value.dtype)
+
+
 def element_spec(input_result):
-  """(features_spec, labels_spec) of what an input_fn returned."""
+  """(features_spec, labels_spec) of what an input_fn returned.
+
+  Raises:
+    ValueError (a CompileError too): a tuple or list other than (features, labels), with
+      tf.estimator's own words.
+  """
   if isinstance(input_result, tf.data.Dataset):
     spec = input_result.element_spec
-  elif isinstance(input_result, (tuple, list)) and len(input_result) == 2:
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), tuple(input_result))
+  elif isinstance(input_result, (tuple, list)):
+    if len(input_result) != 2:
+      raise keeping_kind(CompileError, ValueError(), (
+          f"input_fn should return (features, labels) as a len 2 tuple, got a "
+          f"{type(input_result).__name__} of {len(input_result)}"))
+    spec = tf.nest.map_structure(_spec_of, tuple(input_result))
   else:
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), input_result)
+    spec = tf.nest.map_structure(_spec_of, input_result)
   if isinstance(spec, tuple) and len(spec) == 2:
     return spec[0], spec[1]
   if isinstance(spec, tuple) and len(spec) == 3:
@@ -122,22 +141,42 @@ def _named_shapes(features_spec, labels_spec) -> List[Tuple[str, List[Optional[i
   return out
 
 
-def check_batched(features_spec, labels_spec) -> None:
-  """Refuses an input whose elements are not batches: a component of rank 0 (a dataset not
-  yet batched: its labels are scalars) or static leading dimensions that disagree."""
+def unbatched(features_spec, labels_spec) -> str:
+  """'' for an input whose elements are batches; else why they are not, naming the shapes (a
+  component of rank 0, a dataset not yet batched, or static leading dimensions that
+  disagree). tf.estimator takes both; the engine then takes one element as one sample."""
   shapes = _named_shapes(features_spec, labels_spec)
+  if not shapes:
+    return "the input_fn returns no tensor"
   listed = ", ".join(f"{n}{d}" for n, d in shapes)
-  if any(d == [] for _, d in shapes):
-    raise CompileError(
-        f"the input_fn's elements are not batches ({listed}): a scalar has no batch "
-        f"dimension; batch the dataset, e.g. .batch(params['batch_size'], "
-        f"drop_remainder=True)")
   leading = {d[0] for _, d in shapes if d and d[0] is not None}
+  if any(d == [] for _, d in shapes):
+    return f"the input_fn's elements are not batches ({listed})"
   if len(leading) > 1:
-    raise CompileError(
-        f"the input_fn's tensors disagree on the batch dimension ({listed}); every feature "
-        f"and the labels need the same first dimension: batch the dataset, e.g. "
-        f".batch(params['batch_size'], drop_remainder=True)")
+    return f"the input_fn's tensors disagree on the batch dimension ({listed})"
+  return ""
+
+
+def pipeline_batch(dataset) -> Optional[int]:
+  """The static `batch()` argument of a dataset's outermost batching (batch, padded_batch),
+  or None: a dataset batched without drop_remainder has no static batch dimension, and its
+  batch is still that number (all but the last, partial, batch)."""
+  if not isinstance(dataset, tf.data.Dataset):
+    return None
+  seen, todo = set(), [dataset]
+  while todo:
+    ds = todo.pop(0)
+    if id(ds) in seen:
+      continue
+    seen.add(id(ds))
+    size = getattr(ds, "_batch_size", None)
+    if size is not None:
+      value = tf.get_static_value(size)
+      return int(value) if value is not None and int(value) > 0 else None
+    todo.extend(ds._inputs())  # pylint: disable=protected-access  # the dataset's inputs
+    if isinstance(getattr(ds, "_dataset", None), tf.data.Dataset):
+      todo.append(ds._dataset)  # pylint: disable=protected-access  # a V1 adapter's own
+  return None
 
 
 def input_signature(captured: "CapturedGraph") -> str:
@@ -198,6 +237,8 @@ def data_files(dataset, graph: tf.Graph) -> Tuple[str, ...]:
 def batch_size_of(spec, default: int) -> int:
   """The static batch dimension of an element spec, or `default` when it is unknown."""
   for s in tf.nest.flatten(spec):
+    if s is None:
+      continue  # no labels
     dims = s.shape.as_list()
     if dims and dims[0] is not None:
       return int(dims[0])
@@ -217,8 +258,16 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
     result = call_input_fn()
     features_spec, labels_spec = element_spec(result)
     files = data_files(result, input_graph)
-  check_batched(features_spec, labels_spec)
-  batch = batch_size_of((features_spec, labels_spec), default_batch_size)
+    in_pipeline = pipeline_batch(result)
+  not_batches = unbatched(features_spec, labels_spec)
+  if not_batches:
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: %s: the engine takes each step's input as one sample; batch the "
+        "dataset (.batch(params['batch_size'], drop_remainder=True)) for per-sample figures",
+        not_batches)
+    batch = 1
+  else:
+    batch = batch_size_of((features_spec, labels_spec), default_batch_size or in_pipeline or 0)
   graph = tf.Graph()
   inputs: Dict[str, tf.Tensor] = {}
   with graph.as_default(), _recording_optimizers() as (optimizers, steps):
@@ -242,8 +291,13 @@ def capture(call_input_fn: Callable[[], Any], call_model_fn: Callable[[Any, Any]
         hint = f"; check the batch size and the input shapes ({_shapes(inputs)})"
       else:
         hint = ""
-      raise CompileError(f"{user_line(e)}model_fn failed while being traced for the engine at "
-                         f"batch {batch}: {message}{hint}") from e
+      if not_batches:
+        hint += (f"; {not_batches}: batch the dataset, e.g. .batch(params['batch_size'], "
+                 f"drop_remainder=True)")
+      # Still a ValueError / TypeError, as the model_fn raised it under tf.estimator.
+      raise keeping_kind(CompileError, e, (
+          f"{user_line(e)}model_fn failed while being traced for the engine at batch {batch}: "
+          f"{message}{hint}")) from e
   if spec.loss is None:
     raise CompileError("model_fn returned no loss in TRAIN mode; the engine trains on the loss")
   _check_train_op_updates(graph, spec.train_op, steps)
@@ -309,6 +363,9 @@ def writes_reached(train_op, variables, stand_ins=frozenset()) -> bool:
              for op in ancestors(train_op))
 
 
+_GRADIENTS = re.compile(r"(^|/)gradients(_\d+)?/")
+
+
 def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:
   """Refuses a train_op from which no trainable variable's update can be reached: the model
   would train without learning. A Keras optimizer of TF 2.11+ used in a graph returns its step
@@ -316,6 +373,13 @@ def _check_train_op_updates(graph: tf.Graph, train_op, steps) -> None:
   those dependencies; a model_fn's graph does not)."""
   trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
   if train_op is None or not trainable or writes_reached(train_op, trainable, steps):
+    return
+  if not any(_GRADIENTS.search(op.name) for op in graph.get_operations()):
+    # No gradient taken at all: a train_op that updates only non-trainables (a counter) is
+    # what the model_fn meant, and tf.estimator trains it.
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: the train_op updates none of the model's %d trainable variables and "
+        "takes no gradient: training does not change them", len(trainable))
     return
   raise CompileError(
       f"the train_op updates none of the model's {len(trainable)} trainable variables, so "

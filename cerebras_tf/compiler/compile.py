@@ -232,9 +232,13 @@ def result_from_entry(entry: dict, cache: CompileCache, seconds: float) -> Compi
 def plan_and_report(graph: ir.LayerGraph, engine, options: plans.PlanOptions,
                     compile_dir: str):
   """Plans, simulates and writes the reports. Pure Python: no TensorFlow below this line."""
-  planner = plan_lib.get_planner(options.execution_strategy)
-  the_plan = with_host(planner.plan(graph, engine, options), options)
-  performance = perf.simulate(the_plan, graph, engine, options)
+  if not graph.layers:
+    the_plan, performance = plan_lib.trivial(engine, options)
+    the_plan = with_host(the_plan, dataclasses.replace(options, num_replicas=1))
+  else:
+    planner = plan_lib.get_planner(options.execution_strategy)
+    the_plan = with_host(planner.plan(graph, engine, options), options)
+    performance = perf.simulate(the_plan, graph, engine, options)
   paths = report.write_reports(compile_dir, graph, the_plan, performance, engine)
   return the_plan, performance, paths
 

@@ -612,6 +612,10 @@ def write_reports(compile_dir: str, graph: ir.LayerGraph, plan: plans.Plan,
   paths = {k: os.path.join(compile_dir, f) for k, f in (
       ("report", "report.txt"), ("plan", "plan.json"), ("wafer", "wafer.png"),
       ("timeline", "timeline.json"))}
+  if not plan.layers:  # nothing placed (compiler/plan trivial): the summary says it all
+    with open(paths["report"], "w") as fh:
+      fh.write(format_summary(plan, perf) + "\n")
+    return {"report": paths["report"]}
   with open(paths["report"], "w") as fh:
     fh.write(report_text(graph, plan, perf, engine, options))
   with open(paths["plan"], "w") as fh:

@@ -85,7 +85,8 @@ class InputPositionHook(tf.data.experimental.CheckpointInputPipelineHook):
       self._first_run = False
       try:
         self._restore_or_save_initial_ckpt(run_context.session)
-      except tf.errors.UnimplementedError as e:  # "GeneratorDataset does not support ..."
+      except (tf.errors.UnimplementedError,  # "GeneratorDataset does not support ..."
+              tf.errors.FailedPreconditionError) as e:  # an iterator of the input_fn's own
         self._stand_down(e)
 
   def _stand_down(self, error) -> None:
@@ -391,7 +392,10 @@ def graph_variables(graph: tf.Graph) -> List[Tuple[str, List[int]]]:
 def check_matches(checkpoint: str, graph: tf.Graph, model_dir: str) -> None:
   """Refuses (ConfigError) a checkpoint that lacks a variable of the model or holds one with
   another shape; called while the graph is built, before anything is written."""
-  diff = mismatches(checkpoint, graph_variables(graph))
+  ours = graph_variables(graph)
+  if _object_based(checkpoint):
+    return  # TF's Saver restores it by the object graph (model_to_estimator's checkpoints)
+  diff = mismatches(checkpoint, ours)
   if not diff:
     return
   name, theirs, ours = diff[0]
@@ -414,6 +418,14 @@ def check_matches(checkpoint: str, graph: tf.Graph, model_dir: str) -> None:
       f"another model (or by this one before a change): use a new --model_dir, keep the params "
       f"it was trained with, or start a new model_dir with --warm_start {checkpoint} "
       f"(CerebrasEstimator(init_checkpoint=...) in Python) to reuse the variables that match")
+
+
+def _object_based(checkpoint: str) -> bool:
+  """Whether a checkpoint is object-based (tf.train.Checkpoint, Keras's): its keys are object
+  paths, and TF's Saver, failing by name, restores it by its object graph (an Estimator's
+  own, name-based checkpoints have no object graph)."""
+  return any(name == "_CHECKPOINTABLE_OBJECT_GRAPH"
+             for name, _ in tf.train.list_variables(checkpoint))
 
 
 def check_saver_covers(saver, graph: tf.Graph, who: str) -> None:

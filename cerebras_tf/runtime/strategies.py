@@ -216,9 +216,9 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
     placement = ({"device_fn": client.device_fn()} if local == 1
                  else {"train_distribute": client.strategy(local)})
     # Fail cleanly (checkpoints intact) rather than wait 2 h for a weight server that is gone.
-    new = config.replace(master=client.target, session_config=sess,
+    new = config.replace(session_config=sess,
                          session_creation_timeout_secs=cluster_lib.SESSION_TIMEOUT_S,
-                         **placement)
+                         **placement).with_master(client.target)
     where = f"{len(client.cluster['ps'])} weight server(s) {', '.join(client.cluster['ps'])}"
     scope = functools.partial(_weight_streaming_scope, client.local, model_dir)
   elif multi_worker:

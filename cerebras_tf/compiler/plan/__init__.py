@@ -48,6 +48,24 @@ def get_planner(strategy: str) -> base.Planner:
   return PLANNERS[strategy]()
 
 
+def trivial(engine, options: plans.PlanOptions):
+  """(plan, performance) of a model with no layer to place (no trainable variable: a model_fn
+  that only counts steps, say). tf.estimator trains it; so does the engine, in one step's
+  fixed overhead: the plan is pipelined, on one replica, placing nothing."""
+  split = batching.split(int(options.batch_size))
+  the_plan = plans.Plan(
+      execution_strategy=plans.PIPELINED, engine=engine.name, fits=True, batching=split,
+      memory_needed_bytes=0, memory_available_bytes=int(engine.usable_sram_bytes), layers=(),
+      reason="no layer with weights: nothing to place on the wafer")
+  step = engine.pipelined_step_overhead_s
+  sps = split.global_batch / step if step > 0 else float("inf")
+  performance = plans.Performance(
+      samples_per_sec=sps, step_time_s=step, utilization=0.0,
+      bottleneck=f"per-step overhead (no layer to compute: the host's {step * 1e3:g} ms a step, "
+                 f"assumed)", compute_samples_per_sec=float("inf"), io_samples_per_sec=sps)
+  return the_plan, performance
+
+
 # Pipelined predictions are within -7%..+3% of published runs (specs/fidelity_bands.yaml): a
 # predicted gain under 5% is not evidence that the other strategy is faster. The advisor's
 # threshold, so auto picks a strategy exactly when the advisor would suggest it.
