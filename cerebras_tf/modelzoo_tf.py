@@ -124,14 +124,18 @@ def _named_configs(raw: Mapping) -> Optional[Family]:
   return Family(family, None, f"several named configs ({', '.join(list(configs)[:3])}, ...)")
 
 
-def family_defaults(family: Family, model: Mapping) -> Mapping[str, Any]:
-  """Model keys a modelzoo model builds without saying, for a file inferred to be it: its
-  GPT-J (gptj/run.py; the only TF model that reads rotary_dim) is always rotary positions and
-  a parallel attention + FFN block."""
+def family_defaults(family: Family, model: Mapping) -> Mapping[Tuple[str, str], Any]:
+  """(section, key) -> value: what a modelzoo model builds without its file saying, for a file
+  inferred to be it. Its GPT-J (gptj/run.py; the only TF model that reads rotary_dim) is
+  always rotary positions and a parallel attention + FFN block; FC-MNIST is MNIST's 784
+  inputs and 10 classes, trained with Adam unless optimizer_type says."""
   if family.name == "gpt" and "rotary_dim" in model:
     # Its embedding dropout is its own key, 0 unless given (here: dropout_rate unless given).
-    return {"position_embedding_type": "rotary", "parallel_attention": True,
-            "embedding_dropout_rate": 0.0}
+    return {("model", "position_embedding_type"): "rotary",
+            ("model", "parallel_attention"): True, ("model", "embedding_dropout_rate"): 0.0}
+  if family.name == "mlp" and family.why.startswith("model."):
+    return {("model", "input_dim"): 784, ("model", "num_classes"): 10,
+            ("optimizer", "optimizer_type"): "adam"}
   return {}
 
 

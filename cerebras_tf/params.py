@@ -389,10 +389,6 @@ class _Validator:
         continue  # optional: modes that evaluate (predict) check for it
       out[section] = self.section(section, raw.get(section) or {}, fields)
     self.cross_checks(out, raw)
-    if family is not None and family.name == "mlp" and family.why.startswith("model."):
-      for key, mnist in (("input_dim", 784), ("num_classes", 10)):  # FC-MNIST's shapes
-        if key not in raw["model"]:
-          out["model"][key] = mnist
     if description is not None:
       out["description"] = description
     if kept:
@@ -430,10 +426,11 @@ class _Validator:
     if family.task and "task" not in model and family.name == "bert":
       model["task"] = family.task
       self.origins.setdefault(("model", "task"), where)
-    for key, value in modelzoo_tf.family_defaults(family, model).items():
-      if key not in model:
-        model[key] = value
-        self.origins.setdefault(("model", key), where)
+    for (section, key), value in modelzoo_tf.family_defaults(family, model).items():
+      target = raw.setdefault(section, {}) if raw.get(section) is None else raw[section]
+      if isinstance(target, dict) and key not in target:
+        target[key] = value
+        self.origins.setdefault((section, key), where)
     log.info("%s: model family %s (from %s)", self.filename, family.name, family.why)
     return family
 

@@ -372,6 +372,7 @@ def test_fc_mnist_file(tmp_path):
   assert (p["model"]["name"], p["model"]["input_dim"], p["model"]["num_classes"]) == \
       ("mlp", 784, 10)  # MNIST's shapes
   assert (p["model"]["dropout"], p["model"]["activation_fn"]) == (0.2, "relu")
+  assert p["optimizer"]["optimizer_type"] == "adam"  # modelzoo FC-MNIST's, unless given
   assert p["train_input"]["num_parallel_calls"] == 0
 
 
