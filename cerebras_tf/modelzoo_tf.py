@@ -224,6 +224,55 @@ for _key in ("src_data_dir", "tgt_data_dir", "src_vocab_file", "tgt_vocab_file")
   NOT_BUILT[_key] = ("modelzoo's Transformer input (separate source and target files); the "
                      "Transformer here reads data_dir's en_es pairs")
 
+# Every key name the params sections of modelzoo's TF files use (its releases and the configs
+# shared with it). An unknown key among them is a modelzoo key the family does not build: no
+# did-you-mean to a key of another meaning (attention_type -> attention_dropout_rate was one).
+MODELZOO_KEYS = frozenset((
+    'activation_fn', 'add_special_tokens', 'attention_dropout_rate', 'attention_style',
+    'attention_type', 'augment_data', 'batch_size', 'beta1', 'beta2', 'beta_1', 'beta_2',
+    'bias_initializer', 'bits_per_x_dataset', 'boundary_casting', 'buckets', 'class_id',
+    'cls_dropout_rate', 'cls_nonlinearity', 'compile_only', 'contains_hr_min',
+    'context_length', 'convs_per_block', 'cs_ip', 'd_ff', 'd_kv', 'd_model', 'data_dir',
+    'data_file', 'data_format', 'data_path', 'data_processor', 'dataset', 'dataset_path',
+    'decoder_filters', 'decoder_nonlinearity', 'decoder_num_hidden_layers', 'description',
+    'disable_attention', 'disable_attention_op', 'disable_lr_steps_reset', 'disable_nsp',
+    'disable_standard_logs', 'do_lower', 'downscale_method', 'dropout', 'dropout_rate',
+    'dropout_seed', 'embedding_dropout_rate', 'embedding_initializer', 'embedding_size',
+    'enable_bias', 'enable_distributed', 'enable_gpu_optimizations', 'encoder_filters',
+    'encoder_nonlinearity', 'encoder_num_hidden_layers', 'encoder_output_dropout_rate',
+    'epsilon', 'eval_batch_size', 'eval_metrics', 'eval_steps', 'extra_ids', 'filter_size',
+    'fixed_sparse_attention', 'future_implementations', 'grad_accum_steps', 'hidden_size',
+    'hidden_sizes', 'image_shape', 'include_padding_in_loss', 'initial_loss_scale',
+    'initializer', 'input_pad_id', 'keep_checkpoint_max', 'label_vocab_file',
+    'layer_norm_epsilon', 'learning_rate', 'log_grads', 'log_hists', 'log_image_summaries',
+    'log_step_count_steps', 'log_summaries', 'loss_scaling', 'loss_scaling_factor',
+    'loss_weight', 'mask_whole_word', 'max_cls_tokens', 'max_gradient_norm', 'max_loss_scale',
+    'max_position_embeddings', 'max_predictions_per_seq', 'max_sequence_length', 'max_steps',
+    'metadata_files', 'mixed_precision', 'mlm_loss_scaling', 'mlm_loss_weight',
+    'mlm_nonlinearity', 'mode', 'model_dir', 'multiple_workers', 'multireplica', 'n_gram',
+    'n_parallel_reads', 'ngram', 'nonlinearity', 'normalize_data_method', 'num_buckets',
+    'num_classes', 'num_cls_classes', 'num_heads', 'num_hidden_layers', 'num_parallel_calls',
+    'num_parallel_reads', 'num_regression_values', 'num_vars', 'num_wgt_servers',
+    'only_defective_images', 'optimizer_type', 'output_layer_initializer',
+    'output_nonlinearity', 'position_embedding_type', 'positional_embedding_type',
+    'precision_opt_level', 'pretrain_params_path', 'projected_dims', 'random_seed', 'repeat',
+    'residual_dropout_rate', 'rotary_dim', 'save_checkpoints_steps', 'save_summary_steps',
+    'scale_mlm_weights', 'scaler_stats_path', 'seed', 'share_embedding_weights',
+    'share_encoder_decoder_embedding', 'shuffle', 'shuffle_buffer', 'shuffle_buffer_size',
+    'shuffle_seed', 'skip_connect', 'skip_steps', 'src_data_dir', 'src_max_sequence_length',
+    'src_vocab_file', 'start_token_length', 'steps', 'stride', 'target_length',
+    'tf_random_seed', 'tf_summary', 'tgt_data_dir', 'tgt_max_sequence_length',
+    'tgt_vocab_file', 'throttle_secs', 'time_resolution', 'topk_args', 'train_batch_size',
+    'train_test_split', 'use_bias_correction', 'use_bias_in_output', 'use_cache',
+    'use_cbfloat16', 'use_cls_bias', 'use_cs_grad_accum', 'use_ffn_bias',
+    'use_ffn_bias_in_attention', 'use_ffn_bias_in_mlm', 'use_multiple_workers',
+    'use_output_bias_in_mlm', 'use_position_embedding', 'use_position_embeddings',
+    'use_pre_normalization', 'use_projection_bias_in_attention', 'use_relative_attention_bias',
+    'use_segment_embedding', 'use_untied_layer_norm', 'use_vsl', 'validate_only', 'vocab_file',
+    'vocab_file_dna', 'vocab_file_ideas', 'vocab_size', 'weight_decay_rate',
+    'weight_initialization_seed', 'ws_summary'
+))
+
 # Seeds of one kind of variable in modelzoo; here the graph-level seed (runconfig.
 # tf_random_seed) fixes initializers and dropout alike: given when it is not.
 SEEDS = (("model", "weight_initialization_seed"), ("model", "dropout_seed"))

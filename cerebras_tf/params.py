@@ -569,6 +569,10 @@ class _Validator:
       family = self.spec.name if self.spec else "this"
       return (f"{section}.{key} ({modelzoo_tf.NOT_BUILT[key]}) is not built by the {family} "
               f"model here; remove it")
+    if key in modelzoo_tf.MODELZOO_KEYS and not any(key in f for f in SCHEMA.values()):
+      family = self.spec.name if self.spec else "this"
+      return (f"{section}.{key} is a modelzoo key that the {family} model here does not build "
+              f"(docs/modelzoo_migration.md); remove it")
     hint = schema.suggest(key, fields)
     if not hint:  # a key that belongs to another section (modelzoo moved some around)
       homes = [s for s, f in SCHEMA.items() if key in f and s != section]

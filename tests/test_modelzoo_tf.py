@@ -468,3 +468,21 @@ def test_mlm_loss_scaling(tmp_path, scaling, weight, expected):
       "    weight_initialization_seed: 0", f"    mlm_loss_scaling: {scaling}" + (
           f"\n    mlm_loss_weight: {weight}" if weight is not None else ""))
   assert params_lib.load_params(_write(tmp_path, text))["model"]["mlm_loss_weight"] == expected
+
+
+def test_modelzoo_key_a_family_lacks_gets_no_wrong_hint(tmp_path):
+  # The Transformer has no attention_type: it was "did you mean 'attention_dropout_rate'?".
+  text = textwrap.dedent("""\
+      train_input:
+        data_processor: TransformerDynamicDataProcessor
+        batch_size: 4
+      model:
+        attention_type: scaled_dot_product
+      """)
+  path = _write(tmp_path, text)
+  assert _error(path) == (f"{path}:5: model.attention_type is a modelzoo key that the "
+                          f"transformer model here does not build (docs/modelzoo_migration.md);"
+                          f" remove it")
+  # A typo of a key is still a typo.
+  assert "did you mean 'hidden_size'" in _error(_write(tmp_path, text.replace(
+      "attention_type: scaled_dot_product", "hiden_size: 8")))
