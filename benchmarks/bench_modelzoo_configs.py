@@ -11,7 +11,7 @@ otherwise: its family comes from what it holds (no model.name is added).
 Prints the counts, one row per file (file, family inferred, result or the one-line refusal;
 the predicted samples/s on the rows that compile) and the host CPU.
 
-    nice python benchmarks/bench_modelzoo_configs.py --modelzoo_src /work/.mirror/Cerebras+modelzoo/repo
+    nice python benchmarks/bench_modelzoo_configs.py --modelzoo_src /path/to/modelzoo.git
     ... --only gpt2 --limit 5     # a subset first
 """
 
@@ -163,13 +163,17 @@ def _compile(params, opts):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--modelzoo_src", required=True,
-                      help="a fetched Cerebras/modelzoo repository (bare git dir or checkout)")
+  parser.add_argument("--modelzoo_src", default=os.environ.get("MODELZOO_SRC"),
+                      help="a fetched Cerebras/modelzoo repository (bare git dir or checkout); "
+                           "default: $MODELZOO_SRC (how run_all.py passes it)")
   parser.add_argument("--data_dir", default=os.environ.get("CEREBRAS_TF_DATA_DIR",
                                                            os.path.join(ROOT, "data_cache")))
   parser.add_argument("--only", default="", help="only files whose path contains this")
   parser.add_argument("--limit", type=int, default=0, help="at most this many files")
   args = parser.parse_args()
+  if not args.modelzoo_src:
+    parser.error("--modelzoo_src (or MODELZOO_SRC) is required: a Cerebras/modelzoo git "
+                 "repository, e.g. the `fetch` of github:Cerebras/modelzoo")
   quiet_tf()
   logging.getLogger("cerebras_tf").setLevel(logging.ERROR)
   files = [f for f in collect(args.modelzoo_src) if args.only in f[0]]
