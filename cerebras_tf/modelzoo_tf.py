@@ -383,7 +383,7 @@ def initializer_spec(spec: Any, num_hidden_layers: int, vocab_size: int
       return None, f"scaled_init_normal key must be num_hidden_layers or vocab_size, got {key!r}"
     name = spec.get("distribution", "normal")
     if name not in ("normal", "truncated_normal"):
-      return None, f"scaled_init_normal distribution must be normal or truncated_normal"
+      return None, "scaled_init_normal distribution must be normal or truncated_normal"
     spec = {"name": name, "mean": spec.get("mean", 0.0),
             "stddev": float(spec.get("sigma", 1.0)) / scaling ** 0.5}
   if name == "variance_scaling" and spec.get("scale_type") is not None:

@@ -366,7 +366,7 @@ class _Validator:
     description = raw.pop("description", None)  # modelzoo's line about the file
     if description is not None and not isinstance(description, str):
       self.fail(("description",), f"description must be a string, got {_show(description)}")
-    family = self.family_of(raw)
+    self.family_of(raw)
     self.pretrain_params(raw)
     for section in raw:
       if section not in SCHEMA:

@@ -25,7 +25,8 @@ def suggest(word, candidates) -> str:
 
 
 # Field kinds. "path" is a string resolved relative to the YAML file's directory.
-_KINDS = ("int", "float", "bool", "str", "path", "paths", "spec", "int_list", "float_pair", "numbers",
+_KINDS = ("int", "float", "bool", "str", "path", "paths", "spec", "int_list", "float_pair",
+          "numbers",
           "learning_rate", "loss_scale",
           "engine")
 REQUIRED = object()  # a Field default that means: the key must be given
