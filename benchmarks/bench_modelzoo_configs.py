@@ -128,7 +128,10 @@ def _key(params: dict) -> str:
 def compile_one(path: str, data_dir: str, work: str):
   """(status, text, samples/s or None); status ok / refused / crashed."""
   model_dir = tempfile.mkdtemp(dir=work)
-  argv = ["run.py", "--params", path, "--compile_only", "--model_dir", model_dir]
+  # One compile_dir for all: files whose graphs are the same (versions that differ in a
+  # learning rate, say) share its cache of plans, as run.py's users of one compile_dir do.
+  argv = ["run.py", "--params", path, "--compile_only", "--model_dir", model_dir,
+          "--compile_dir", os.path.join(work, "cs_compile")]
   for ov in data_overrides(path, data_dir):
     argv += ["--params_override", ov]
   try:
@@ -170,6 +173,8 @@ def main():
                                                            os.path.join(ROOT, "data_cache")))
   parser.add_argument("--only", default="", help="only files whose path contains this")
   parser.add_argument("--limit", type=int, default=0, help="at most this many files")
+  parser.add_argument("--rows_out", default="", help="also append each row to this file "
+                      "as it is measured")
   args = parser.parse_args()
   if not args.modelzoo_src:
     parser.error("--modelzoo_src (or MODELZOO_SRC) is required: a Cerebras/modelzoo git "
@@ -193,8 +198,11 @@ def main():
     text = text.replace(os.path.dirname(local) + "/", "")  # the file's own name is the row's
     rows.append((f"{path} @{blob[:7]}", family, status, text[:240].replace("|", "/"), sps,
                  f"{time.perf_counter() - t:.1f}"))
-    print(f"[{len(rows)}/{len(files)}] {status:8s} {path}: {text[:160]}", file=sys.stderr,
-          flush=True)
+    print(f"[{len(rows)}/{len(files)}] {status:8s} {path}: {text[:160]}"
+          + (f" [{rate:,.0f} samples/s]" if rate else ""), file=sys.stderr, flush=True)
+    if args.rows_out:  # the rows so far, for a run cut short
+      with open(args.rows_out, "a", encoding="utf-8") as f:
+        f.write("| " + " | ".join(str(c) for c in rows[-1]) + " |\n")
   total = len(files)
   print_table(f"modelzoo TF configs as written: {counts['ok']} of {total} compile "
               f"({counts['ok'] / max(total, 1):.0%}), {counts['refused']} refused with one line, "
