@@ -410,18 +410,23 @@ class _Validator:
         self.fail(("model", "name"), f"model.name {name}: the "
                   f"{modelzoo_tf.UNBUILT[plain]} family is not built here; available: "
                   + ", ".join(_available_models()))
-      return None
-    if "name" in model:
+      # Named (--model bert on an MNLI file, say): what the file holds still gives the task
+      # and the defaults of that family's modelzoo model.
+      family = modelzoo_tf.infer_family(raw)
+      if family is None or modelzoo_tf.MODEL_NAMES.get(plain, plain) != family.name:
+        return None
+    elif "name" in model:
       return None  # model.name: null and the like: refused as the value it is
-    family = modelzoo_tf.infer_family(raw)
-    if family is None:
-      return None  # "model.name is required" says what to do
-    if family.name in modelzoo_tf.UNBUILT:
-      self.fail(("model",) if "model" in self.origins or ("model",) in self.origins else (),
-                modelzoo_tf.refusal(family))
+    else:
+      family = modelzoo_tf.infer_family(raw)
+      if family is None:
+        return None  # "model.name is required" says what to do
+      if family.name in modelzoo_tf.UNBUILT:
+        self.fail(("model",) if "model" in self.origins or ("model",) in self.origins else (),
+                  modelzoo_tf.refusal(family))
+      model["name"] = family.name
     where = self.where(("model",))
     raw["model"] = model
-    model["name"] = family.name
     self.origins.setdefault(("model", "name"), where)
     if family.task and "task" not in model and family.name == "bert":
       model["task"] = family.task

@@ -486,3 +486,25 @@ def test_modelzoo_key_a_family_lacks_gets_no_wrong_hint(tmp_path):
   # A typo of a key is still a typo.
   assert "did you mean 'hidden_size'" in _error(_write(tmp_path, text.replace(
       "attention_type: scaled_dot_product", "hiden_size: 8")))
+
+
+def test_model_flag_keeps_what_the_file_says(tmp_path):
+  # --model bert on modelzoo's SST-2 file: still the classification task it is for.
+  text = textwrap.dedent("""\
+      train_input:
+        data_processor: Sst2DataProcessor
+        batch_size: 4
+        max_sequence_length: 32
+      model:
+        hidden_size: 32
+        num_heads: 2
+        max_position_embeddings: 64
+      """)
+  path = _write(tmp_path, text)
+  inv = cli.parse_command_line(["run.py", "--params", path, "--model", "bert"])
+  model = params_lib.load_params(inv.params_path, inv.overrides)["model"]
+  assert (model["name"], model["task"]) == ("bert", "classification")
+  inv = cli.parse_command_line(["run.py", "--params", path, "--model", "bert",
+                                "--params_override", "model.task=pretraining"])
+  assert params_lib.load_params(inv.params_path, inv.overrides)["model"]["task"] == \
+      "pretraining"
