@@ -125,8 +125,8 @@ def _key(params: dict) -> str:
   return json.dumps(plain, sort_keys=True, default=str)
 
 
-def compile_one(path: str, data_dir: str, work: str):
-  """(status, text, samples/s or None); status ok / refused / crashed."""
+def compile_one(path: str, data_dir: str, work: str, no_compile: bool = False):
+  """(status, text, samples/s or None); status ok / refused / crashed (/ not run)."""
   model_dir = tempfile.mkdtemp(dir=work)
   # One compile_dir for all: files whose graphs are the same (versions that differ in a
   # learning rate, say) share its cache of plans, as run.py's users of one compile_dir do.
@@ -137,6 +137,8 @@ def compile_one(path: str, data_dir: str, work: str):
   try:
     params, opts = cli.load(argv)
     key = _key(params)
+    if no_compile:
+      return "not run", "params valid; compile not run (--no_compile)", None
     if key in _SEEN:
       status, text, rate, first = _SEEN[key]
       return status, f"{text} (its params equal {first}'s)", rate
@@ -175,6 +177,11 @@ def main():
   parser.add_argument("--limit", type=int, default=0, help="at most this many files")
   parser.add_argument("--rows_out", default="", help="also append each row to this file "
                       "as it is measured")
+  parser.add_argument("--start", type=int, default=1, help="begin at this file (1-based, in "
+                      "the listing's order): resumes a run cut short")
+  parser.add_argument("--no_compile", action="store_true", help="load and validate each file "
+                      "(run.py's refusals, no TensorFlow) but compile none: a file that "
+                      "would compile is 'not run'")
   args = parser.parse_args()
   if not args.modelzoo_src:
     parser.error("--modelzoo_src (or MODELZOO_SRC) is required: a Cerebras/modelzoo git "
@@ -182,6 +189,7 @@ def main():
   quiet_tf()
   logging.getLogger("cerebras_tf").setLevel(logging.ERROR)
   files = [f for f in collect(args.modelzoo_src) if args.only in f[0]]
+  files = files[max(args.start, 1) - 1:]
   if args.limit:
     files = files[:args.limit]
   work = tempfile.mkdtemp(prefix="bench_modelzoo_")
@@ -191,7 +199,7 @@ def main():
     local = os.path.join(extract(args.modelzoo_src, commit, work), path)
     family = family_of(local)
     t = time.perf_counter()
-    status, text, rate = compile_one(local, args.data_dir, work)
+    status, text, rate = compile_one(local, args.data_dir, work, args.no_compile)
     counts[status] += 1
     families[(family, status)] += 1
     sps = f"{rate:,.0f}" if rate and re.search(r"bert_large|gpt2", path) else ""
@@ -204,9 +212,10 @@ def main():
       with open(args.rows_out, "a", encoding="utf-8") as f:
         f.write("| " + " | ".join(str(c) for c in rows[-1]) + " |\n")
   total = len(files)
+  not_run = f", {counts['not run']} not compiled (--no_compile)" if counts["not run"] else ""
   print_table(f"modelzoo TF configs as written: {counts['ok']} of {total} compile "
               f"({counts['ok'] / max(total, 1):.0%}), {counts['refused']} refused with one line, "
-              f"{counts['crashed']} crashed; {time.perf_counter() - t0:.0f} s; host CPU "
+              f"{counts['crashed']} crashed{not_run}; {time.perf_counter() - t0:.0f} s; host CPU "
               f"{host_cpu()}; {machine()}",
               ["file @blob", "family (inferred)", "result", "one line", "predicted samples/s",
                "s"], rows)
