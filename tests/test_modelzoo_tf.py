@@ -508,3 +508,24 @@ def test_model_flag_keeps_what_the_file_says(tmp_path):
                                 "--params_override", "model.task=pretraining"])
   assert params_lib.load_params(inv.params_path, inv.overrides)["model"]["task"] == \
       "pretraining"
+
+
+def test_benchmark_rows_without_compiling(tmp_path):
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+  import bench_modelzoo_configs as bench  # pylint: disable=import-outside-toplevel
+  gpt = _write(tmp_path, GPT2, "gpt2.yaml")
+  t5 = _write(tmp_path, "train_input:\n  batch_size: 2\nmodel:\n  d_kv: 64\n", "t5.yaml")
+  # Data paths (only the keys the file sets) point at ours.
+  assert bench.data_overrides(gpt, "/data") == ["train_input.data_dir=/data",
+                                                "eval_input.data_dir=/data"]
+  assert bench.family_of(gpt) == "gpt" and bench.family_of(t5) == "t5"
+  status, text, rate = bench.compile_one(gpt, str(tmp_path), str(tmp_path), no_compile=True)
+  assert (status, rate) == ("not run", None)
+  status, text, _ = bench.compile_one(t5, str(tmp_path), str(tmp_path), no_compile=True)
+  assert status == "refused" and text.endswith("it needs the 't5' model family, which is not "
+                                               "built here")
+  # Two files whose validated params are the same compile the same graph: one key.
+  copy = _write(tmp_path, "# a comment\n" + GPT2, "copy.yaml")
+  keys = {bench._key(params_lib.load_params(f, [f"runconfig.model_dir={tmp_path / f[-9:]}"]))
+          for f in (gpt, copy)}
+  assert len(keys) == 1
