@@ -529,3 +529,13 @@ def test_benchmark_rows_without_compiling(tmp_path):
   keys = {bench._key(params_lib.load_params(f, [f"runconfig.model_dir={tmp_path / f[-9:]}"]))
           for f in (gpt, copy)}
   assert len(keys) == 1
+
+
+def test_rotary_dim_beyond_the_head_is_one_line(tmp_path):
+  # ANL's gene_gptj_2B: hidden 3968 / 64 heads = 62 features a head, rotary_dim 64.
+  text = GPT2.replace("    weight_initialization_seed: 0", "    rotary_dim: 32").replace(
+      "hidden_size: 64", "hidden_size: 120")
+  path = _write(tmp_path, text)
+  assert _error(path) == (f"{path}:21: model.rotary_dim 32 must be <= the head size, "
+                          f"hidden_size 120 / num_heads 4 = 30: rotary rotates that many "
+                          f"features of each head")
