@@ -11,7 +11,7 @@ otherwise: its family comes from what it holds (no model.name is added).
 Prints the counts, one row per file (file, family inferred, result or the one-line refusal;
 the predicted samples/s on the rows that compile) and the host CPU.
 
-    nice python benchmarks/bench_modelzoo_configs.py --modelzoo_src /work/.mirror/Cerebras+modelzoo/repo
+    nice python benchmarks/bench_modelzoo_configs.py --modelzoo_src /path/to/modelzoo.git
     ... --only gpt2 --limit 5     # a subset first
 """
 
@@ -125,15 +125,20 @@ def _key(params: dict) -> str:
   return json.dumps(plain, sort_keys=True, default=str)
 
 
-def compile_one(path: str, data_dir: str, work: str):
-  """(status, text, samples/s or None); status ok / refused / crashed."""
+def compile_one(path: str, data_dir: str, work: str, no_compile: bool = False):
+  """(status, text, samples/s or None); status ok / refused / crashed (/ not run)."""
   model_dir = tempfile.mkdtemp(dir=work)
-  argv = ["run.py", "--params", path, "--compile_only", "--model_dir", model_dir]
+  # One compile_dir for all: files whose graphs are the same (versions that differ in a
+  # learning rate, say) share its cache of plans, as run.py's users of one compile_dir do.
+  argv = ["run.py", "--params", path, "--compile_only", "--model_dir", model_dir,
+          "--compile_dir", os.path.join(work, "cs_compile")]
   for ov in data_overrides(path, data_dir):
     argv += ["--params_override", ov]
   try:
     params, opts = cli.load(argv)
     key = _key(params)
+    if no_compile:
+      return "not run", "params valid; compile not run (--no_compile)", None
     if key in _SEEN:
       status, text, rate, first = _SEEN[key]
       return status, f"{text} (its params equal {first}'s)", rate
@@ -163,16 +168,28 @@ def _compile(params, opts):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--modelzoo_src", required=True,
-                      help="a fetched Cerebras/modelzoo repository (bare git dir or checkout)")
+  parser.add_argument("--modelzoo_src", default=os.environ.get("MODELZOO_SRC"),
+                      help="a fetched Cerebras/modelzoo repository (bare git dir or checkout); "
+                           "default: $MODELZOO_SRC (how run_all.py passes it)")
   parser.add_argument("--data_dir", default=os.environ.get("CEREBRAS_TF_DATA_DIR",
                                                            os.path.join(ROOT, "data_cache")))
   parser.add_argument("--only", default="", help="only files whose path contains this")
   parser.add_argument("--limit", type=int, default=0, help="at most this many files")
+  parser.add_argument("--rows_out", default="", help="also append each row to this file "
+                      "as it is measured")
+  parser.add_argument("--start", type=int, default=1, help="begin at this file (1-based, in "
+                      "the listing's order): resumes a run cut short")
+  parser.add_argument("--no_compile", action="store_true", help="load and validate each file "
+                      "(run.py's refusals, no TensorFlow) but compile none: a file that "
+                      "would compile is 'not run'")
   args = parser.parse_args()
+  if not args.modelzoo_src:
+    parser.error("--modelzoo_src (or MODELZOO_SRC) is required: a Cerebras/modelzoo git "
+                 "repository, e.g. the `fetch` of github:Cerebras/modelzoo")
   quiet_tf()
   logging.getLogger("cerebras_tf").setLevel(logging.ERROR)
   files = [f for f in collect(args.modelzoo_src) if args.only in f[0]]
+  files = files[max(args.start, 1) - 1:]
   if args.limit:
     files = files[:args.limit]
   work = tempfile.mkdtemp(prefix="bench_modelzoo_")
@@ -182,19 +199,23 @@ def main():
     local = os.path.join(extract(args.modelzoo_src, commit, work), path)
     family = family_of(local)
     t = time.perf_counter()
-    status, text, rate = compile_one(local, args.data_dir, work)
+    status, text, rate = compile_one(local, args.data_dir, work, args.no_compile)
     counts[status] += 1
     families[(family, status)] += 1
     sps = f"{rate:,.0f}" if rate and re.search(r"bert_large|gpt2", path) else ""
     text = text.replace(os.path.dirname(local) + "/", "")  # the file's own name is the row's
     rows.append((f"{path} @{blob[:7]}", family, status, text[:240].replace("|", "/"), sps,
                  f"{time.perf_counter() - t:.1f}"))
-    print(f"[{len(rows)}/{len(files)}] {status:8s} {path}: {text[:160]}", file=sys.stderr,
-          flush=True)
+    print(f"[{len(rows)}/{len(files)}] {status:8s} {path}: {text[:160]}"
+          + (f" [{rate:,.0f} samples/s]" if rate else ""), file=sys.stderr, flush=True)
+    if args.rows_out:  # the rows so far, for a run cut short
+      with open(args.rows_out, "a", encoding="utf-8") as f:
+        f.write("| " + " | ".join(str(c) for c in rows[-1]) + " |\n")
   total = len(files)
+  not_run = f", {counts['not run']} not compiled (--no_compile)" if counts["not run"] else ""
   print_table(f"modelzoo TF configs as written: {counts['ok']} of {total} compile "
               f"({counts['ok'] / max(total, 1):.0%}), {counts['refused']} refused with one line, "
-              f"{counts['crashed']} crashed; {time.perf_counter() - t0:.0f} s; host CPU "
+              f"{counts['crashed']} crashed{not_run}; {time.perf_counter() - t0:.0f} s; host CPU "
               f"{machine()}",
               ["file @blob", "family (inferred)", "result", "one line", "predicted samples/s",
                "s"], rows)

@@ -195,14 +195,45 @@ def _sigterm_as_interrupt():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+class _Held(logging.Handler):
+  """Keeps the records it is given (params' lines, logged before the run's logging is set)."""
+
+  def __init__(self):
+    super().__init__(logging.INFO)
+    self.records: List[logging.LogRecord] = []
+
+  def emit(self, record):
+    self.records.append(record)
+
+
+@contextlib.contextmanager
+def _held_params_log():
+  """What loading the params logs (the model family a modelzoo file is for, its keys kept
+  without effect, a duplicate key) is held, to be said once the run's logging routes it."""
+  logger, held = logging.getLogger(params_lib.__name__), _Held()
+  saved = (logger.level, logger.propagate)
+  logger.addHandler(held)
+  logger.setLevel(logging.INFO)
+  logger.propagate = False
+  try:
+    yield held
+  finally:
+    logger.removeHandler(held)
+    logger.setLevel(saved[0])
+    logger.propagate = saved[1]
+
+
 def _run(argv: List[str]) -> int:
   params = opts = None
   input_files.forget()  # the files an earlier run in this process read are not this run's
   try:
-    params, opts = load(argv)
+    with _held_params_log() as held:
+      params, opts = load(argv)
     if not flags.FLAGS.is_parsed():
       flags.FLAGS.mark_as_parsed()  # absl logging (used by TF) otherwise warns on every run
     with routed_logs(params["runconfig"]["model_dir"]), _quiet_disk_full_in_threads():
+      for record in held.records:  # INFO to stdout, warnings to stderr, all to the log file
+        logging.getLogger("tensorflow").handle(record)  # its own file:line (params.py)
       summary = runner.run(params, opts)
   except CerebrasTFError as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)

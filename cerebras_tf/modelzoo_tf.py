@@ -124,14 +124,18 @@ def _named_configs(raw: Mapping) -> Optional[Family]:
   return Family(family, None, f"several named configs ({', '.join(list(configs)[:3])}, ...)")
 
 
-def family_defaults(family: Family, model: Mapping) -> Mapping[str, Any]:
-  """Model keys a modelzoo model builds without saying, for a file inferred to be it: its
-  GPT-J (gptj/run.py; the only TF model that reads rotary_dim) is always rotary positions and
-  a parallel attention + FFN block."""
+def family_defaults(family: Family, model: Mapping) -> Mapping[Tuple[str, str], Any]:
+  """(section, key) -> value: what a modelzoo model builds without its file saying, for a file
+  inferred to be it. Its GPT-J (gptj/run.py; the only TF model that reads rotary_dim) is
+  always rotary positions and a parallel attention + FFN block; FC-MNIST is MNIST's 784
+  inputs and 10 classes, trained with Adam unless optimizer_type says."""
   if family.name == "gpt" and "rotary_dim" in model:
     # Its embedding dropout is its own key, 0 unless given (here: dropout_rate unless given).
-    return {"position_embedding_type": "rotary", "parallel_attention": True,
-            "embedding_dropout_rate": 0.0}
+    return {("model", "position_embedding_type"): "rotary",
+            ("model", "parallel_attention"): True, ("model", "embedding_dropout_rate"): 0.0}
+  if family.name == "mlp" and family.why.startswith("model."):
+    return {("model", "input_dim"): 784, ("model", "num_classes"): 10,
+            ("optimizer", "optimizer_type"): "adam"}
   return {}
 
 
@@ -219,6 +223,55 @@ NOT_BUILT = {
 for _key in ("src_data_dir", "tgt_data_dir", "src_vocab_file", "tgt_vocab_file"):
   NOT_BUILT[_key] = ("modelzoo's Transformer input (separate source and target files); the "
                      "Transformer here reads data_dir's en_es pairs")
+
+# Every key name the params sections of modelzoo's TF files use (its releases and the configs
+# shared with it). An unknown key among them is a modelzoo key the family does not build: no
+# did-you-mean to a key of another meaning (attention_type -> attention_dropout_rate was one).
+MODELZOO_KEYS = frozenset((
+    'activation_fn', 'add_special_tokens', 'attention_dropout_rate', 'attention_style',
+    'attention_type', 'augment_data', 'batch_size', 'beta1', 'beta2', 'beta_1', 'beta_2',
+    'bias_initializer', 'bits_per_x_dataset', 'boundary_casting', 'buckets', 'class_id',
+    'cls_dropout_rate', 'cls_nonlinearity', 'compile_only', 'contains_hr_min',
+    'context_length', 'convs_per_block', 'cs_ip', 'd_ff', 'd_kv', 'd_model', 'data_dir',
+    'data_file', 'data_format', 'data_path', 'data_processor', 'dataset', 'dataset_path',
+    'decoder_filters', 'decoder_nonlinearity', 'decoder_num_hidden_layers', 'description',
+    'disable_attention', 'disable_attention_op', 'disable_lr_steps_reset', 'disable_nsp',
+    'disable_standard_logs', 'do_lower', 'downscale_method', 'dropout', 'dropout_rate',
+    'dropout_seed', 'embedding_dropout_rate', 'embedding_initializer', 'embedding_size',
+    'enable_bias', 'enable_distributed', 'enable_gpu_optimizations', 'encoder_filters',
+    'encoder_nonlinearity', 'encoder_num_hidden_layers', 'encoder_output_dropout_rate',
+    'epsilon', 'eval_batch_size', 'eval_metrics', 'eval_steps', 'extra_ids', 'filter_size',
+    'fixed_sparse_attention', 'future_implementations', 'grad_accum_steps', 'hidden_size',
+    'hidden_sizes', 'image_shape', 'include_padding_in_loss', 'initial_loss_scale',
+    'initializer', 'input_pad_id', 'keep_checkpoint_max', 'label_vocab_file',
+    'layer_norm_epsilon', 'learning_rate', 'log_grads', 'log_hists', 'log_image_summaries',
+    'log_step_count_steps', 'log_summaries', 'loss_scaling', 'loss_scaling_factor',
+    'loss_weight', 'mask_whole_word', 'max_cls_tokens', 'max_gradient_norm', 'max_loss_scale',
+    'max_position_embeddings', 'max_predictions_per_seq', 'max_sequence_length', 'max_steps',
+    'metadata_files', 'mixed_precision', 'mlm_loss_scaling', 'mlm_loss_weight',
+    'mlm_nonlinearity', 'mode', 'model_dir', 'multiple_workers', 'multireplica', 'n_gram',
+    'n_parallel_reads', 'ngram', 'nonlinearity', 'normalize_data_method', 'num_buckets',
+    'num_classes', 'num_cls_classes', 'num_heads', 'num_hidden_layers', 'num_parallel_calls',
+    'num_parallel_reads', 'num_regression_values', 'num_vars', 'num_wgt_servers',
+    'only_defective_images', 'optimizer_type', 'output_layer_initializer',
+    'output_nonlinearity', 'position_embedding_type', 'positional_embedding_type',
+    'precision_opt_level', 'pretrain_params_path', 'projected_dims', 'random_seed', 'repeat',
+    'residual_dropout_rate', 'rotary_dim', 'save_checkpoints_steps', 'save_summary_steps',
+    'scale_mlm_weights', 'scaler_stats_path', 'seed', 'share_embedding_weights',
+    'share_encoder_decoder_embedding', 'shuffle', 'shuffle_buffer', 'shuffle_buffer_size',
+    'shuffle_seed', 'skip_connect', 'skip_steps', 'src_data_dir', 'src_max_sequence_length',
+    'src_vocab_file', 'start_token_length', 'steps', 'stride', 'target_length',
+    'tf_random_seed', 'tf_summary', 'tgt_data_dir', 'tgt_max_sequence_length',
+    'tgt_vocab_file', 'throttle_secs', 'time_resolution', 'topk_args', 'train_batch_size',
+    'train_test_split', 'use_bias_correction', 'use_bias_in_output', 'use_cache',
+    'use_cbfloat16', 'use_cls_bias', 'use_cs_grad_accum', 'use_ffn_bias',
+    'use_ffn_bias_in_attention', 'use_ffn_bias_in_mlm', 'use_multiple_workers',
+    'use_output_bias_in_mlm', 'use_position_embedding', 'use_position_embeddings',
+    'use_pre_normalization', 'use_projection_bias_in_attention', 'use_relative_attention_bias',
+    'use_segment_embedding', 'use_untied_layer_norm', 'use_vsl', 'validate_only', 'vocab_file',
+    'vocab_file_dna', 'vocab_file_ideas', 'vocab_size', 'weight_decay_rate',
+    'weight_initialization_seed', 'ws_summary'
+))
 
 # Seeds of one kind of variable in modelzoo; here the graph-level seed (runconfig.
 # tf_random_seed) fixes initializers and dropout alike: given when it is not.
@@ -330,7 +383,7 @@ def initializer_spec(spec: Any, num_hidden_layers: int, vocab_size: int
       return None, f"scaled_init_normal key must be num_hidden_layers or vocab_size, got {key!r}"
     name = spec.get("distribution", "normal")
     if name not in ("normal", "truncated_normal"):
-      return None, f"scaled_init_normal distribution must be normal or truncated_normal"
+      return None, "scaled_init_normal distribution must be normal or truncated_normal"
     spec = {"name": name, "mean": spec.get("mean", 0.0),
             "stddev": float(spec.get("sigma", 1.0)) / scaling ** 0.5}
   if name == "variance_scaling" and spec.get("scale_type") is not None:

@@ -419,7 +419,7 @@ class _Validator:
     description = raw.pop("description", None)  # modelzoo's line about the file
     if description is not None and not isinstance(description, str):
       self.fail(("description",), f"description must be a string, got {_show(description)}")
-    family = self.family_of(raw)
+    self.family_of(raw)
     self.pretrain_params(raw)
     for section in raw:
       if section not in SCHEMA:
@@ -442,10 +442,6 @@ class _Validator:
         continue  # optional: modes that evaluate (predict) check for it
       out[section] = self.section(section, raw.get(section) or {}, fields)
     self.cross_checks(out, raw)
-    if family is not None and family.name == "mlp" and family.why.startswith("model."):
-      for key, mnist in (("input_dim", 784), ("num_classes", 10)):  # FC-MNIST's shapes
-        if key not in raw["model"]:
-          out["model"][key] = mnist
     if description is not None:
       out["description"] = description
     if kept:
@@ -467,26 +463,32 @@ class _Validator:
         self.fail(("model", "name"), f"model.name {name}: the "
                   f"{modelzoo_tf.UNBUILT[plain]} family is not built here; available: "
                   + ", ".join(_available_models()))
-      return None
-    if "name" in model:
+      # Named (--model bert on an MNLI file, say): what the file holds still gives the task
+      # and the defaults of that family's modelzoo model.
+      family = modelzoo_tf.infer_family(raw)
+      if family is None or modelzoo_tf.MODEL_NAMES.get(plain, plain) != family.name:
+        return None
+    elif "name" in model:
       return None  # model.name: null and the like: refused as the value it is
-    family = modelzoo_tf.infer_family(raw)
-    if family is None:
-      return None  # "model.name is required" says what to do
-    if family.name in modelzoo_tf.UNBUILT:
-      self.fail(("model",) if "model" in self.origins or ("model",) in self.origins else (),
-                modelzoo_tf.refusal(family))
+    else:
+      family = modelzoo_tf.infer_family(raw)
+      if family is None:
+        return None  # "model.name is required" says what to do
+      if family.name in modelzoo_tf.UNBUILT:
+        self.fail(("model",) if "model" in self.origins or ("model",) in self.origins else (),
+                  modelzoo_tf.refusal(family))
+      model["name"] = family.name
     where = self.where(("model",))
     raw["model"] = model
-    model["name"] = family.name
     self.origins.setdefault(("model", "name"), where)
     if family.task and "task" not in model and family.name == "bert":
       model["task"] = family.task
       self.origins.setdefault(("model", "task"), where)
-    for key, value in modelzoo_tf.family_defaults(family, model).items():
-      if key not in model:
-        model[key] = value
-        self.origins.setdefault(("model", key), where)
+    for (section, key), value in modelzoo_tf.family_defaults(family, model).items():
+      target = raw.setdefault(section, {}) if raw.get(section) is None else raw[section]
+      if isinstance(target, dict) and key not in target:
+        target[key] = value
+        self.origins.setdefault((section, key), where)
     log.info("%s: model family %s (from %s)", self.filename, family.name, family.why)
     return family
 
@@ -625,6 +627,10 @@ class _Validator:
       family = self.spec.name if self.spec else "this"
       return (f"{section}.{key} ({modelzoo_tf.NOT_BUILT[key]}) is not built by the {family} "
               f"model here; remove it")
+    if key in modelzoo_tf.MODELZOO_KEYS and not any(key in f for f in SCHEMA.values()):
+      family = self.spec.name if self.spec else "this"
+      return (f"{section}.{key} is a modelzoo key that the {family} model here does not build "
+              f"(docs/modelzoo_migration.md); remove it")
     hint = schema.suggest(key, fields)
     if not hint:  # a key that belongs to another section (modelzoo moved some around)
       homes = [s for s, f in SCHEMA.items() if key in f and s != section]

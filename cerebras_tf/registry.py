@@ -35,8 +35,8 @@ Rules:
   `fail(key_path, message)` raises the one-line error with the key's file:line.
 - `unapplied` maps the shared keys the family does not apply, `("model",
   "mixed_precision")` say, to their "off" value; any other value is refused by name. A
-  validated key is applied or refused, never silently ignored. (`INERT_KEYS`, modelzoo keys
-  no family applies, are refused that way for every family.)
+  validated key is applied or refused, never silently ignored. (modelzoo keys that steer only
+  the CS compiler are taken out before validation and named in the log: `modelzoo_tf`.)
 - Installed families are declared as entry points of the group `cerebras_tf.model_families` (name ->
   package; the reference models' setup.py does so) and imported the first time
   their name is asked for.
@@ -72,9 +72,6 @@ _REGISTRY: Dict[str, "ModelSpec"] = {}
 
 FnRef = Union[Callable, str]
 
-# Shared keys no family here applies (modelzoo configs carry them): accepted when off.
-INERT_KEYS: Mapping[Tuple[str, str], Any] = {("model", "boundary_casting"): False,
-                                             ("model", "tf_summary"): False}
 
 
 def _yaml_value(value: Any) -> str:
@@ -121,9 +118,9 @@ class ModelSpec:
 
   def check_params(self, params: dict, fail: Callable) -> None:
     """The family's cross-checks of validated params (`fail(key_path, message)` raises).
-    First, a key it does not apply (`unapplied`, INERT_KEYS) set to anything but off: a
+    First, a key it does not apply (`unapplied`) set to anything but off: a
     validated key is never silently ignored."""
-    for (section, key), off in {**INERT_KEYS, **self.unapplied}.items():
+    for (section, key), off in self.unapplied.items():
       value = (params.get(section) or {}).get(key, off)
       if value != off:
         fail((section, key), f"{section}.{key}: the {self.name} model does not apply it; "

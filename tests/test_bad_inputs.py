@@ -41,7 +41,7 @@ FIXTURE_YAML = {
     "broken.yaml": "train_input:\n  batch_size: 8\nmodel:\n  name: broken\n",
     "empty.yaml": "",
     "list.yaml": "- train_input\n- model\n",
-    "dup.yaml": "model:\n  name: mlp\nmodel:\n  name: bret\ntrain_input:\n  batch_size: 8\n",
+    "dup.yaml": "model:\n  name: mlp\ntrain_input:\n  batch_size: 8\ntrain_input:\n  batch_size: 0\n",
     "nanlr.yaml": "train_input:\n  batch_size: 8\nmodel:\n  name: mlp\noptimizer:\n"
                   "  learning_rate: .nan\n",
     # Nine levels of nine-fold aliases: 9^9 (387 million) values if expanded.

@@ -477,3 +477,19 @@ def test_predict_reads_predict_input(params_file):
   read_eval_input = lambda p, mode: (p["eval_input"]["batch_size"], mode)  # noqa: E731
   assert runner.with_predict_input(params, read_eval_input, "infer") == (5, "infer")
   assert params["eval_input"]["batch_size"] != 5  # the params themselves are unchanged
+
+
+def test_params_lines_reach_the_terminal(params_file, capsys, monkeypatch):
+  """The model family a modelzoo file is for and its keys kept without effect were logged
+  at INFO before the run's logging was set: no one saw them. They are said once, INFO on
+  stdout and a duplicate key's warning on stderr."""
+  text = open(params_file).read().replace("  name: toy\n", "  name: toy\n  boundary_casting: "
+                                           "False\n  name: toy\n")
+  open(params_file, "w").write(text)
+  monkeypatch.setattr(runner, "run", lambda params, opts: {"mode": "train", "model": "toy",
+                                                          "model_dir": "m"})
+  monkeypatch.setattr(runner, "format_summary", lambda summary: "done")
+  code, out, err = _main(["--params", params_file], capsys)
+  assert code == 0
+  assert out.count("modelzoo keys kept without effect here: model.boundary_casting") == 1
+  assert "duplicate key 'name' in model (also at line 6): the last one, line 8, is used" in err

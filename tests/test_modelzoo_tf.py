@@ -372,6 +372,7 @@ def test_fc_mnist_file(tmp_path):
   assert (p["model"]["name"], p["model"]["input_dim"], p["model"]["num_classes"]) == \
       ("mlp", 784, 10)  # MNIST's shapes
   assert (p["model"]["dropout"], p["model"]["activation_fn"]) == (0.2, "relu")
+  assert p["optimizer"]["optimizer_type"] == "adam"  # modelzoo FC-MNIST's, unless given
   assert p["train_input"]["num_parallel_calls"] == 0
 
 
@@ -467,3 +468,74 @@ def test_mlm_loss_scaling(tmp_path, scaling, weight, expected):
       "    weight_initialization_seed: 0", f"    mlm_loss_scaling: {scaling}" + (
           f"\n    mlm_loss_weight: {weight}" if weight is not None else ""))
   assert params_lib.load_params(_write(tmp_path, text))["model"]["mlm_loss_weight"] == expected
+
+
+def test_modelzoo_key_a_family_lacks_gets_no_wrong_hint(tmp_path):
+  # The Transformer has no attention_type: it was "did you mean 'attention_dropout_rate'?".
+  text = textwrap.dedent("""\
+      train_input:
+        data_processor: TransformerDynamicDataProcessor
+        batch_size: 4
+      model:
+        attention_type: scaled_dot_product
+      """)
+  path = _write(tmp_path, text)
+  assert _error(path) == (f"{path}:5: model.attention_type is a modelzoo key that the "
+                          f"transformer model here does not build (docs/modelzoo_migration.md);"
+                          f" remove it")
+  # A typo of a key is still a typo.
+  assert "did you mean 'hidden_size'" in _error(_write(tmp_path, text.replace(
+      "attention_type: scaled_dot_product", "hiden_size: 8")))
+
+
+def test_model_flag_keeps_what_the_file_says(tmp_path):
+  # --model bert on modelzoo's SST-2 file: still the classification task it is for.
+  text = textwrap.dedent("""\
+      train_input:
+        data_processor: Sst2DataProcessor
+        batch_size: 4
+        max_sequence_length: 32
+      model:
+        hidden_size: 32
+        num_heads: 2
+        max_position_embeddings: 64
+      """)
+  path = _write(tmp_path, text)
+  inv = cli.parse_command_line(["run.py", "--params", path, "--model", "bert"])
+  model = params_lib.load_params(inv.params_path, inv.overrides)["model"]
+  assert (model["name"], model["task"]) == ("bert", "classification")
+  inv = cli.parse_command_line(["run.py", "--params", path, "--model", "bert",
+                                "--params_override", "model.task=pretraining"])
+  assert params_lib.load_params(inv.params_path, inv.overrides)["model"]["task"] == \
+      "pretraining"
+
+
+def test_benchmark_rows_without_compiling(tmp_path):
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+  import bench_modelzoo_configs as bench  # pylint: disable=import-outside-toplevel
+  gpt = _write(tmp_path, GPT2, "gpt2.yaml")
+  t5 = _write(tmp_path, "train_input:\n  batch_size: 2\nmodel:\n  d_kv: 64\n", "t5.yaml")
+  # Data paths (only the keys the file sets) point at ours.
+  assert bench.data_overrides(gpt, "/data") == ["train_input.data_dir=/data",
+                                                "eval_input.data_dir=/data"]
+  assert bench.family_of(gpt) == "gpt" and bench.family_of(t5) == "t5"
+  status, text, rate = bench.compile_one(gpt, str(tmp_path), str(tmp_path), no_compile=True)
+  assert (status, rate) == ("not run", None)
+  status, text, _ = bench.compile_one(t5, str(tmp_path), str(tmp_path), no_compile=True)
+  assert status == "refused" and text.endswith("it needs the 't5' model family, which is not "
+                                               "built here")
+  # Two files whose validated params are the same compile the same graph: one key.
+  copy = _write(tmp_path, "# a comment\n" + GPT2, "copy.yaml")
+  keys = {bench._key(params_lib.load_params(f, [f"runconfig.model_dir={tmp_path / f[-9:]}"]))
+          for f in (gpt, copy)}
+  assert len(keys) == 1
+
+
+def test_rotary_dim_beyond_the_head_is_one_line(tmp_path):
+  # ANL's gene_gptj_2B: hidden 3968 / 64 heads = 62 features a head, rotary_dim 64.
+  text = GPT2.replace("    weight_initialization_seed: 0", "    rotary_dim: 32").replace(
+      "hidden_size: 64", "hidden_size: 120")
+  path = _write(tmp_path, text)
+  assert _error(path) == (f"{path}:21: model.rotary_dim 32 must be <= the head size, "
+                          f"hidden_size 120 / num_heads 4 = 30: rotary rotates that many "
+                          f"features of each head")

@@ -63,6 +63,11 @@ def _check(out: dict, fail) -> None:
   modelzoo_tf.apply_initializers(model, fail, {
       "initializer": "layers", "embedding_initializer": "embedding",
       "output_layer_initializer": "output"}, model["vocab_size"])
+  head = model["hidden_size"] // model["num_heads"]
+  if model["position_embedding_type"] == "rotary" and model["rotary_dim"] > head:
+    fail(("model", "rotary_dim"), f"model.rotary_dim {model['rotary_dim']} must be <= the "
+         f"head size, hidden_size {model['hidden_size']} / num_heads {model['num_heads']} = "
+         f"{head}: rotary rotates that many features of each head")
   if model.get("use_untied_layer_norm") and not model["parallel_attention"]:
     fail(("model", "use_untied_layer_norm"), "model.use_untied_layer_norm: true is GPT-NeoX's "
          "second norm for the FFN of a parallel block; set parallel_attention: true (a "
