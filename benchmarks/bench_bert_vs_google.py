@@ -36,13 +36,12 @@ import tempfile
 import time
 import types
 
-import numpy as np
 
 # The google child runs with TensorFlow's own defaults: nothing of ours is imported there.
 GOOGLE_CHILD = "--google_child" in sys.argv
 if not GOOGLE_CHILD:
   import cerebras_tf  # noqa: F401  first, so its oneDNN default applies (TF reads it at import)
-from common import ROOT, machine, median, print_table, quiet_tf  # noqa: E402
+from common import ROOT, machine, median, numpy_matmul_flops_per_sec, print_table, quiet_tf  # noqa: E402
 
 tf = quiet_tf()
 tf1 = tf.compat.v1
@@ -166,10 +165,9 @@ def numpy_in_child_unpinned():
   OPENBLAS_L2_SIZE) unset for that one process (these machines pin an older kernel on purpose;
   the pin stays everywhere else), and the kernel OpenBLAS then reports."""
   env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-  code = (NUMPY_MATMUL_CODE + "\nkernel = ''\ntry:\n  import threadpoolctl\n"
-          "  kernel = ','.join(str(i.get('architecture')) for i in threadpoolctl.threadpool_info()"
-          " if i.get('internal_api') == 'openblas')\nexcept ImportError:\n  pass\n"
-          "import json\nprint('RESULT ' + json.dumps([numpy_matmul_flops_per_sec(), kernel]))")
+  code = ("import json, sys; sys.path.insert(0, %r); import common; "
+          "print('RESULT ' + json.dumps([common.numpy_matmul_flops_per_sec(), "
+          "common.blas_kernel()]))" % os.path.dirname(os.path.abspath(__file__)))
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        check=False)
   for line in out.stdout.splitlines():
@@ -178,25 +176,6 @@ def numpy_in_child_unpinned():
   raise RuntimeError("numpy child failed:\n" + out.stderr[-3000:])
 
 
-NUMPY_MATMUL_CODE = '''
-import time
-import numpy as np
-
-def numpy_matmul_flops_per_sec(n=2048, reps=10):
-  """numpy's (OpenBLAS) fp32 n^3 matmul FLOP/s (best of 3 timings of `reps`)."""
-  rng = np.random.default_rng(0)
-  a = rng.standard_normal((n, n), dtype=np.float32)
-  b = rng.standard_normal((n, n), dtype=np.float32)
-  a @ b  # pylint: disable=pointless-statement
-  best = float("inf")
-  for _ in range(3):
-    t0 = time.perf_counter()
-    for _ in range(reps):
-      a @ b  # pylint: disable=pointless-statement
-    best = min(best, time.perf_counter() - t0)
-  return reps * 2.0 * n ** 3 / best
-'''
-exec(NUMPY_MATMUL_CODE)  # the same code times numpy here and, unpinned, in a child  # pylint: disable=exec-used
 
 
 # --- google-research/bert ------------------------------------------------------------------

@@ -51,6 +51,32 @@ def machine() -> str:
           f"{platform.node()}, Python {platform.python_version()}")
 
 
+def numpy_matmul_flops_per_sec(n=2048, reps=10):
+  """numpy's (OpenBLAS) fp32 n^3 matmul FLOP/s (best of 3 timings of `reps`)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((n, n), dtype=np.float32)
+  b = rng.standard_normal((n, n), dtype=np.float32)
+  a @ b  # pylint: disable=pointless-statement
+  best = float("inf")
+  for _ in range(3):
+    t0 = time.perf_counter()
+    for _ in range(reps):
+      a @ b  # pylint: disable=pointless-statement
+    best = min(best, time.perf_counter() - t0)
+  return reps * 2.0 * n ** 3 / best
+
+
+def blas_kernel() -> str:
+  """The kernel OpenBLAS runs for numpy here (threadpoolctl), '' when it cannot say."""
+  try:
+    import threadpoolctl  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return ""
+  return ",".join(str(i.get("architecture")) for i in threadpoolctl.threadpool_info()
+                  if i.get("internal_api") == "openblas")
+
+
 def print_table(title, header, rows):
   """Prints a GitHub-markdown table (also what BENCHMARKS.md collects)."""
   print(f"\n### {title}\n")

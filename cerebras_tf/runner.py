@@ -232,8 +232,9 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
               max_steps=None if opts.steps is not None else max_steps, use_cs=use_cs)
     summary["global_step"] = latest_step(rc["model_dir"])
   elif mode == "eval":
-    require_checkpoint("eval", rc, opts.checkpoint_path)
-    summary["evals"] = [est.evaluate(input_for(EVAL), steps=eval_steps,
+    eval_input = input_for(EVAL)  # a params file without eval_input says so first
+    require_checkpoint("evaluate", rc, opts.checkpoint_path)
+    summary["evals"] = [est.evaluate(eval_input, steps=eval_steps,
                                      checkpoint_path=opts.checkpoint_path, use_cs=use_cs)]
   elif mode == "eval_all":
     checkpoints = list_checkpoints(rc["model_dir"])
@@ -278,9 +279,10 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
       step = step_of(est.last_predict_checkpoint or opts.checkpoint_path or "")
       step = step if step >= 0 else latest_step(rc["model_dir"])
       return os.path.join(rc["model_dir"], "predictions", f"predictions-{step}.jsonl")
+    predict_input = input_for(PREDICT)  # a params file without its input section says so first
     require_checkpoint("predict", rc, opts.checkpoint_path)
     count, keys, written = write_predictions(
-        est.predict(input_for(PREDICT), checkpoint_path=opts.checkpoint_path, use_cs=use_cs),
+        est.predict(predict_input, checkpoint_path=opts.checkpoint_path, use_cs=use_cs),
         os.path.join(rc["model_dir"], "predictions"), path)
     summary.update(predictions=count, prediction_keys=sorted(keys), predictions_file=written)
   if opts.export_dir and mode in ("export", "train", "train_and_eval"):
@@ -362,13 +364,24 @@ def check_export_dir(export_dir: Optional[str]) -> None:
   if os.path.exists(export_dir) and not os.path.isdir(export_dir):
     raise ConfigError(f"--export_dir {export_dir} is a file, not a directory; choose a "
                       f"directory for the SavedModel (--export_dir)")
-  check_writable_dir(export_dir, "--export_dir", "--export_dir")
+  # Not kept: the export makes it when it writes, and a run refused later (an export that
+  # cannot work, checked once TensorFlow is loaded) leaves no empty export_dir behind.
+  check_writable_dir(export_dir, "--export_dir", "--export_dir", keep=False)
 
 
-def check_writable_dir(path: str, key: str, flag: str) -> None:
+def check_writable_dir(path: str, key: str, flag: str, keep: bool = True) -> None:
   """Creates `path` if needed and checks a file can be made in it: one rule for every
   directory the framework writes. os.access does not do: root passes it on a read-only
-  mount's permission bits, and it says nothing of a full disk."""
+  mount's permission bits, and it says nothing of a full disk. With keep=False the
+  directories it created are removed again."""
+  created = []  # the missing ancestors of path, path first
+  missing = os.path.abspath(path)
+  while missing and not os.path.exists(missing):
+    created.append(missing)
+    parent = os.path.dirname(missing)
+    if parent == missing:
+      break
+    missing = parent
   try:
     os.makedirs(path, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
@@ -376,6 +389,13 @@ def check_writable_dir(path: str, key: str, flag: str) -> None:
   except OSError as e:
     raise ConfigError(f"{key} {path} cannot be {'written' if os.path.isdir(path) else 'created'}"
                       f": {e.strerror or e}; choose a writable directory ({flag})") from None
+  finally:
+    if not keep:
+      for directory in created:
+        try:
+          os.rmdir(directory)
+        except OSError:
+          break
 
 
 def check_checkpoint_path(path: str, flag: str = "--checkpoint_path",

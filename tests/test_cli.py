@@ -281,7 +281,9 @@ def test_runner_eval_eval_all_predict(params_file):
   cwd = os.getcwd()
   assert [c[3] for c in calls] == [f"{cwd}/m/model.ckpt-{s}" for s in (4, 8, 12)]
   assert all(c[2] is None for c in calls)  # eval_steps 0: all the eval data
-  summary, calls = _run(params_file, ["--mode", "predict"])
+  # The command line predicts from a checkpoint (runner.require_checkpoint): model_dir m has
+  # some; the estimator picks the latest.
+  summary, calls = _run(params_file, ["--mode", "predict", "--model_dir", "m"])
   assert calls == [("predict", "infer", None, True)]
   assert summary["predictions"] == 3
   # The predictions were counted and thrown away; they are kept, one JSON line each.
@@ -470,6 +472,9 @@ def test_predict_reads_predict_input(params_file):
       given.append(input_fn)
       return super().predict(input_fn, checkpoint_path, use_cs)
 
+  # The command line predicts from a checkpoint only (runner.require_checkpoint).
+  os.makedirs(params["runconfig"]["model_dir"], exist_ok=True)
+  open(os.path.join(params["runconfig"]["model_dir"], "model.ckpt-1.index"), "w").close()
   summary = runner.run(params, opts, estimator_factory=lambda *a: Recording("m"))
   assert summary["predictions"] == 3
   fn = given[0]

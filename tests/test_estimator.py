@@ -18,6 +18,7 @@ import tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import (CompileError, ConfigError, DataError, FitError, ModelFnError,
                                 TrainingError, UnsupportedOpError)
+from cerebras_tf.core import plans
 from cerebras_tf.runtime import strategies
 from cerebras_models.mlp.model import input_fn, model_fn
 from source_marks import line_of
@@ -299,7 +300,8 @@ def _bad_model_fn(kind):
     if kind == "py_function":
       x = tf.py_function(lambda t: t * 2.0, [x], tf.float32)  # LINE-MARK py_function
       x.set_shape([None, 32])
-    elif kind == "strings":
+    elif kind == "strings":  # on a layer's output: not input preprocessing the host can run
+      x = tf.keras.layers.Dense(32)(x)
       x = x + tf.cast(tf.strings.length(tf.strings.as_string(x)), tf.float32)  # LINE-MARK strings
     elif kind == "dynamic":
       x = tf.reshape(tf.boolean_mask(x, x > 0), [-1, 1])  # LINE-MARK dynamic
@@ -700,6 +702,7 @@ def test_the_host_memory_check_leaves_remote_weight_servers_alone(monkeypatch):
       graph=SimpleNamespace(state_bytes=10**12, num_params=6 * 10**10, optimizer="adam",
                             host_activation_bytes=1000.0),
       plan=SimpleNamespace(execution_strategy="weight_streaming",
+                           mode=plans.mode_of(plans.WEIGHT_STREAMING),
                            batching=SimpleNamespace(host_replicas_per_worker=1, per_worker=8)))
   monkeypatch.setenv("TF_CONFIG", json.dumps({
       "cluster": {"chief": ["h0:1"], "ps": ["h1:1", "h2:1"]},

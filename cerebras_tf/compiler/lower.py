@@ -540,9 +540,51 @@ def host_preprocessing(fwd: Iterable[tf.Operation]) -> Set[tf.Operation]:
   graph the engine runs whole (its input-only casts and normalizations stay on the engine).
   """
   fwd = list(fwd)
+  engine_only: Set[tf.Operation] = set()
+  while True:
+    host = _host_around(fwd, engine_only)
+    # The host cannot take away a data-dependent shape: an op whose dynamic shape reaches an
+    # engine op other than a lookup of sparse ids (a boolean_mask's Where feeding a Dense)
+    # is not preprocessing; it stays the engine's (and is refused there, by name), and so
+    # does what reads it.
+    stuck = _dynamic_into_engine(fwd, host) - engine_only
+    if not stuck:
+      return host
+    engine_only |= stuck
+
+
+def _dynamic_shape(t) -> bool:
+  return t.dtype not in (tf.variant, tf.resource) and not t.shape.is_fully_defined()
+
+
+def _dynamic_into_engine(fwd: List[tf.Operation], host: Set[tf.Operation]
+                         ) -> Set[tf.Operation]:
+  """The host ops whose data-dependent shapes reach an engine op that cannot take them."""
+  found: Set[tf.Operation] = set()
+  if not host:
+    return found
+  seen: Set[tf.Operation] = set()
+  stack = [op for op in fwd if op not in host and (_check_engine_op(op, host) or "").startswith(
+      "has a dynamic output shape")]
+  while stack:  # back along the dynamic shapes
+    op = stack.pop()
+    for t in op.inputs:
+      if _dynamic_shape(t) and t.op not in seen:
+        seen.add(t.op)
+        stack.append(t.op)
+        if t.op in host:
+          found.add(t.op)
+  return found
+
+
+def _host_around(fwd: List[tf.Operation], engine_only: Set[tf.Operation]
+                 ) -> Set[tf.Operation]:
+  """host_preprocessing's set, with the ops of `engine_only` and what reads them kept off the
+  host."""
   uses_vars: Set[tf.Operation] = set()
   for op in fwd:  # creation order: an op's inputs come before it
-    if op.type in _VARIABLE_OPS or any(t.op in uses_vars for t in op.inputs):
+    if op.type in _VARIABLE_OPS or op in engine_only or any(t.op in uses_vars
+                                                            for t in op.inputs):
       uses_vars.add(op)
   # Python and printing stay refused: a SavedModel cannot carry them (move them to the
   # input_fn), and a print in a training step is a hook's job.

@@ -73,9 +73,8 @@ def _check(out: dict, fail) -> None:
          "second norm for the FFN of a parallel block; set parallel_attention: true (a "
          "sequential block has two norms already) or remove the key")
   _check_moe(model, fail)
-  if model.get("use_bias_in_output") and model["share_embedding_weights"]:
-    fail(("model", "use_bias_in_output"), "model.use_bias_in_output: true needs an untied "
-         "head (share_embedding_weights: false): the tied head is the embedding table")
+  # use_bias_in_output: true with a tied head is modelzoo's GPT-J: modeling.lm_logits and
+  # lm_xent add gpt/lm_head/bias to the shared table's logits (_tied_head_bias).
   extra = model.pop("extra_attention_params", None) or {}
   for key in extra:
     if key != "num_kv_groups":

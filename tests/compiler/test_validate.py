@@ -107,6 +107,34 @@ def test_feature_columns_after_a_variable_are_told_to_go_dense_in_the_input_fn()
                       "model_fn those"), msg
 
 
+def test_a_dynamic_shape_made_from_the_features_is_not_host_preprocessing():
+  """A boolean_mask of the features depends on no variable, but the host running it would
+  still hand a Dense a batch of as many rows as the data brings: the Where is refused by
+  name and line, not the MatMul after it. A string op on the features alone, static in
+  shape, is the host's (x + len(str(x)))."""
+  def model_fn(features, labels, kind):
+    x = features["x"]
+    if kind == "dynamic":
+      x = tf.reshape(tf.boolean_mask(x, x > 0), [-1, 1])  # MARK-mask
+    else:
+      x = x + tf.cast(tf.strings.length(tf.strings.as_string(x)), tf.float32)
+    loss = tf.reduce_mean(tf.keras.layers.Dense(2)(x)) + 0 * tf.reduce_sum(
+        tf.cast(labels, tf.float32))
+    return tf.estimator.EstimatorSpec("train", loss=loss, train_op=_step(loss))
+
+  captured = _captured(lambda f, l: model_fn(f, l, "dynamic"))
+  assert not any(op.type == "Where" for op in lower.host_preprocessing(
+      lower.forward_ops(captured)))
+  with pytest.raises(UnsupportedOpError) as err:
+    lower.validate(captured)
+  assert f"test_validate.py:{line_of(__file__, 'MARK-mask')}: " in str(err.value)
+  assert "Where" in [t for _, t, _, _ in err.value.ops]
+  captured = _captured(lambda f, l: model_fn(f, l, "strings"))
+  host = lower.host_preprocessing(lower.forward_ops(captured))
+  assert {"AsString", "StringLength"} <= {op.type for op in host}
+  lower.validate(captured)
+
+
 def test_a_sparse_or_ragged_feature_is_told_the_line_that_makes_it_dense():
   """A VarLenFeature of token ids parses to a SparseTensor (tf.RaggedTensor.from_sparse makes it
   ragged): variable length, which the engine cannot compile. Both used to get the padded_batch
