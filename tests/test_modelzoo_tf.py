@@ -11,7 +11,7 @@ import pytest
 
 from cerebras_tf import cli, modelzoo_tf
 from cerebras_tf import params as params_lib
-from cerebras_tf.errors import ParamsError
+from params_errors import params_error
 
 # The shape of modelzoo/transformers/tf/gpt2/configs/params_gpt2_small.yaml (no model.name).
 GPT2 = textwrap.dedent("""\
@@ -65,14 +65,6 @@ def _write(tmp_path, text, name="params.yaml"):
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(text)
   return str(path)
-
-
-def _error(path, overrides=None) -> str:
-  with pytest.raises(ParamsError) as e:
-    params_lib.load_params(path, overrides)
-  message = str(e.value)
-  assert "\n" not in message
-  return message
 
 
 # --- the family from the file ----------------------------------------------------------------
@@ -133,7 +125,7 @@ def test_name_overrides_and_model_flag(tmp_path):
   path = _write(tmp_path, GPT2)
   # model.name (or --model) wins over what the file holds; a wrong one is refused by its own
   # checks, not silently replaced.
-  assert "unknown model 'bart'" in _error(path, ["model.name=bart"])
+  assert "unknown model 'bart'" in params_error(path, ["model.name=bart"])
   inv = cli.parse_command_line(["run.py", "--params", path, "--model", "gpt2"])
   p = params_lib.load_params(inv.params_path, inv.overrides)
   assert p["model"]["name"] == "gpt"  # modelzoo's model name -> the family here
@@ -161,12 +153,12 @@ def test_name_overrides_and_model_flag(tmp_path):
 ])
 def test_unbuilt_family_is_one_line_naming_it(tmp_path, text, expected):
   path = _write(tmp_path, text)
-  assert _error(path) == expected.format(f=path)
+  assert params_error(path) == expected.format(f=path)
 
 
 def test_unbuilt_family_by_name(tmp_path):
   path = _write(tmp_path, "train_input:\n  batch_size: 2\nmodel:\n  name: linformer\n")
-  assert _error(path).startswith(f"{path}:4: model.name linformer: the Linformer (attention "
+  assert params_error(path).startswith(f"{path}:4: model.name linformer: the Linformer (attention "
                                  f"over projected keys and values) family is not built here")
 
 
@@ -180,7 +172,7 @@ def test_tf_cosine_alpha_and_decay_steps(tmp_path):
   assert lr[1]["steps"] == 900
   conflict = GPT2.replace("alpha: 0.1", "alpha: 0.1\n          end_learning_rate: 0.0")
   assert "alpha 0.1 (end rate 1e-05) conflicts with end_learning_rate 0.0; keep one of them" \
-      in _error(_write(tmp_path, conflict))
+      in params_error(_write(tmp_path, conflict))
 
 
 def test_warmup_longer_than_the_run_warns_and_runs(tmp_path, caplog):
@@ -203,7 +195,7 @@ def test_duplicate_key_last_wins_and_both_lines_are_named(tmp_path, caplog):
          f"line 17, is used" in caplog.text
   # An error about the key names the line of the value used.
   bad = text.replace("    num_heads: 8\n", "    num_heads: 7\n")
-  assert _error(_write(tmp_path, bad)).startswith(f"{path}:17: model.hidden_size 64 must be "
+  assert params_error(_write(tmp_path, bad)).startswith(f"{path}:17: model.hidden_size 64 must be "
                                                   f"divisible by model.num_heads 7")
 
 
@@ -216,7 +208,7 @@ def test_list_valued_data_dir(tmp_path):
   assert modelzoo_tf.data_dirs(p["eval_input"]["data_dir"]) == [str(tmp_path / "input" / "val")]
   bad = text.replace('      - "./a/1/"\n', "      - 3\n")
   assert "train_input.data_dir must be a path (string) or a list of paths" in \
-      _error(_write(tmp_path, bad))
+      params_error(_write(tmp_path, bad))
 
 
 def test_predict_input_and_description_sections(tmp_path):
@@ -231,7 +223,7 @@ def test_predict_input_and_description_sections(tmp_path):
   assert p["predict_input"]["batch_size"] == 2
   assert p["predict_input"]["shuffle"] is False  # eval_input's defaults
   assert p["predict_input"]["data_dir"] == str(tmp_path / "input" / "test")
-  assert "predict_input.batch_size must be" in _error(
+  assert "predict_input.batch_size must be" in params_error(
       _write(tmp_path, text.replace("batch_size: 2", "batch_size: 0")))
 
 
@@ -256,7 +248,7 @@ def test_modelzoo_tf_names_move_onto_their_owner(tmp_path):
   both = GPT2.replace("  optimizer_type", "  correct_bias: false\n    optimizer_type")
   assert "optimizer.use_bias_correction true (modelzoo TF's name for optimizer.correct_bias) " \
          "conflicts with optimizer.correct_bias false; keep one of them" in \
-      _error(_write(tmp_path, both))
+      params_error(_write(tmp_path, both))
   seeded = GPT2.replace("    num_wgt_servers: 4", "    num_wgt_servers: 4\n    tf_random_seed: 7")
   assert params_lib.load_params(_write(tmp_path, seeded))["runconfig"]["tf_random_seed"] == 7
 
@@ -265,7 +257,7 @@ def test_keys_built_one_way(tmp_path):
   ok = GPT2.replace("    weight_initialization_seed: 0", "    use_pre_normalization: True")
   params_lib.load_params(_write(tmp_path, ok))
   bad = GPT2.replace("    weight_initialization_seed: 0", "    use_pre_normalization: False")
-  assert _error(_write(tmp_path, bad)).endswith(
+  assert params_error(_write(tmp_path, bad)).endswith(
       "model.use_pre_normalization false: not built here (the models build true, modelzoo's "
       "default); remove the key")
 
@@ -297,13 +289,13 @@ def test_initializer_specs(tmp_path):
   assert specs["embedding"]["stddev"] == pytest.approx(1 / 50257 ** 0.5)
   bad = GPT2.replace("    weight_initialization_seed: 0\n",
                      '    initializer:\n      - name: "orthogonal"\n')
-  assert _error(_write(tmp_path, bad)).endswith(
+  assert params_error(_write(tmp_path, bad)).endswith(
       "model.initializer: orthogonal is not an initializer modelzoo builds (truncated_normal, "
       "normal, uniform, constant, glorot_uniform, glorot_normal, variance_scaling, "
       "scaled_init_normal)")
   bad = GPT2.replace("    weight_initialization_seed: 0\n",
                      '    initializer:\n      name: "normal"\n      sigma: 2\n')
-  assert _error(_write(tmp_path, bad)).endswith(
+  assert params_error(_write(tmp_path, bad)).endswith(
       "model.initializer: sigma is not a normal argument (mean, stddev)")
 
 
@@ -326,7 +318,7 @@ def test_pretrain_params_path_brings_the_model_keys(tmp_path):
   assert (model["hidden_size"], model["num_heads"], model["max_position_embeddings"]) == \
       (32, 4, 64)  # the fine-tuning file's own keys win
   missing = _write(tmp_path, text.replace("pretrain.yaml", "nope.yaml"), "other/x.yaml")
-  assert "model.pretrain_params_path ../../configs/nope.yaml: no such file" in _error(missing)
+  assert "model.pretrain_params_path ../../configs/nope.yaml: no such file" in params_error(missing)
 
 
 @pytest.mark.parametrize("key,line", [
@@ -338,7 +330,7 @@ def test_pretrain_params_path_brings_the_model_keys(tmp_path):
 ])
 def test_hints_point_the_right_way(tmp_path, key, line):
   # These once said "did you mean 'embedding_layer_norm'?": a key of another meaning.
-  message = _error(_write(tmp_path, GPT2.replace("    weight_initialization_seed: 0",
+  message = params_error(_write(tmp_path, GPT2.replace("    weight_initialization_seed: 0",
                                                  "    " + key)))
   assert line in message and "did you mean" not in message
 
@@ -346,7 +338,7 @@ def test_hints_point_the_right_way(tmp_path, key, line):
 def test_bert_attention_type_is_its_own_key(tmp_path):
   text = GPT2.replace("GptTfRecordsProcessor", "BertTfRecordsProcessor").replace(
       "    weight_initialization_seed: 0", "    attention_type: dot_product")
-  message = _error(_write(tmp_path, text))
+  message = params_error(_write(tmp_path, text))
   assert "model.attention_type: the bert model does not apply it" in message
   assert "attention_dropout_rate" not in message
 
@@ -423,7 +415,7 @@ def test_classifier_head_keys(tmp_path):
   model = params_lib.load_params(_write(tmp_path, text))["model"]
   assert (model["task"], model["num_classes"], model["pooler_nonlinearity"]) == \
       ("classification", 1195, "relu")
-  assert "use_cls_bias false: not built here" in _error(
+  assert "use_cls_bias false: not built here" in params_error(
       _write(tmp_path, text.replace("use_cls_bias: True", "use_cls_bias: False")))
 
 
@@ -442,7 +434,7 @@ def test_gptj_file_builds_gptj(tmp_path):
           model["use_bias_in_output"]) == (True, False, True)
   explicit = text.replace("    rotary_dim: 8", "    rotary_dim: 8\n    parallel_attention: False")
   assert "model.use_untied_layer_norm: true is GPT-NeoX's second norm" in \
-      _error(_write(tmp_path, explicit))
+      params_error(_write(tmp_path, explicit))
 
 
 def test_gptj_residual_dropout(tmp_path):
@@ -454,7 +446,7 @@ def test_gptj_residual_dropout(tmp_path):
   both = text.replace("residual_dropout_rate: 0.1", "residual_dropout_rate: 0.1\n    "
                       "dropout_rate: 0.2")
   assert "model.residual_dropout_rate 0.1 (modelzoo TF's name for model.dropout_rate) " \
-         "conflicts with model.dropout_rate 0.2" in _error(_write(tmp_path, both))
+         "conflicts with model.dropout_rate 0.2" in params_error(_write(tmp_path, both))
 
 
 @pytest.mark.parametrize("scaling,weight,expected", [
@@ -480,11 +472,11 @@ def test_modelzoo_key_a_family_lacks_gets_no_wrong_hint(tmp_path):
         attention_type: scaled_dot_product
       """)
   path = _write(tmp_path, text)
-  assert _error(path) == (f"{path}:5: model.attention_type is a modelzoo key that the "
+  assert params_error(path) == (f"{path}:5: model.attention_type is a modelzoo key that the "
                           f"transformer model here does not build (docs/modelzoo_migration.md);"
                           f" remove it")
   # A typo of a key is still a typo.
-  assert "did you mean 'hidden_size'" in _error(_write(tmp_path, text.replace(
+  assert "did you mean 'hidden_size'" in params_error(_write(tmp_path, text.replace(
       "attention_type: scaled_dot_product", "hiden_size: 8")))
 
 
@@ -536,6 +528,6 @@ def test_rotary_dim_beyond_the_head_is_one_line(tmp_path):
   text = GPT2.replace("    weight_initialization_seed: 0", "    rotary_dim: 32").replace(
       "hidden_size: 64", "hidden_size: 120")
   path = _write(tmp_path, text)
-  assert _error(path) == (f"{path}:21: model.rotary_dim 32 must be <= the head size, "
+  assert params_error(path) == (f"{path}:21: model.rotary_dim 32 must be <= the head size, "
                           f"hidden_size 120 / num_heads 4 = 30: rotary rotates that many "
                           f"features of each head")

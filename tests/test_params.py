@@ -14,6 +14,7 @@ import fake_model  # noqa: F401  registers the `toy` model
 from cerebras_tf import params as params_lib
 from cerebras_tf.errors import ParamsError
 from cerebras_tf import registry
+from params_errors import params_error
 
 GOOD = textwrap.dedent("""\
     train_input:
@@ -47,14 +48,6 @@ def _write(tmp_path, text, name="p.yaml"):
   path = tmp_path / name
   path.write_text(text)
   return str(path)
-
-
-def _error(path, overrides=None) -> str:
-  with pytest.raises(ParamsError) as e:
-    params_lib.load_params(path, overrides)
-  message = str(e.value)
-  assert "\n" not in message
-  return message
 
 
 def test_good_file_fills_defaults_and_resolves_paths(tmp_path):
@@ -127,11 +120,11 @@ def test_override_reaches_a_list_entry(tmp_path):
   first, second = p["optimizer"]["learning_rate"]
   assert first["steps"] == 20 and first["end_learning_rate"] == 0.01
   assert second["learning_rate"] == 0.02
-  assert _error(path, ["optimizer.learning_rate[2].steps=5"]) == (
+  assert params_error(path, ["optimizer.learning_rate[2].steps=5"]) == (
       "override 'optimizer.learning_rate[2].steps=5': cannot set "
       "'optimizer.learning_rate[2].steps': optimizer.learning_rate has 2 entries (indices from "
       "0); to add one, override the whole list")
-  assert _error(path, ["optimizer.learning_rate[0].stepz=5"]).startswith(
+  assert params_error(path, ["optimizer.learning_rate[0].stepz=5"]).startswith(
       "override 'optimizer.learning_rate[0].stepz=5': unknown key 'stepz' in "
       "optimizer.learning_rate[0]")
 
@@ -224,9 +217,9 @@ def test_yaml_merge_keys_share_a_section(tmp_path):
   assert p["eval_input"]["batch_size"] == 128 and p["eval_input"]["shuffle_seed"] == 3
   assert p["train_input"]["batch_size"] == 64
   path = _write(tmp_path, text.replace("shuffle_seed: 3", "shuffle_seed: many"))
-  assert _error(path).startswith(f"{path}:3: train_input.shuffle_seed must be")
+  assert params_error(path).startswith(f"{path}:3: train_input.shuffle_seed must be")
   path = _write(tmp_path, text.replace("  batch_size: 128", "  batch_size: 128\n  colour: red"))
-  assert _error(path) == f"{path}:7: unknown key 'colour' in eval_input"
+  assert params_error(path) == f"{path}:7: unknown key 'colour' in eval_input"
 
 
 def test_a_modelzoo_roberta_file_runs_as_it_is(tmp_path):
@@ -266,9 +259,9 @@ def test_a_modelzoo_roberta_file_runs_as_it_is(tmp_path):
   assert p["csconfig"]["multireplica"] and p["csconfig"]["execution_strategy"] == "multi_replica"
   assert "multireplica" not in p["runconfig"]  # one owner: csconfig
   path = _write(tmp_path, text.replace("enable_distributed: False", "enable_distributed: True"))
-  assert "runconfig.enable_distributed: true is modelzoo's multi-GPU switch" in _error(path)
+  assert "runconfig.enable_distributed: true is modelzoo's multi-GPU switch" in params_error(path)
   path = _write(tmp_path, text + "csconfig:\n    vts: false\n")
-  assert "conflicts with csconfig.vts: false" in _error(path)
+  assert "conflicts with csconfig.vts: false" in params_error(path)
 
 
 def test_a_modelzoo_gpt_file_names_its_activation_its_way(tmp_path):
@@ -292,7 +285,7 @@ def test_a_modelzoo_gpt_file_names_its_activation_its_way(tmp_path):
   assert p["model"]["encoder_nonlinearity"] == "swiglu"
   assert p["model"]["use_projection_bias_in_attention"] is False
   path = _write(tmp_path, text.replace('"scaled_dot_product"', '"dot_product"'))
-  assert _error(path) == (f"{path}:8: model.attention_type: the gpt model does not apply "
+  assert params_error(path) == (f"{path}:8: model.attention_type: the gpt model does not apply "
                           "it; remove it (or set it to scaled_dot_product)")
 
 
@@ -345,15 +338,15 @@ def test_a_modelzoo_pytorch_release_file_runs_under_its_own_names(tmp_path):
   assert not {"betas", "eps", "weight_decay"} & set(opt)
   path = _write(tmp_path, text.replace("log_steps: 100", "log_steps: 100\n    "
                                        "log_step_count_steps: 50"))
-  assert _error(path) == (f"{path}:24: runconfig.log_steps 100 (modelzoo's name for runconfig."
+  assert params_error(path) == (f"{path}:24: runconfig.log_steps 100 (modelzoo's name for runconfig."
                           "log_step_count_steps) conflicts with runconfig.log_step_count_steps "
                           "50; keep one of them")
   path = _write(tmp_path, text.replace("save_initial_checkpoint: True",
                                        "save_initial_checkpoint: False"))
-  assert _error(path).startswith(f"{path}:26: runconfig.save_initial_checkpoint: false is not "
+  assert params_error(path).startswith(f"{path}:26: runconfig.save_initial_checkpoint: false is not "
                                  "what happens here")
   path = _write(tmp_path, text.replace('"cbfloat16"', '"float16"'))
-  assert _error(path).startswith(f"{path}:8: model.fp16_type: float16 is not computed here")
+  assert params_error(path).startswith(f"{path}:8: model.fp16_type: float16 is not computed here")
 
 
 # (file text or None for GOOD, overrides, expected message; {f} is the file's path)
@@ -490,26 +483,26 @@ BAD_CASES = [
 def test_bad_input_is_one_exact_line(tmp_path, text, overrides, expected):
   path = _write(tmp_path, GOOD if text is None else text)
   models = ", ".join(registry.available_models())
-  assert _error(path, overrides) == expected.format(f=path, models=models)
+  assert params_error(path, overrides) == expected.format(f=path, models=models)
 
 
 def test_negative_learning_rate(tmp_path):
   text = GOOD.split("optimizer:")[0] + "optimizer:\n  learning_rate: -1\n"
   path = _write(tmp_path, text)
-  assert _error(path) == (f"{path}:11: optimizer.learning_rate must be a number > 0 or a list of "
+  assert params_error(path) == (f"{path}:11: optimizer.learning_rate must be a number > 0 or a list of "
                           "schedule segments (scheduler: Linear, Constant, Exponential, Cosine), "
                           "got -1")
 
 
 def test_missing_file_and_directory(tmp_path):
-  assert _error("foo.yaml") == "params file not found: foo.yaml"
-  assert _error(str(tmp_path)) == f"params file is a directory: {tmp_path}"
+  assert params_error("foo.yaml") == "params file not found: foo.yaml"
+  assert params_error(str(tmp_path)) == f"params file is a directory: {tmp_path}"
 
 
 def test_not_utf8(tmp_path):
   path = tmp_path / "bin.yaml"
   path.write_bytes(b"model: \xff\xfe\n")
-  assert _error(str(path)).startswith(f"{path}: not UTF-8 text (invalid start byte at byte 7)")
+  assert params_error(str(path)).startswith(f"{path}: not UTF-8 text (invalid start byte at byte 7)")
 
 
 def test_alias_bomb_is_cheap(tmp_path):
@@ -519,7 +512,7 @@ def test_alias_bomb_is_cheap(tmp_path):
   path = _write(tmp_path, "\n".join(lines) + "\n")
   # 9^12 values if expanded: refused by counting (memoized), before any section is looked at.
   # It names the first key whose value alone expands past the limit: a5 (1 + 9 x 11,111).
-  assert _error(path) == (f"{path}:6: YAML aliases under a5 expand to more than 100,000 values "
+  assert params_error(path) == (f"{path}:6: YAML aliases under a5 expand to more than 100,000 values "
                           "(an alias bomb?); a params file holds plain values, a few hundred at "
                           "most")
 
@@ -608,10 +601,10 @@ def test_grad_accum_and_warmup_steps(tmp_path, caplog):
   assert "the warm-up (200 updates) is longer than the 125 updates of runconfig.max_steps " \
          "1000 / optimizer.grad_accum_steps 8: the learning rate never reaches its peak" \
          in caplog.text
-  assert _error(path, ["optimizer.grad_accum_steps=0"]) == (
+  assert params_error(path, ["optimizer.grad_accum_steps=0"]) == (
       "override 'optimizer.grad_accum_steps=0': optimizer.grad_accum_steps must be an int > 0, "
       "got 0")
-  assert _error(path, ["optimizer.warmup_steps=10"]).endswith(
+  assert params_error(path, ["optimizer.warmup_steps=10"]).endswith(
       "optimizer.warmup_steps applies to a constant learning_rate; with schedule segments make "
       "the first segment a Linear warm-up")
   caplog.clear()
@@ -738,14 +731,14 @@ def test_a_trainer_format_file_names_what_has_no_counterpart_with_its_line(tmp_p
       "      steps: 132\n", "      steps: 132\n"
       "      disable_strict_checkpoint_loading: true\n")
   path = _write(tmp_path, text)
-  assert _error(path) == (f"{path}:61: trainer.init.checkpoint.disable_strict_checkpoint_"
+  assert params_error(path) == (f"{path}:61: trainer.init.checkpoint.disable_strict_checkpoint_"
                           "loading (modelzoo trainer format) has no counterpart here; remove "
                           "it; 1 more: trainer.init.callbacks[2].GlobalFlags (68)")
   # A mistyped model key keeps its own line in the trainer file.
   path = _write(tmp_path, TRAINER_FILE.replace("hidden_size: 256", "hiden_size: 256"))
-  assert _error(path).startswith(f"{path}:10: unknown key 'hiden_size' in model")
+  assert params_error(path).startswith(f"{path}:10: unknown key 'hiden_size' in model")
   # modelzoo's `Adam` decays by L2, which adam here does not: refused, not dropped.
   path = _write(tmp_path, TRAINER_FILE.replace("AdamW:", "Adam:"))
-  assert _error(path) == (f"{path}:38: optimizer.weight_decay_rate 0.1 is not applied by "
+  assert params_error(path) == (f"{path}:38: optimizer.weight_decay_rate 0.1 is not applied by "
                           "optimizer_type adam (it is by adamw): change the type or remove the "
                           "key")

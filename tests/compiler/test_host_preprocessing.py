@@ -9,7 +9,6 @@ reports it as host preprocessing and leaves it out of the engine's layers; the e
 dense layers are the engine's. The SavedModel takes the raw strings.
 """
 
-import glob
 import os
 
 import numpy as np
@@ -18,6 +17,7 @@ import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.compiler import capture, lower
+from event_losses import summary_losses
 
 tf1 = tf.compat.v1
 fc = tf1.feature_column
@@ -69,16 +69,6 @@ def _input_fn(params=None, repeat=True):
   return (ds.repeat() if repeat else ds.take(2 * BATCH)).batch(BATCH, drop_remainder=True)
 
 
-def _losses(model_dir):
-  losses = {}
-  for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*")):
-    for event in tf1.train.summary_iterator(path):
-      for v in event.summary.value:
-        if v.tag == "loss":
-          losses[event.step] = v.simple_value
-  return [losses[s] for s in sorted(losses)]
-
-
 def _config(model_dir):
   return CSRunConfig(model_dir=model_dir, tf_random_seed=0, save_summary_steps=1,
                      cs_config=CSConfig(execution_strategy="pipelined"))
@@ -115,7 +105,7 @@ def test_wide_and_deep_trains_evaluates_and_exports_raw_strings(tmp_path):
   plain.train(_input_fn, max_steps=STEPS)
   est = CerebrasEstimator(wide_and_deep, config=_config(str(tmp_path / "cs")))
   est.train(_input_fn, max_steps=STEPS, use_cs=True)
-  want, got = _losses(plain.model_dir), _losses(est.model_dir)
+  want, got = summary_losses(plain.model_dir), summary_losses(est.model_dir)
   assert len(got) == STEPS
   np.testing.assert_allclose(got, want, rtol=1e-6)
   report = open(os.path.join(est.model_dir, "cs_compile", "report.txt"), encoding="utf-8").read()
@@ -153,5 +143,5 @@ def test_a_canned_wide_and_deep_estimator_goes_the_same_path(tmp_path):
   canned.train(_input_fn, max_steps=STEPS)
   est = CerebrasEstimator(canned.model_fn, config=_config(str(tmp_path / "cs")))
   est.train(_input_fn, max_steps=STEPS, use_cs=True)
-  np.testing.assert_allclose(_losses(est.model_dir), _losses(canned.model_dir), rtol=1e-6)
+  np.testing.assert_allclose(summary_losses(est.model_dir), summary_losses(canned.model_dir), rtol=1e-6)
   assert est.evaluate(lambda params: _input_fn(params, repeat=False), use_cs=True)["auc"] >= 0

@@ -6,7 +6,6 @@ hand below; a tiny MoE GPT trains with use_cs=True with the losses of plain tf.e
 evaluates and exports; Mixtral 8x7B's params (modelzoo's keys) compile.
 """
 
-import glob
 import math
 import os
 
@@ -20,6 +19,7 @@ from cerebras_tf.errors import ParamsError
 from cerebras_tf.params import load_params
 from cerebras_models.gpt import export, modeling
 from cerebras_models.gpt.model import model_fn
+from event_losses import summary_losses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__)))))
@@ -123,16 +123,6 @@ def _input_fn(params, repeat=True):
   return (ds.repeat() if repeat else ds.take(8)).batch(4, drop_remainder=True)
 
 
-def _summary_losses(model_dir):
-  losses = {}
-  for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*")):
-    for event in tf1.train.summary_iterator(path):
-      for v in event.summary.value:
-        if v.tag == "loss":
-          losses[event.step] = v.simple_value
-  return [losses[s] for s in sorted(losses)]
-
-
 def test_moe_gpt_trains_on_the_engine_as_plain_tf_estimator(tmp_path):
   """5 SGD steps of a 2-layer MoE GPT (top-2 of 4 experts, load-balancing loss): the per-step
   losses with use_cs=True are plain tf.estimator's; it evaluates and exports."""
@@ -145,7 +135,7 @@ def test_moe_gpt_trains_on_the_engine_as_plain_tf_estimator(tmp_path):
       model_dir=str(tmp_path / "cs"), tf_random_seed=0, save_summary_steps=1,
       cs_config=CSConfig(execution_strategy="pipelined")))
   est.train(_input_fn, max_steps=5, use_cs=True)
-  want, got = _summary_losses(plain.model_dir), _summary_losses(est.model_dir)
+  want, got = summary_losses(plain.model_dir), summary_losses(est.model_dir)
   assert len(got) == 5 and got[0] > math.log(32) * 0.8, got
   np.testing.assert_allclose(got, want, rtol=1e-5)
   report = open(os.path.join(est.model_dir, "cs_compile", "report.txt"), encoding="utf-8").read()
@@ -199,7 +189,7 @@ def test_a_users_own_top_k_router_trains_as_plain_tf_estimator(tmp_path):
       model_dir=str(tmp_path / "cs"), tf_random_seed=0, save_summary_steps=1,
       cs_config=CSConfig(execution_strategy="pipelined")))
   est.train(input_fn, max_steps=4, use_cs=True)
-  np.testing.assert_allclose(_summary_losses(est.model_dir), _summary_losses(plain.model_dir),
+  np.testing.assert_allclose(summary_losses(est.model_dir), summary_losses(plain.model_dir),
                              rtol=1e-6)
 
 
