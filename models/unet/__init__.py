@@ -23,6 +23,10 @@ DATASETS = ("DAGM2007Dataset", "DAGM2007TFRecordsDataset", "SeverstalDataset",
 METRICS = ("mIOU", "DSC", "MPCA", "Acc")
 CONV_KINDS = ("3x3_conv", "1x1_conv")
 NONLINEARITIES = ("ReLU", "LeakyReLU", "ELU", "relu", "leaky_relu", "elu")
+# Keras initializer names modelzoo's UNet takes, built as tf.compat.v1's (modeling.py).
+INITIALIZERS = ("glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "lecun_uniform",
+                "lecun_normal", "zeros", "ones", "constant", "random_normal", "random_uniform",
+                "truncated_normal")
 
 INPUT = {
     "dataset": Field("str", "DAGM2007Dataset", "modelzoo's input class (the data set it "
@@ -69,9 +73,11 @@ SCHEMA = {
         "nonlinearity": Field("str", "ReLU", "activation after each convolution (a Keras "
                               "layer name)", choices=NONLINEARITIES),
         "nonlinearity_params": Field("mapping", None, "its arguments: alpha (LeakyReLU, ELU)"),
-        "initializer": Field("str", "glorot_uniform", "kernels' Keras initializer"),
+        "initializer": Field("str", "glorot_uniform", "kernels' Keras initializer",
+                             choices=INITIALIZERS),
         "initializer_params": Field("mapping", None, "the initializer's arguments"),
-        "bias_initializer": Field("str", "zeros", "biases' Keras initializer"),
+        "bias_initializer": Field("str", "zeros", "biases' Keras initializer",
+                                  choices=INITIALIZERS),
         "bias_initializer_params": Field("mapping", None, "the bias initializer's arguments"),
         "initial_conv_filters": Field("int", None, "a 3x3 ReLU convolution of this many "
                                       "filters before the encoder (null: none)", low=1),

@@ -70,14 +70,29 @@ def _with_params(name, extra):
   return {"name": name, **extra} if extra else name
 
 
+# Keras initializer names (modelzoo's UNet takes them) -> tf.compat.v1 initializers, which
+# draw from the graph seed (runconfig.tf_random_seed) like every other variable here.
+_SCALINGS = {"glorot_uniform": (1.0, "fan_avg", "uniform"),
+             "glorot_normal": (1.0, "fan_avg", "truncated_normal"),
+             "he_uniform": (2.0, "fan_in", "uniform"), "he_normal": (2.0, "fan_in",
+                                                                    "truncated_normal"),
+             "lecun_uniform": (1.0, "fan_in", "uniform"),
+             "lecun_normal": (1.0, "fan_in", "truncated_normal")}
+_PLAIN = {"zeros": tf1.zeros_initializer, "ones": tf1.ones_initializer,
+          "constant": tf1.constant_initializer, "random_normal": tf1.random_normal_initializer,
+          "random_uniform": tf1.random_uniform_initializer,
+          "truncated_normal": tf1.truncated_normal_initializer}
+
+
+
 def initializer(spec):
-  """A Keras initializer (by name, or {name, args}) usable by tf1.get_variable."""
-  if isinstance(spec, Mapping):
-    spec = dict(spec)
-    init = tf.keras.initializers.get({"class_name": spec.pop("name"), "config": spec})
-  else:
-    init = tf.keras.initializers.get(spec)
-  return lambda shape, dtype=tf.float32, partition_info=None: init(shape, dtype=dtype)
+  """A Keras initializer by name (or {name, its arguments}) as a tf.compat.v1 initializer."""
+  args = dict(spec) if isinstance(spec, Mapping) else {"name": spec}
+  name = args.pop("name")
+  if name in _SCALINGS:
+    scale, mode, distribution = _SCALINGS[name]
+    return tf1.variance_scaling_initializer(scale, mode, distribution, **args)
+  return _PLAIN[name](**args)
 
 
 def activation(x, config: UNetConfig):
