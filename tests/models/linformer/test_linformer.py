@@ -9,6 +9,8 @@ The family is new: before the wheel is reinstalled the tests name it through
 CEREBRAS_TF_MODEL_MODULES.
 """
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,6 +23,8 @@ from cerebras_models.linformer.model import model_fn
 from event_losses import summary_losses
 
 tf1 = tf.compat.v1
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
 B, S, H, N, V, P = 4, 8, 16, 2, 40, 3  # batch, sequence, hidden, heads, vocab, predictions
 
 
@@ -152,3 +156,23 @@ def test_trains_on_the_engine_as_plain_tf_estimator(tmp_path):
   assert got[-1] < got[0]
   metrics = est.evaluate(lambda params: _input_fn(params, repeat=False), use_cs=True)
   assert 0.0 <= metrics["masked_lm_accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["pipelined", "multi_replica", "weight_streaming"])
+def test_tiny_config_compiles_in_every_mode(tmp_path, strategy):
+  """configs/params_linformer_tiny.yaml on the prepared BERT pretraining data, through run.py
+  --compile_only, one layer (the layers repeat)."""
+  from cerebras_tf import cli  # pylint: disable=import-outside-toplevel
+  from cerebras_models.data import acquire  # pylint: disable=import-outside-toplevel
+  data = acquire.default_data_dir()
+  if not os.path.exists(os.path.join(data, "bert_pretrain")):
+    pytest.skip(f"no bert_pretrain in {data}: scripts/prepare_data.py prepares it")
+  config = os.path.join(ROOT, "configs", "params_linformer_tiny.yaml")
+  assert cli.main(["run.py", "--params", config, "--compile_only", "--execution_strategy",
+                   strategy, "--model_dir", str(tmp_path / "m"),
+                   "--params_override", "model.num_hidden_layers=1",
+                   "--params_override", f"train_input.data_dir={data}",
+                   "--params_override", f"eval_input.data_dir={data}"]) == 0
+  report = open(tmp_path / "m" / "cs_compile" / "report.txt", encoding="utf-8").read()
+  assert strategy in report and "E_projection" in report

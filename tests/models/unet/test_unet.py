@@ -8,6 +8,8 @@ modelzoo's metrics. The family is new: before the wheel is reinstalled the tests
 through CEREBRAS_TF_MODEL_MODULES.
 """
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,6 +23,8 @@ from cerebras_models.unet.model import model_fn
 from event_losses import summary_losses
 
 tf1 = tf.compat.v1
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
 
 TINY = ("model: {{name: unet, encoder_filters: [4, 8], decoder_filters: [4], data_format: "
         "{layout}}}\n"
@@ -158,3 +162,15 @@ def test_trains_on_the_engine_as_plain_tf_estimator_and_evaluates(tmp_path):
                          use_cs=True)
   for name in ("mean_iou", "dice_coefficient", "mean_per_class_accuracy", "accuracy"):
     assert 0.0 <= metrics[name] <= 1.0, (name, metrics)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["pipelined", "multi_replica", "weight_streaming"])
+def test_tiny_config_compiles_in_every_mode(tmp_path, strategy):
+  """configs/params_unet_tiny.yaml (synthetic input) through run.py --compile_only."""
+  from cerebras_tf import cli  # pylint: disable=import-outside-toplevel
+  config = os.path.join(ROOT, "configs", "params_unet_tiny.yaml")
+  assert cli.main(["run.py", "--params", config, "--compile_only", "--execution_strategy",
+                   strategy, "--model_dir", str(tmp_path / "m")]) == 0
+  report = open(tmp_path / "m" / "cs_compile" / "report.txt", encoding="utf-8").read()
+  assert strategy in report and "unet/decoder/block1/conv1" in report
