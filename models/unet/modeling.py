@@ -24,7 +24,6 @@ import tensorflow as tf
 tf1 = tf.compat.v1
 
 CONV_KINDS = {"3x3_conv": 3, "1x1_conv": 1}
-NONLINEARITIES = ("ReLU", "LeakyReLU", "ELU", "relu", "leaky_relu", "elu")
 
 
 @dataclasses.dataclass(frozen=True)
