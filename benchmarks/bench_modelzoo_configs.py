@@ -5,8 +5,9 @@ Cerebras/modelzoo repository (a bare git dir or a checkout; deduplicated by cont
 compiles each through the path of `scripts/run.py --params FILE --compile_only` (cli.load then
 runner.run), in this one process. Only the data paths are changed: each input section's
 `data_dir` and `vocab_file` point at this machine's prepared data (CEREBRAS_TF_DATA_DIR:
-bert_pretrain, vocab), since modelzoo's point at its own cluster. A file is never edited
-otherwise: its family comes from what it holds (no model.name is added).
+bert_pretrain, vocab), since modelzoo's point at its own cluster; a UNet file's `dataset_path`
+(DAGM 2007, Severstal: no segmentation set here) gets `synthetic: true` beside it. A file is
+never edited otherwise: its family comes from what it holds (no model.name is added).
 
 Prints the counts, one row per file (file, family inferred, result or the one-line refusal;
 the predicted samples/s on the rows that compile) and the host CPU.
@@ -102,6 +103,8 @@ def data_overrides(path: str, data_dir: str):
       out.append(f"{section}.data_dir={data_dir}")
     if "vocab_file" in keys:
       out.append(f"{section}.vocab_file={vocab}")
+    if "dataset_path" in keys:  # UNet's DAGM / Severstal: not here, synthetic images instead
+      out.append(f"{section}.synthetic=true")
   return out
 
 

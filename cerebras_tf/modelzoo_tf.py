@@ -17,8 +17,6 @@ from typing import Any, Mapping, NamedTuple, Optional, Tuple
 # counterpart here: the name a refusal gives -> what it is.
 UNBUILT = {
     "t5": "T5 (encoder-decoder with relative position bias)",
-    "linformer": "Linformer (attention over projected keys and values)",
-    "unet": "UNet (2D segmentation)",
     "bert_token_classifier": "BERT token classification (NER)",
     "bert_qa": "BERT question answering (SQuAD spans)",
     "bert_summarization": "BERT extractive summarization (BertSum)",
@@ -179,6 +177,7 @@ COMPILER_ONLY = {
     ("model", "bits_per_x_dataset"): "an eval metric (bits per byte of a named corpus) not "
                                      "computed here",
     ("model", "use_cache"): "GPT-J's decoding cache at inference; training is the same",
+    ("model", "future_implementations"): "read by no modelzoo TF code (Linformer's files)",
 }
 for _section in ("train_input", "eval_input", "predict_input"):
   COMPILER_ONLY.update({
@@ -187,6 +186,8 @@ for _section in ("train_input", "eval_input", "predict_input"):
       (_section, "n_gram"): "read by no modelzoo TF code",
       (_section, "ngram"): "read by no modelzoo TF code",
       (_section, "n_parallel_reads"): "TFRecord files read at once: host input speed only",
+      (_section, "steps"): "read by no modelzoo TF input (Linformer's files)",
+      (_section, "num_parallel_reads"): "files read at once: host input speed only",
       (_section, "buckets"): "batches of like lengths, to speed variable-length runs on a CS; "
                              "batches here are not bucketed",
       (_section, "num_buckets"): "batches of like lengths, to speed variable-length runs on "
@@ -289,6 +290,9 @@ RENAMED = {
     ("train_input", "shuffle_buffer_size"): ("train_input", "shuffle_buffer"),
     ("eval_input", "shuffle_buffer_size"): ("eval_input", "shuffle_buffer"),
     ("train_input", "seed"): ("train_input", "shuffle_seed"),
+    # modelzoo's UNet: both batch sizes in train_input.
+    ("train_input", "train_batch_size"): ("train_input", "batch_size"),
+    ("train_input", "eval_batch_size"): ("eval_input", "batch_size"),
     ("eval_input", "seed"): ("eval_input", "shuffle_seed"),
     ("model", "num_cls_classes"): ("model", "num_classes"),
     ("model", "cls_nonlinearity"): ("model", "pooler_nonlinearity"),

@@ -139,9 +139,6 @@ def test_name_overrides_and_model_flag(tmp_path):
      "  hidden_size: 8\n", "{f}:4: this is a modelzoo BERT token classification (NER) config "
      "(data_processor NerDataProcessor): it needs the 'bert_token_classifier' model family, "
      "which is not built here"),
-    ("train_input:\n  batch_size: 2\nmodel:\n  encoder_filters: [8, 16]\n",
-     "{f}:3: this is a modelzoo UNet (2D segmentation) config (model.encoder_filters): it needs "
-     "the 'unet' model family, which is not built here"),
     ("base:\n  train_input: {batch_size: 2}\n  model: {encoder_output_sizes: [4]}\n",
      "{f}: this is a modelzoo LLNL's CRETIN surrogate (several named configs in one file) config "
      "(several named configs (base, ...)): it needs the 'cretin' model family, which is not "
@@ -157,9 +154,10 @@ def test_unbuilt_family_is_one_line_naming_it(tmp_path, text, expected):
 
 
 def test_unbuilt_family_by_name(tmp_path):
-  path = _write(tmp_path, "train_input:\n  batch_size: 2\nmodel:\n  name: linformer\n")
-  assert params_error(path).startswith(f"{path}:4: model.name linformer: the Linformer (attention "
-                                 f"over projected keys and values) family is not built here")
+  path = _write(tmp_path, "train_input:\n  batch_size: 2\nmodel:\n  name: spacetimeformer\n")
+  assert params_error(path).startswith(f"{path}:4: model.name spacetimeformer: the "
+                                       f"Spacetimeformer (time-series forecasting) family is "
+                                       f"not built here")
 
 
 # --- YAML as modelzoo writes it --------------------------------------------------------------

@@ -275,18 +275,21 @@ def add_and_norm(x, residual, config: BertConfig, training: bool):
   return tf.cast(y, config.compute_dtype)
 
 
-def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool):
+def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool,
+                      attention=None):
   """One post-LN transformer block (scopes `attention/...`, `intermediate`, `output`).
 
   Args:
     x: [B*S, H] compute dtype.
     bias: [B, 1, 1, S] float32.
+    attention: another self-attention of self_attention's signature and shapes (Linformer's
+      projected one); None: self_attention.
   Returns:
     [B*S, H] compute dtype.
   """
   r = config.initializer_range
   with tf1.variable_scope("attention"):
-    context = self_attention(x, bias, batch, seq, config, training)
+    context = (attention or self_attention)(x, bias, batch, seq, config, training)
     with tf1.variable_scope("output"):
       attn = add_and_norm(dense(context, config.hidden_size, "dense", r), x, config, training)
   with tf1.variable_scope("intermediate"):
@@ -295,12 +298,14 @@ def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool):
     return add_and_norm(dense(inner, config.hidden_size, "dense", r), attn, config, training)
 
 
-def encoder(x, padding_mask, config: BertConfig, training: bool) -> List[tf.Tensor]:
+def encoder(x, padding_mask, config: BertConfig, training: bool,
+            attention=None) -> List[tf.Tensor]:
   """Stack of `num_hidden_layers` transformer layers (scope `encoder/layer_N`).
 
   Args:
     x: [B, S, H] embedding output.
     padding_mask: [B, S] int.
+    attention: transformer_layer's (None: self_attention).
   Returns:
     list of num_hidden_layers tensors [B, S, H], one per layer output.
   """
@@ -312,7 +317,7 @@ def encoder(x, padding_mask, config: BertConfig, training: bool) -> List[tf.Tens
   with tf1.variable_scope("encoder"):
     for i in range(config.num_hidden_layers):
       with tf1.variable_scope("layer_%d" % i):
-        h = transformer_layer(h, bias, batch, seq, config, training)
+        h = transformer_layer(h, bias, batch, seq, config, training, attention)
         out = tf.reshape(h, [batch, seq, config.hidden_size])
         out.set_shape(static)
         outputs.append(out)
@@ -334,7 +339,7 @@ def pooler(sequence_output, config: BertConfig, padding_mask=None):
 
 
 def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,
-               training: bool, with_pooler: bool = True) -> Dict[str, Any]:
+               training: bool, with_pooler: bool = True, attention=None) -> Dict[str, Any]:
   """The BERT backbone under scope `bert`.
 
   Args:
@@ -344,6 +349,7 @@ def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,
     config: BertConfig.
     training: True only in TRAIN mode (turns dropout on).
     with_pooler: build `bert/pooler` (what the next-sentence and classifier heads read).
+    attention: transformer_layer's (None: self_attention; Linformer passes its own).
   Returns:
     dict with
       embedding_output [B, S, H], all_encoder_layers (list of [B, S, H]),
@@ -352,7 +358,7 @@ def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,
   """
   with tf1.variable_scope("bert"):
     emb, word_table = embeddings(token_ids, segment_ids, config, training)
-    layers = encoder(emb, padding_mask, config, training)
+    layers = encoder(emb, padding_mask, config, training, attention)
     out = {"embedding_output": emb, "all_encoder_layers": layers,
            "sequence_output": layers[-1], "word_embeddings": word_table}
     if with_pooler:
