@@ -318,7 +318,15 @@ def encoder_graph(sh: Shape, batch: int, head: str = "mlm_nsp", name: str = "ber
                   max_predictions: Optional[int] = None, segments: Optional[bool] = None,
                   num_classes: int = 1000, dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
                   optimizer: str = "adam") -> ir.LayerGraph:
-  """An encoder stack with a head: "mlm_nsp" (BERT pre-training), "mlm" (ESM-2: no NSP, no
+  """An encoder stack with a head (`_encoder_rows`)."""
+  return _encoder_rows(sh, head, name, max_predictions, segments, num_classes, dtype_bytes,
+                       weight_dtype_bytes, optimizer).graph(name, batch, optimizer, sh.seq)
+
+
+def _encoder_rows(sh: Shape, head: str, name: str, max_predictions: Optional[int],
+                  segments: Optional[bool], num_classes: int, dtype_bytes: int,
+                  weight_dtype_bytes: int, optimizer: str) -> _Builder:
+  """The rows of an encoder stack with a head: "mlm_nsp" (BERT pre-training), "mlm" (ESM-2: no NSP, no
   segment embeddings), "classifier" (a class token: ViT) or "none".
 
   MLM on `max_predictions` positions P (default round(0.15 s), BERT's 20 of 128): transform
@@ -352,7 +360,7 @@ def encoder_graph(sh: Shape, batch: int, head: str = "mlm_nsp", name: str = "ber
     n_out = (p * v if mlm else 0) + (2 if head == "mlm_nsp" else 0) + (
         num_classes if head == "classifier" else 0)
     b.add("loss", ew=(_SOFTMAX + 2) * n_out, scaling="none", work=n_out, reads_previous=True)
-  return b.graph(name, batch, optimizer, s)
+  return b
 
 
 def decoder_graph(sh: Shape, batch: int, name: str = "gpt", dtype_bytes: int = 2,
@@ -419,21 +427,16 @@ def vit_graph(sh: Shape, batch: int, image: int = 224, patch: int = 16, channels
   The sequence is (image / patch)^2 + 1. Host input: the image in fp16 and an int32 label."""
   tokens = (image // patch) ** 2
   sh = dataclasses.replace(sh, seq=tokens + 1, vocab=0, position="learned")
-  g = encoder_graph(sh, batch, head="classifier", name=name, num_classes=num_classes,
-                    segments=False, **kw)
+  dtype_bytes, weight_dtype_bytes = kw.get("dtype_bytes", 2), kw.get("weight_dtype_bytes", 4)
+  optimizer = kw.get("optimizer", "adam")
+  b = _encoder_rows(sh, "classifier", name, None, False, num_classes, dtype_bytes,
+                    weight_dtype_bytes, optimizer)
+  emb = b.rows[0]
   pp = patch * patch * channels
-  emb = g.layers[0]
-  wdt = emb.weight_bytes // max(1, emb.num_params) if emb.num_params else 4
-  slots = emb.optimizer_bytes // max(1, emb.weight_bytes) if emb.weight_bytes else 2
-  extra = pp * sh.hidden + sh.hidden * 2            # patch projection + bias + class token
-  fwd = 2.0 * tokens * pp * sh.hidden
-  emb = dataclasses.replace(
-      emb, kind="matmul", fwd_flops=emb.fwd_flops + fwd, bwd_flops=emb.bwd_flops + 2 * fwd,
-      num_params=emb.num_params + extra, weight_bytes=emb.weight_bytes + extra * wdt,
-      grad_bytes=emb.grad_bytes + extra * wdt,
-      optimizer_bytes=emb.optimizer_bytes + extra * wdt * slots,
-      io_bytes=image * image * channels * 2.0 + _INT32)
-  return dataclasses.replace(g, layers=(emb,) + g.layers[1:])
+  emb.mm += 2.0 * tokens * pp * sh.hidden
+  emb.params += pp * sh.hidden + sh.hidden * 2      # patch projection + bias + class token
+  emb.io = image * image * channels * 2.0 + _INT32
+  return b.graph(name, batch, optimizer, sh.seq)
 
 
 def dit_graph(sh: Shape, batch: int, latent: int = 32, latent_channels: int = 4,

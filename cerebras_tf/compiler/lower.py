@@ -1005,7 +1005,7 @@ def tally_inputs(inputs: Dict[tf.Tensor, tf.Operation], namer: LayerNamer,
   """Adds each host input's bytes (`host_inputs`) to the tally of the layer that reads it
   first."""
   for t, op in inputs.items():
-    tallies[namer.op_layer(op)].io_bytes += (_static_size(t.shape) or 0) * t.dtype.size
+    tallies[namer.op_layer(op)].io_bytes += _value_bytes([t])
 
 
 def count_params(trainable, namer: LayerNamer,
@@ -1142,12 +1142,14 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       layer_rules.token_scaling(t.fwd_flops, t.pair_flops, t.heaviest_dims, batch, lengths))
                  for t in kept)
   values = sum(_static_size(t.shape) or 0 for t in inputs)
-  kept_values = kept_for_backward(bwd, namer.fwd_set)
   return ir.LayerGraph(
       name=name, layers=layers, captured_batch_size=batch,
       host_preprocessing=host_cost(host, namer.fwd_set, batch),
       dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
-      input_value_bytes=(sum((_static_size(t.shape) or 0) * t.dtype.size for t in inputs)
-                         / values if values else 0.0),
-      host_activation_bytes=sum((_static_size(t.shape) or 0) * t.dtype.size
-                                for t in kept_values) / batch)
+      input_value_bytes=_value_bytes(inputs) / values if values else 0.0,
+      host_activation_bytes=_value_bytes(kept_for_backward(bwd, namer.fwd_set)) / batch)
+
+
+def _value_bytes(tensors: Iterable[tf.Tensor]) -> int:
+  """Bytes of the tensors' static-shape values (0 for a dynamic shape)."""
+  return sum((_static_size(t.shape) or 0) * t.dtype.size for t in tensors)
