@@ -2,13 +2,16 @@
 
 Used by tests, benchmarks, the fidelity table and calibration: they give the planners a graph
 of a published model's shape without tracing it. The graphs follow what `compiler/lower.py`
-produces for the reference models, so an analytic graph and a traced one price alike:
+produces for the reference models, so an analytic graph and a traced one price alike; the
+rules both apply (the per-layer record, the fold, the kind, token scaling and pair_share,
+optimizer slots) are one copy, `compiler/layer_rules.py`, and what follows is what the hand
+formulas add to them:
 
   * one layer per variable scope (query, key, value, attention output, each norm, each FFN
     matrix...), named as the reference models name their scopes;
   * the attention core (scores, softmax, context: no weights) is its own layer, folded into
     the layer before it (the value projection) when it has less than 1% of the forward FLOPs,
-    with its token-pair FLOPs kept as `pair_share` - lower.py's `_fold_small` rule;
+    with its token-pair FLOPs kept as `pair_share` - `layer_rules.fold_small`;
   * `activation_bytes` is lower.py's rule: the values a layer hands to other layers, per
     sample (an output projection hands on x + its output, the residual sum, not the output
     itself, which nothing else reads; a layer's own intermediates - softmax
@@ -39,8 +42,9 @@ only (ESM-2: no NSP, no segment embeddings), a classifier (ViT), or DiT's adaLN 
 
 import contextlib
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
+from cerebras_tf.compiler import layer_rules
 from cerebras_tf.core import ir
 from cerebras_tf.errors import ParamsError
 
@@ -51,9 +55,8 @@ _GELU = 8.0     # tanh-approximated GELU
 _SILU = 5.0     # x * sigmoid(x)
 _ROTARY = 3.0   # per rotated element: x*cos + rot(x)*sin
 _INT32 = 4
-_FOLD = 0.01    # lower.py's _FOLD_FLOPS_SHARE
 
-_OPT_SLOTS = {"adam": 2, "adamw": 2, "lamb": 2, "momentum": 1, "sgd": 0}
+_OPTIMIZERS = ("adam", "adamw", "lamb", "momentum", "sgd")  # the names the params files use
 FFN_TYPES = ("gelu", "relu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "fixed", "relative", "alibi", "none")
@@ -139,57 +142,71 @@ class Shape:
     return self.ffn_type in ("swiglu", "geglu")
 
 
+@dataclasses.dataclass
+class _Row:
+  """One layer as the hand formulas state it, per sample. mm: matmul FLOPs (weights x
+  activations and token-pair), ew: elementwise FLOPs; pair: the token-pair share of mm
+  (activation x activation); acts/work: elements; io: bytes; scaling: its token_scaling when
+  the formulas know it, else None (the shared rule decides). reads_previous: the previous
+  layer's output goes to this layer alone (the value projection's to the attention core, the
+  logits to the loss), so when this layer folds into it that output is no longer handed on."""
+
+  name: str
+  mm: float = 0.0
+  ew: float = 0.0
+  params: int = 0
+  acts: float = 0.0
+  io: float = 0.0
+  pair: float = 0.0
+  work: float = 0.0
+  scaling: Optional[str] = None
+  reads_previous: bool = False
+
+  def tally(self, dtype_bytes: int) -> layer_rules.LayerTally:
+    """The row as lower.py's record of one sample: backward 2x the matmuls + 1x the rest."""
+    return layer_rules.LayerTally(
+        self.name, fwd_flops=self.mm + self.ew, bwd_flops=2.0 * self.mm + self.ew,
+        contraction_flops=self.mm, pair_flops=self.pair,
+        activation_bytes=self.acts * dtype_bytes, work_bytes=self.work * dtype_bytes,
+        io_bytes=self.io, params=self.params)
+
+
 class _Builder:
-  """Collects layers as lower.py would see them, then folds and finalizes them."""
+  """Collects layers as lower.py would see them, then folds and finalizes them by lower.py's
+  rules (compiler/layer_rules.py)."""
 
   def __init__(self, dtype_bytes, weight_dtype_bytes, optimizer):
     self.dt, self.wdt = dtype_bytes, weight_dtype_bytes
-    self.slots = _OPT_SLOTS[optimizer]
-    self.rows: List[Dict] = []
+    found = layer_rules.optimizer_slots([optimizer])
+    if found is None:
+      raise ParamsError(f"optimizer {optimizer!r}: no known slot count; use one of "
+                        f"{', '.join(sorted(_OPTIMIZERS))}")
+    self.slots = found[1]
+    self.rows: List[_Row] = []
 
   def add(self, name, mm=0.0, ew=0.0, params=0, acts=0.0, io=0.0, pair=0.0, work=0.0,
           scaling=None, reads_previous=False):
-    """mm: matmul FLOPs (weights x activations and token-pair), ew: elementwise FLOPs; pair:
-    the token-pair share of mm (activation x activation); acts/work: elements per sample.
-    reads_previous: the previous layer's output goes to this layer alone (the value
-    projection's to the attention core, the logits to the loss), so when this layer folds
-    into it that output is no longer handed on."""
-    self.rows.append(dict(name=name, mm=float(mm), ew=float(ew), params=int(params),
-                          acts=float(acts), io=float(io), pair=float(pair), work=float(work),
-                          scaling=scaling, reads_previous=reads_previous))
+    """Appends a `_Row` (its fields, per sample)."""
+    self.rows.append(_Row(name, float(mm), float(ew), int(params), float(acts), float(io),
+                          float(pair), float(work), scaling, reads_previous))
 
   def graph(self, name, batch, optimizer, seq) -> ir.LayerGraph:
-    rows = self.rows
-    total = sum(r["mm"] + r["ew"] for r in rows) or 1.0
-    out: List[Dict] = []
-    for r in rows:  # lower.py: weightless layers under 1% of the forward FLOPs fold backward
-      if out and not r["params"] and r["mm"] + r["ew"] < _FOLD * total and not r["io"]:
-        keep = out[-1]
-        if r["reads_previous"]:
-          keep["acts"] = 0.0
-        for k in ("mm", "ew", "acts", "io", "pair", "work"):
-          keep[k] += r[k]
-        continue
-      out.append(dict(r))
+    tallies = [r.tally(self.dt) for r in self.rows]
+    scaling = {r.name: r.scaling for r in self.rows}
+    takes_previous = {r.name for r in self.rows if r.reads_previous}
+
+    def before_fold(into, folded):  # what `into` handed `folded` is now inside one layer
+      if folded.name in takes_previous:
+        into.activation_bytes = 0.0
+
+    kept, _ = layer_rules.fold_small(tallies, sum(t.fwd_flops for t in tallies) or 1.0,
+                                     before_fold)
     layers = []
-    for r in out:
-      fwd = r["mm"] + r["ew"]
-      kind = "matmul" if fwd and r["mm"] >= 0.5 * fwd else "elementwise" if fwd else "other"
-      if r["name"] == "loss" or r["name"].endswith("/loss"):
-        kind = "loss"
-      scaling = r["scaling"]
-      if scaling is None:
-        scaling = ("quadratic" if fwd and r["pair"] > 0.5 * fwd else
-                   "none" if r["name"].startswith("cls/") or r["name"].endswith("/pooler")
-                   else "linear")
-      p = r["params"]
-      layers.append(ir.Layer(
-          name=r["name"], kind=kind, fwd_flops=fwd, bwd_flops=2.0 * r["mm"] + r["ew"],
-          num_params=p, weight_bytes=p * self.wdt, grad_bytes=p * self.wdt,
-          optimizer_bytes=p * self.wdt * self.slots, activation_bytes=r["acts"] * self.dt,
-          io_bytes=r["io"], token_scaling=scaling,
-          pair_share=min(1.0, r["pair"] / fwd) if fwd and scaling != "quadratic" else 0.0,
-          work_bytes=r["work"] * self.dt))
+    for t in kept:
+      how = scaling[t.name] or layer_rules.token_scaling(t.fwd_flops, t.pair_flops, None, 1, ())
+      if how == "linear" and (t.name.startswith("cls/") or t.name.endswith("/pooler")):
+        how = "none"  # BERT's heads work on 20 gathered positions or the first token
+      layers.append(layer_rules.to_layer(t, 1, self.wdt, self.slots, how))
     return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
                          dtype_bytes=self.dt, optimizer=optimizer, seq_len=seq)
 
@@ -259,11 +276,11 @@ def _block(b, pre, sh, q, bias_table=False):
       _norm(b, f"{pre}/ln_2", sh, q)
     _ffn(b, pre, sh, q)
     if sh.parallel_attention:  # x + attn(ln(x)) + mlp(ln(x)): one three-way sum
-      b.rows[-1]["ew"] += q * h
+      b.rows[-1].ew += q * h
   else:  # BERT: attention/self/..., attention/output/{dense,LayerNorm}, intermediate, output
     _attention(b, pre, sh, q, self_scope="attention/self", core_name=f"{pre}/attention/self",
                out_name=None, bias_table=bias_table)
-    b.rows[-1]["name"] = f"{pre}/attention/output/dense"
+    b.rows[-1].name = f"{pre}/attention/output/dense"
     _norm(b, f"{pre}/attention/output/LayerNorm", sh, q)
     _ffn(b, pre, sh, q, up="intermediate/dense", down="output/dense")
     _norm(b, f"{pre}/output/LayerNorm", sh, q)
@@ -301,7 +318,15 @@ def encoder_graph(sh: Shape, batch: int, head: str = "mlm_nsp", name: str = "ber
                   max_predictions: Optional[int] = None, segments: Optional[bool] = None,
                   num_classes: int = 1000, dtype_bytes: int = 2, weight_dtype_bytes: int = 4,
                   optimizer: str = "adam") -> ir.LayerGraph:
-  """An encoder stack with a head: "mlm_nsp" (BERT pre-training), "mlm" (ESM-2: no NSP, no
+  """An encoder stack with a head (`_encoder_rows`)."""
+  return _encoder_rows(sh, head, name, max_predictions, segments, num_classes, dtype_bytes,
+                       weight_dtype_bytes, optimizer).graph(name, batch, optimizer, sh.seq)
+
+
+def _encoder_rows(sh: Shape, head: str, name: str, max_predictions: Optional[int],
+                  segments: Optional[bool], num_classes: int, dtype_bytes: int,
+                  weight_dtype_bytes: int, optimizer: str) -> _Builder:
+  """The rows of an encoder stack with a head: "mlm_nsp" (BERT pre-training), "mlm" (ESM-2: no NSP, no
   segment embeddings), "classifier" (a class token: ViT) or "none".
 
   MLM on `max_predictions` positions P (default round(0.15 s), BERT's 20 of 128): transform
@@ -335,7 +360,7 @@ def encoder_graph(sh: Shape, batch: int, head: str = "mlm_nsp", name: str = "ber
     n_out = (p * v if mlm else 0) + (2 if head == "mlm_nsp" else 0) + (
         num_classes if head == "classifier" else 0)
     b.add("loss", ew=(_SOFTMAX + 2) * n_out, scaling="none", work=n_out, reads_previous=True)
-  return b.graph(name, batch, optimizer, s)
+  return b
 
 
 def decoder_graph(sh: Shape, batch: int, name: str = "gpt", dtype_bytes: int = 2,
@@ -402,21 +427,16 @@ def vit_graph(sh: Shape, batch: int, image: int = 224, patch: int = 16, channels
   The sequence is (image / patch)^2 + 1. Host input: the image in fp16 and an int32 label."""
   tokens = (image // patch) ** 2
   sh = dataclasses.replace(sh, seq=tokens + 1, vocab=0, position="learned")
-  g = encoder_graph(sh, batch, head="classifier", name=name, num_classes=num_classes,
-                    segments=False, **kw)
+  dtype_bytes, weight_dtype_bytes = kw.get("dtype_bytes", 2), kw.get("weight_dtype_bytes", 4)
+  optimizer = kw.get("optimizer", "adam")
+  b = _encoder_rows(sh, "classifier", name, None, False, num_classes, dtype_bytes,
+                    weight_dtype_bytes, optimizer)
+  emb = b.rows[0]
   pp = patch * patch * channels
-  emb = g.layers[0]
-  wdt = emb.weight_bytes // max(1, emb.num_params) if emb.num_params else 4
-  slots = emb.optimizer_bytes // max(1, emb.weight_bytes) if emb.weight_bytes else 2
-  extra = pp * sh.hidden + sh.hidden * 2            # patch projection + bias + class token
-  fwd = 2.0 * tokens * pp * sh.hidden
-  emb = dataclasses.replace(
-      emb, kind="matmul", fwd_flops=emb.fwd_flops + fwd, bwd_flops=emb.bwd_flops + 2 * fwd,
-      num_params=emb.num_params + extra, weight_bytes=emb.weight_bytes + extra * wdt,
-      grad_bytes=emb.grad_bytes + extra * wdt,
-      optimizer_bytes=emb.optimizer_bytes + extra * wdt * slots,
-      io_bytes=image * image * channels * 2.0 + _INT32)
-  return dataclasses.replace(g, layers=(emb,) + g.layers[1:])
+  emb.mm += 2.0 * tokens * pp * sh.hidden
+  emb.params += pp * sh.hidden + sh.hidden * 2      # patch projection + bias + class token
+  emb.io = image * image * channels * 2.0 + _INT32
+  return b.graph(name, batch, optimizer, sh.seq)
 
 
 def dit_graph(sh: Shape, batch: int, latent: int = 32, latent_channels: int = 4,
@@ -445,10 +465,10 @@ def dit_graph(sh: Shape, batch: int, latent: int = 32, latent_channels: int = 4,
     b.add(f"{pre}/adaLN_modulation", mm=2 * h * 6 * h, ew=_SILU * h + 6 * tokens * h,
           params=6 * h * h + 6 * h, acts=6 * h)
     _norm(b, f"{pre}/norm1", sh, tokens)
-    b.rows[-1]["params"] = 0
+    b.rows[-1].params = 0
     _attention(b, pre, sh, tokens, self_scope="attn")
     _norm(b, f"{pre}/norm2", sh, tokens)
-    b.rows[-1]["params"] = 0
+    b.rows[-1].params = 0
     _ffn(b, pre, sh, tokens, up="mlp/fc1", down="mlp/fc2")
   out = pp * 2
   b.add(f"{name}/final_layer", mm=2 * (h * 2 * h + tokens * h * out), ew=_LN * tokens * h,

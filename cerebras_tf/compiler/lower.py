@@ -10,15 +10,16 @@ counted right, which TF's own profiler does not do for Einsum.
 """
 
 import collections
+import math
 import os
 import re
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.core import ir, source
-from cerebras_tf.compiler import kernels
+from cerebras_tf.compiler import kernels, layer_rules
 from cerebras_tf.compiler.capture import CapturedGraph
 from cerebras_tf.errors import CompileError, UnsupportedOpError
 
@@ -26,11 +27,6 @@ from cerebras_tf.errors import CompileError, UnsupportedOpError
 # "training/SGD/gradients/gradients/..."), or a GradientTape's.
 _GRAD_PREFIX = re.compile(r"^(?:.*?/)?(?:(?:gradients(?:_\d+)?|gradient_tape)/)+")
 _ROOT = "(root)"
-# Layers with no weights and less than this share of the forward FLOPs are folded into their
-# predecessor: a residual add or a reshape is not worth its own region of the wafer.
-_FOLD_FLOPS_SHARE = 0.01
-_OPTIMIZER_SLOTS = (("Adam", 2), ("Lamb", 2), ("Adagrad", 1), ("Momentum", 1), ("RMSProp", 2),
-                    ("Ftrl", 2), ("GradientDescent", 0))
 _FRAMEWORK_DIRS = tuple(os.path.normpath(os.path.dirname(m.__file__)) + os.sep for m in (np, tf))
 
 
@@ -758,10 +754,342 @@ def _slots_per_param(captured: CapturedGraph) -> Tuple[str, int]:
   names = list(captured.optimizers) + [
       op.type for op in captured.graph.get_operations()
       if op.type.startswith(("Apply", "ResourceApply"))]
-  for name, slots in _OPTIMIZER_SLOTS:
-    if any(name.lower() in n.lower() for n in names):
-      return name.lower(), slots
-  return "adam", 2  # unknown: assume the common, conservative case
+  # Unknown: assume the common, conservative case.
+  return layer_rules.optimizer_slots(names) or ("adam", 2)
+
+
+# Steps of `lower`, in the order it runs them:
+#   LayerNamer          which layer each forward and backward op belongs to
+#   routed_layers       the mixture-of-experts layers and the share of their slots filled
+#   tally_forward       forward FLOPs, softmax work, image ops and pipeline position per layer
+#   host_inputs / tally_inputs       the host input each layer reads first
+#   count_params        trainable parameters per layer
+#   backward_ops / tally_backward    backward FLOPs per layer
+#   pipeline_order      the layers in pipeline order
+#   layer_rules.fold_small           small weightless layers folded into their neighbour
+#   handed_activations  the bytes each folded layer hands to the others
+#   batch_norm_layers   the folded layers that own a moving mean
+#   kept_for_backward   the forward values the host keeps for the backward pass
+#   layer_rules.to_layer             each tally as an ir.Layer per sample
+
+
+def canonical_scope(scope: str, known: Set[str]) -> str:
+  """The scope with TF's name-scope uniquifier undone where it split a variable scope.
+
+  Re-entering `variable_scope("cross_attention")` under the same name scope (the reference
+  Transformer opens it once for the keys/values of the encoder output and again for the
+  attention) puts the second block's ops under "cross_attention_1": its variables still
+  live in ".../cross_attention/...", so its ops matched no variable scope and fell to
+  ".../layer_i", leaving "cross_attention/query" with the weights and 0 FLOPs. A component
+  "name_N" is read as "name" when the path with "name_N" is no `known` scope and the path
+  with "name" is.
+  """
+  out: List[str] = []
+  for part in scope.split("/") if scope else ():
+    cand = "/".join(out + [part])
+    if cand not in known:
+      base = re.sub(r"_\d+$", "", part)
+      if base != part and "/".join(out + [base]) in known:
+        part = base
+    out.append(part)
+  return "/".join(out)
+
+
+def tied_matmuls(fwd: Iterable[tf.Operation], known: Set[str]
+                 ) -> Tuple[Set[str], Dict[tf.Operation, str]]:
+  """(scopes, root ops) of the forward matmuls that read weights another scope owns.
+
+  A matmul reading weights owned by another scope (a tied LM head multiplying by the word
+  embeddings) in a name scope of its own (no `known` scope) is its own layer, not the
+  container around it; its scope is returned. Weights of an enclosing scope are the layer's
+  own: Keras runs a Dense kernel in "dense/Tensordot" and an EinsumDense one in
+  "mha/query/einsum". Outside every scope (a Keras model_fn's
+  `tf.matmul(x, emb.embeddings, transpose_b=True)`) such a matmul is named by the op and the
+  line that made it, not folded into "(root)": {op: that name}.
+  """
+  def reads_foreign_weights(op, scope: str) -> bool:
+    names = [_variable_read(t.op) for t in op.inputs]
+    return any(n is not None and not _within(scope, canonical_scope(_scope(n), known))
+               for n in names)
+
+  tied: Set[str] = set()
+  root_tied: Dict[tf.Operation, str] = {}
+  for op in fwd:
+    if kernels.category(op.type) == kernels.MATMUL:
+      s = canonical_scope(_scope(op.name), known)
+      if s and s not in known and reads_foreign_weights(op, s):
+        tied.add(s)
+      elif not s and reads_foreign_weights(op, s):
+        src = user_source(op)
+        root_tied[op] = f"{op.name} at {src}" if src else op.name
+  return tied, root_tied
+
+
+class LayerNamer:
+  """Which layer each op of a captured graph belongs to (the module docstring's rule).
+
+  Built from the graph, its engine forward ops (no host preprocessing) and its trainable
+  variables. `layer_of(scope)` names a scope's layer, `op_layer(op)` a forward op's,
+  `grad_layer(op)` a backward op's (the layer of the forward op it was made for).
+  """
+
+  def __init__(self, graph: tf.Graph, fwd: List[tf.Operation], trainable):
+    self.graph = graph
+    self.fwd_set = set(fwd)
+    self.owners = {_scope(v.op.name) for v in trainable}  # scopes holding weights
+    self.ancestors = {p for s in self.owners for p in list(_prefixes(s))[1:]}
+    self.known = self.owners | self.ancestors
+    self.tied, self.root_tied = tied_matmuls(fwd, self.known)
+    self.position = {op: i for i, op in enumerate(graph.get_operations())}
+    self._cache: Dict[tf.Operation, str] = {}
+
+  def layer_of(self, scope: str) -> str:
+    """The layer of ops in `scope`: its deepest enclosing scope that owns weights (or a tied
+    matmul), else its deepest enclosing container, else its first component ("(root)")."""
+    scope = canonical_scope(scope, self.known)
+    for p in _prefixes(scope):
+      if p in self.owners or p in self.tied:
+        return p
+    for p in _prefixes(scope):
+      if p in self.ancestors:
+        return p
+    return scope.split("/")[0] if scope else _ROOT
+
+  def scope_layer(self, op) -> str:
+    """The layer of `op` by its scope alone (a loop goes with the weights it reads)."""
+    layer = self.root_tied.get(op) or self.layer_of(_scope(op.name))
+    if kernels.category(op.type) == kernels.LOOP:
+      # A Keras RNN loops in "lstm/" over weights in "lstm/lstm_cell/": one layer.
+      owners = {self.layer_of(_scope(t.op.name)) for t in op.inputs if _reads_variable(t.op)}
+      layer = owners.pop() if len(owners) == 1 else layer
+      if layer == _ROOT:  # a tf.while_loop in no scope: named by its op and line
+        src = user_source(op)
+        layer = f"{op.name} at {src}" if src else op.name
+    return layer
+
+  def _owns(self, layer: str) -> bool:
+    return layer in self.owners or layer in self.tied
+
+  def in_container(self, op, layer: str) -> bool:
+    """An op of a scope that holds layers but is none (a block's: its residual sums, the
+    casts around its norms; the model's: the final cast, the loss) that makes no product or
+    softmax of its own (an attention core's are a layer) and repeats nothing (grouped K/V
+    heads tiled for the query heads are the core's input, made where it reads them)."""
+    return (layer in self.ancestors and not self._owns(layer)
+            and kernels.category(op.type) not in (kernels.MATMUL, kernels.CONV, kernels.LOOP)
+            and op.type not in _SOFTMAX and op.type not in ("Tile", "BroadcastTo")
+            and not any(_reads_variable(t.op) for t in op.inputs))
+
+  def op_layer(self, op) -> str:
+    """The layer a forward op belongs to: its scope's, except that an op `in_container` goes
+    with the layer that made its input - preferring a layer inside its container, the latest
+    made (a residual sum with the projection whose output it adds, not with the block before
+    it that made x, nor with a dropout mask), so that output is not handed across a boundary
+    the engine does not have."""
+    if op in self._cache:
+      return self._cache[op]
+    layer = self.scope_layer(op)
+    inputs = [t.op for t in op.inputs if t.op in self.fwd_set and t.dtype.is_floating
+              and t.op.type not in _NOT_ACTIVATIONS]  # values, not shapes or masks
+    if inputs and self.in_container(op, layer):
+      made = {i: self.op_layer(i) for i in inputs}  # inputs come first: a short recursion
+      inside = [i for i in inputs if _within(made[i], layer)]
+      owned = [i for i in inside if self._owns(made[i])]
+      layer = made[max(owned or inside or inputs, key=self.position.get)]
+    self._cache[op] = layer
+    return layer
+
+  def grad_layer(self, op, depth: int = 0) -> str:
+    """The layer of the forward op a gradient op was made for. Ops named for no forward op
+    (tf.gradients' "gradients/AddN_7", which sums the gradients of a tensor used twice, as
+    by a residual connection) go with the gradient op they feed (the backward pass of the
+    layer that made the tensor), else with the one that feeds them."""
+    name = _forward_name(op.name)
+    try:
+      fwd_op = self.graph.get_operation_by_name(name)
+    except KeyError:
+      fwd_op = None
+    if fwd_op in self.fwd_set:
+      return self.op_layer(fwd_op)
+    if depth < 3:
+      nearby = [c for t in op.outputs[:1] for c in t.consumers()] + [t.op for t in op.inputs]
+      for other in nearby:
+        if other.type != "Const" and _GRAD_PREFIX.match(other.name):
+          return self.grad_layer(other, depth + 1)
+    return self.layer_of(_scope(name))
+
+
+Routed = Dict[str, Tuple[int, float]]
+
+
+def routed_layers(fwd: Iterable[tf.Operation], op_layer: Callable) -> Routed:
+  """{layer: (slots, routed share)} of the layers holding a forward dispatch
+  (`dispatch_slots`). Mixture of experts: the engine computes the expert slots a router
+  filled, not the empty ones, so the ops on a dispatch buffer count its routed share (top_k
+  of num_experts per token, capped by the capacity), forward and backward."""
+  routed: Routed = {}
+  for op in fwd:
+    found = dispatch_slots(op)
+    if found is not None:
+      routed[op_layer(op)] = found
+  return routed
+
+
+def routed_share(op, layer: str, routed: Routed) -> float:
+  """The share of `op`'s FLOPs the engine computes: its layer's routed share when it works
+  on the dispatch buffer, else 1."""
+  slots, share = routed.get(layer, (0, 1.0))
+  return share if slots and touches_slots(op, slots) else 1.0
+
+
+def _static_dims(shape: tf.TensorShape) -> Optional[Tuple[int, ...]]:
+  return tuple(shape.as_list()) if shape.rank is not None and shape.is_fully_defined() else None
+
+
+# Forward ops that are storage or inputs: no layer's work.
+_STORAGE = ("Placeholder", "VarHandleOp", "VariableV2", "Const", "ReadVariableOp")
+
+
+def tally_forward(graph: tf.Graph, namer: LayerNamer, routed: Routed, batch: int,
+                  act_dtype_bytes: int) -> Dict[str, layer_rules.LayerTally]:
+  """{layer: its tally} over the engine's forward ops (namer.fwd_set), layers in the order
+  their first op was made: FLOPs (of the routed share on a dispatch buffer), contraction and
+  token-pair FLOPs, softmax work bytes, image ops, and the position and output dims of the
+  heaviest op. `batch` is the captured batch (image ops are per sample)."""
+  tallies: Dict[str, layer_rules.LayerTally] = {}
+  for i, op in enumerate(graph.get_operations()):
+    if op not in namer.fwd_set or op.type in _STORAGE:
+      continue
+    layer = namer.op_layer(op)
+    t = tallies.setdefault(layer, layer_rules.LayerTally(layer))
+    f = op_flops(op) * routed_share(op, layer, routed)
+    # A layer sits in the pipeline where its heaviest op runs (not its first reshape).
+    if t.position == math.inf or f > t.heaviest:
+      t.position, t.heaviest = i, f
+      t.heaviest_dims = _static_dims(op.outputs[0].shape) if op.outputs else None
+    t.fwd_flops += f
+    # Transient work: attention probabilities, a loss's softmax over the logits (TF's fused
+    # cross-entropy reads the logits; otherwise the softmax is spelled out, as under oneDNN).
+    if op.type in _SOFTMAX:
+      t.work_bytes += (_static_size(op.inputs[0].shape) or 0) * act_dtype_bytes
+    sp = op_spatial(op, batch)
+    if sp is not None:
+      t.spatial.append(sp)
+    if kernels.category(op.type) == kernels.LOOP:
+      t.contraction_flops += _loop_cost(op, _contraction_flops)
+    elif kernels.category(op.type) in (kernels.MATMUL, kernels.CONV):
+      t.contraction_flops += f
+      if not any(_reads_variable(t_in.op) for t_in in op.inputs):
+        t.pair_flops += f  # activation x activation: attention scores / context
+  return tallies
+
+
+def host_inputs(graph: tf.Graph, fwd_set: Set[tf.Operation], host: Set[tf.Operation]
+                ) -> Dict[tf.Tensor, tf.Operation]:
+  """{input tensor: the first engine op that reads it} for the placeholders and the host
+  preprocessing's outputs. Each input crosses the host links once, to its first consumer
+  (every op reading it counted it: (x - mean(x)) / std(x) in the model_fn read an image 4
+  times)."""
+  fed: Dict[tf.Tensor, tf.Operation] = {}
+  for op in graph.get_operations():
+    if op not in fwd_set or op.type in _STORAGE:
+      continue
+    for t in op.inputs:
+      if (t.op.type == "Placeholder" or t.op in host) and t not in fed:
+        fed[t] = op
+  return fed
+
+
+def tally_inputs(inputs: Dict[tf.Tensor, tf.Operation], namer: LayerNamer,
+                 tallies: Dict[str, layer_rules.LayerTally]) -> None:
+  """Adds each host input's bytes (`host_inputs`) to the tally of the layer that reads it
+  first."""
+  for t, op in inputs.items():
+    tallies[namer.op_layer(op)].io_bytes += _value_bytes([t])
+
+
+def count_params(trainable, namer: LayerNamer,
+                 tallies: Dict[str, layer_rules.LayerTally]) -> None:
+  """Adds each trainable variable's size to its scope's layer's tally (new tallies for
+  layers with no forward op, in variable order)."""
+  for v in trainable:
+    layer = namer.layer_of(_scope(v.op.name))
+    tallies.setdefault(layer, layer_rules.LayerTally(layer)).params += _static_size(v.shape) or 0
+
+
+def backward_ops(graph: tf.Graph, fwd_set: Set[tf.Operation]) -> List[tf.Operation]:
+  """The ops TF's autodiff made (under `gradients*/` or `gradient_tape/`), in graph order."""
+  return [op for op in graph.get_operations()
+          if op not in fwd_set and _GRAD_PREFIX.match(op.name)]
+
+
+def tally_backward(bwd_ops: List[tf.Operation], namer: LayerNamer, routed: Routed,
+                   tallies: Dict[str, layer_rules.LayerTally]) -> None:
+  """Adds each backward op's FLOPs (of the routed share) to its layer's tally (`grad_layer`;
+  new tallies for layers with no forward op or weights)."""
+  for op in bwd_ops:
+    layer = namer.grad_layer(op)
+    t = tallies.setdefault(layer, layer_rules.LayerTally(layer))
+    t.bwd_flops += op_flops(op) * routed_share(op, layer, routed)
+
+
+def kept_for_backward(bwd_ops: List[tf.Operation], fwd_set: Set[tf.Operation]
+                      ) -> Set[tf.Tensor]:
+  """The forward values (numbers, not weights) the backward ops read: the host keeps them
+  through the step."""
+  return {t for op in bwd_ops for t in op.inputs if t.op in fwd_set
+          and (t.dtype.is_floating or t.dtype.is_integer or t.dtype == tf.bool)
+          and t.op.type not in ("Const", "VarHandleOp", "ReadVariableOp")}
+
+
+def pipeline_order(tallies: Dict[str, layer_rules.LayerTally]
+                   ) -> List[layer_rules.LayerTally]:
+  """The layers with forward ops by the position of their heaviest op, then those without
+  that carry weights or backward FLOPs (backward ops of unknown origin, e.g. a tape name we
+  could not map), in the order they were met; layers with neither are dropped."""
+  placed = sorted((t for t in tallies.values() if t.position != math.inf),
+                  key=lambda t: t.position)
+  return placed + [t for t in tallies.values()
+                   if t.position == math.inf and (t.params or t.bwd_flops)]
+
+
+def handed_activations(fwd: List[tf.Operation], fwd_set: Set[tf.Operation],
+                       layer: Callable[[tf.Operation], str], act_dtype_bytes: int
+                       ) -> Dict[str, int]:
+  """{layer: bytes of the values it hands to other layers} for the whole batch, where
+  `layer(op)` names a forward op's layer as folded.
+
+  A pipeline stage keeps, until its backward pass, the values it hands to other stages
+  (the layers as folded: a tensor passed inside one is not handed on); its own
+  intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on the
+  engine, so counting them would make memory depend on how finely TF spelled the math.
+  For the same reason a value is counted once, at the layer that computed it, however
+  often it is re-spelled on the way (mixed precision casts x to float32 before each norm
+  and the norm's output back; the block's scope holding those casts is a layer of its own
+  until folded, so x crossed three boundaries for one norm).
+  """
+  out: Dict[str, int] = collections.Counter()
+  handed = set()
+  for op in fwd:
+    if op.type in _NOT_ACTIVATIONS:
+      continue
+    mine = layer(op)
+    for t in op.outputs:
+      if any(c in fwd_set and layer(c) != mine for c in t.consumers()):
+        v = _value_of(t)
+        if v.op.type in _NOT_ACTIVATIONS or v in handed:
+          continue  # a weight or an input re-spelled, or a value already counted
+        handed.add(v)
+        out[layer(v.op)] += (_static_size(t.shape) or 0) * act_dtype_bytes
+  return out
+
+
+def batch_norm_layers(graph: tf.Graph, layer_of_scope: Callable[[str], str]) -> Set[str]:
+  """The layers that own a moving mean: batch norms of any rank (Keras',
+  tf.compat.v1.layers'); `layer_of_scope` names a scope's layer as folded."""
+  with graph.as_default():
+    return {layer_of_scope(_scope(v.op.name)) for v in tf.compat.v1.global_variables()
+            if v.op.name.endswith("/moving_mean")}
 
 
 def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
@@ -782,322 +1110,46 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
       on a fixed number of positions (BERT's masked-LM head on 20 gathered positions, the
       pooler, NSP): its token_scaling is "none", so VTS does not shrink it.
   """
-  graph = captured.graph
+  graph, batch = captured.graph, captured.batch_size
   fwd = forward_ops(captured) if fwd is None else fwd
   host = host_preprocessing(fwd)  # runs before the engine: no layer of it
   fwd = [op for op in fwd if op not in host]
-  fwd_set = set(fwd)
-  batch = captured.batch_size
   with graph.as_default():
     trainable = tf.compat.v1.trainable_variables()
-  var_scopes = {_scope(v.op.name) for v in trainable}
-  ancestors = {p for s in var_scopes for p in list(_prefixes(s))[1:]}
-
-  known = var_scopes | ancestors
-
-  def canonical(scope: str) -> str:
-    """The scope with TF's name-scope uniquifier undone where it split a variable scope.
-
-    Re-entering `variable_scope("cross_attention")` under the same name scope (the reference
-    Transformer opens it once for the keys/values of the encoder output and again for the
-    attention) puts the second block's ops under "cross_attention_1": its variables still
-    live in ".../cross_attention/...", so its ops matched no variable scope and fell to
-    ".../layer_i", leaving "cross_attention/query" with the weights and 0 FLOPs. A component
-    "name_N" is read as "name" when the path with "name_N" is no known scope and the path
-    with "name" is.
-    """
-    out = []
-    for part in scope.split("/") if scope else ():
-      cand = "/".join(out + [part])
-      if cand not in known:
-        base = re.sub(r"_\d+$", "", part)
-        if base != part and "/".join(out + [base]) in known:
-          part = base
-      out.append(part)
-    return "/".join(out)
-
-  # A matmul reading weights owned by another scope (a tied LM head multiplying by the word
-  # embeddings) in a name scope of its own is its own layer, not the container around it.
-  # Weights of an enclosing scope are the layer's own: Keras runs a Dense kernel in
-  # "dense/Tensordot" and an EinsumDense one in "mha/query/einsum".
-  def reads_foreign_weights(op, scope: str) -> bool:
-    names = [_variable_read(t.op) for t in op.inputs]
-    return any(n is not None and not _within(scope, canonical(_scope(n))) for n in names)
-
-  tied = set()
-  # Outside every scope (a Keras model_fn's `tf.matmul(x, emb.embeddings, transpose_b=True)`)
-  # such a matmul is named by the op and the line that made it, not folded into "(root)".
-  root_tied: Dict[tf.Operation, str] = {}
-  for op in fwd:
-    if kernels.category(op.type) == kernels.MATMUL:
-      s = canonical(_scope(op.name))
-      if s and s not in known and reads_foreign_weights(op, s):
-        tied.add(s)
-      elif not s and reads_foreign_weights(op, s):
-        src = user_source(op)
-        root_tied[op] = f"{op.name} at {src}" if src else op.name
-
-  def layer_of(scope: str) -> str:
-    scope = canonical(scope)
-    for p in _prefixes(scope):
-      if p in var_scopes or p in tied:
-        return p
-    for p in _prefixes(scope):
-      if p in ancestors:
-        return p
-    return scope.split("/")[0] if scope else _ROOT
-
-  layer_cache: Dict[tf.Operation, str] = {}
-  position = {op: i for i, op in enumerate(graph.get_operations())}
-
-  def scope_layer(op) -> str:
-    layer = root_tied.get(op) or layer_of(_scope(op.name))
-    if kernels.category(op.type) == kernels.LOOP:
-      # A Keras RNN loops in "lstm/" over weights in "lstm/lstm_cell/": one layer.
-      owners = {layer_of(_scope(t.op.name)) for t in op.inputs if _reads_variable(t.op)}
-      layer = owners.pop() if len(owners) == 1 else layer
-      if layer == _ROOT:  # a tf.while_loop in no scope: named by its op and line
-        src = user_source(op)
-        layer = f"{op.name} at {src}" if src else op.name
-    return layer
-
-  def in_container(op, layer: str) -> bool:
-    """An op of a scope that holds layers but is none (a block's: its residual sums, the
-    casts around its norms; the model's: the final cast, the loss) that makes no product or
-    softmax of its own (an attention core's are a layer) and repeats nothing (grouped K/V
-    heads tiled for the query heads are the core's input, made where it reads them)."""
-    return (layer in ancestors and layer not in var_scopes and layer not in tied
-            and kernels.category(op.type) not in (kernels.MATMUL, kernels.CONV, kernels.LOOP)
-            and op.type not in _SOFTMAX and op.type not in ("Tile", "BroadcastTo")
-            and not any(_reads_variable(t.op) for t in op.inputs))
-
-  def op_layer(op) -> str:
-    """The layer an op belongs to: its scope's, except that an op `in_container` goes with
-    the layer that made its input - preferring a layer inside its container, the latest made
-    (a residual sum with the projection whose output it adds, not with the block before it
-    that made x, nor with a dropout mask), so that output is not handed across a boundary
-    the engine does not have."""
-    if op in layer_cache:
-      return layer_cache[op]
-    layer = scope_layer(op)
-    inputs = [t.op for t in op.inputs if t.op in fwd_set and t.dtype.is_floating
-              and t.op.type not in _NOT_ACTIVATIONS]  # values, not shapes or masks
-    if inputs and in_container(op, layer):
-      made = {i: op_layer(i) for i in inputs}  # inputs come first: a short recursion
-      inside = [i for i in inputs if _within(made[i], layer)]
-      owned = [i for i in inside if made[i] in var_scopes or made[i] in tied]
-      layer = made[max(owned or inside or inputs, key=position.get)]
-    layer_cache[op] = layer
-    return layer
-
-  def grad_layer(op, depth: int = 0) -> str:
-    """The layer of the forward op a gradient op was made for. Ops named for no forward op
-    (tf.gradients' "gradients/AddN_7", which sums the gradients of a tensor used twice, as
-    by a residual connection) go with the gradient op they feed (the backward pass of the
-    layer that made the tensor), else with the one that feeds them."""
-    name = _forward_name(op.name)
-    try:
-      fwd_op = graph.get_operation_by_name(name)
-    except KeyError:
-      fwd_op = None
-    if fwd_op in fwd_set:
-      return op_layer(fwd_op)
-    if depth < 3:
-      nearby = [c for t in op.outputs[:1] for c in t.consumers()] + [t.op for t in op.inputs]
-      for other in nearby:
-        if other.type != "Const" and _GRAD_PREFIX.match(other.name):
-          return grad_layer(other, depth + 1)
-    return layer_of(_scope(name))
-
-  order: Dict[str, int] = {}
-  heaviest: Dict[str, float] = {}
-  heaviest_shape: Dict[str, tf.TensorShape] = {}
-  fwd_flops = collections.Counter()
-  bwd_flops = collections.Counter()
-  mm_flops = collections.Counter()
-  pair_flops = collections.Counter()
-  act_bytes = collections.Counter()
-  # Transient work: attention probabilities, a loss's softmax over the logits (TF's fused
-  # cross-entropy reads the logits; otherwise the softmax is spelled out, as under oneDNN).
-  work_bytes = collections.Counter()
-  io_bytes = collections.Counter()
-  fed = set()  # the input placeholders counted in io_bytes
-  io_values = 0  # their values
-  spatial: Dict[str, List[ir.Spatial]] = collections.defaultdict(list)
-  bwd_ops = []
-  # Mixture of experts: the engine computes the expert slots a router filled, not the empty
-  # ones, so the ops on a dispatch buffer count its routed share (top_k of num_experts per
-  # token, capped by the capacity), forward and backward.
-  routed: Dict[str, Tuple[int, float]] = {}
-  for op in fwd:
-    found = dispatch_slots(op)
-    if found is not None:
-      routed[op_layer(op)] = found
-
-  def routed_share(op, layer: str) -> float:
-    slots, share = routed.get(layer, (0, 1.0))
-    return share if slots and touches_slots(op, slots) else 1.0
-
-  for i, op in enumerate(graph.get_operations()):
-    if op in fwd_set:
-      if op.type in ("Placeholder", "VarHandleOp", "VariableV2", "Const", "ReadVariableOp"):
-        continue
-      layer = op_layer(op)
-      f = op_flops(op) * routed_share(op, layer)
-      # A layer sits in the pipeline where its heaviest op runs (not its first reshape).
-      if layer not in order or f > heaviest[layer]:
-        order[layer], heaviest[layer] = i, f
-        heaviest_shape[layer] = op.outputs[0].shape if op.outputs else tf.TensorShape(None)
-      fwd_flops[layer] += f
-      if op.type in _SOFTMAX:
-        work_bytes[layer] += (_static_size(op.inputs[0].shape) or 0) * act_dtype_bytes
-      sp = op_spatial(op, batch)
-      if sp is not None:
-        spatial[layer].append(sp)
-      if kernels.category(op.type) == kernels.LOOP:
-        mm_flops[layer] += _loop_cost(op, _contraction_flops)
-      elif kernels.category(op.type) in (kernels.MATMUL, kernels.CONV):
-        mm_flops[layer] += f
-        if not any(_reads_variable(t.op) for t in op.inputs):
-          pair_flops[layer] += f  # activation x activation: attention scores / context
-      for t in op.inputs:
-        if (t.op.type == "Placeholder" or t.op in host) and t not in fed:
-          # Each input crosses the host links once, to its first consumer (every op reading
-          # it counted it: (x - mean(x)) / std(x) in the model_fn read an image 4 times).
-          fed.add(t)
-          io_bytes[layer] += (_static_size(t.shape) or 0) * t.dtype.size
-          io_values += _static_size(t.shape) or 0
-    elif _GRAD_PREFIX.match(op.name):
-      bwd_ops.append(op)
-  kept = set()  # forward tensors the gradient reads: the host keeps them through the step
-  for op in bwd_ops:
-    layer = grad_layer(op)
-    bwd_flops[layer] += op_flops(op) * routed_share(op, layer)
-    kept.update(t for t in op.inputs if t.op in fwd_set
-                and (t.dtype.is_floating or t.dtype.is_integer or t.dtype == tf.bool)
-                and t.op.type not in ("Const", "VarHandleOp", "ReadVariableOp"))
-  params = collections.Counter()
-  for v in trainable:
-    params[layer_of(_scope(v.op.name))] += _static_size(v.shape) or 0
-  # Backward ops of unknown origin (e.g. a tape name we could not map) land in layers that have
-  # no forward ops; fold them into the layer list only if they carry weights or FLOPs.
-  names = sorted(order, key=order.get)
-  for extra in list(params) + list(bwd_flops):
-    if extra not in order and (params[extra] or bwd_flops[extra]):
-      order[extra] = len(order) + 10**9
-      names.append(extra)
-  merged: Dict[str, str] = {}
-  names = _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                      pair_flops, spatial, work_bytes, merged)
+  namer = LayerNamer(graph, fwd, trainable)
+  routed = routed_layers(fwd, namer.op_layer)
+  tallies = tally_forward(graph, namer, routed, batch, act_dtype_bytes)
+  inputs = host_inputs(graph, namer.fwd_set, host)
+  tally_inputs(inputs, namer, tallies)
+  count_params(trainable, namer, tallies)
+  bwd = backward_ops(graph, namer.fwd_set)
+  tally_backward(bwd, namer, routed, tallies)
+  total = sum(t.fwd_flops for t in tallies.values()) or 1.0
+  kept, merged = layer_rules.fold_small(pipeline_order(tallies), total)
 
   def final(layer: str) -> str:
-    while layer in merged:
-      layer = merged[layer]
-    return layer
+    return layer_rules.final_name(layer, merged)
 
-  # A pipeline stage keeps, until its backward pass, the values it hands to other stages
-  # (the layers as folded: a tensor passed inside one is not handed on); its own
-  # intermediates (GELU pieces, dropout masks, softmax) are fused or recomputed on the
-  # engine, so counting them would make memory depend on how finely TF spelled the math.
-  # For the same reason a value is counted once, at the layer that computed it, however
-  # often it is re-spelled on the way (mixed precision casts x to float32 before each norm
-  # and the norm's output back; the block's scope holding those casts is a layer of its own
-  # until folded, so x crossed three boundaries for one norm).
-  handed = set()
-  for op in fwd:
-    if op.type in _NOT_ACTIVATIONS:
-      continue
-    mine = final(op_layer(op))
-    for t in op.outputs:
-      if any(c in fwd_set and final(op_layer(c)) != mine for c in t.consumers()):
-        v = _value_of(t)
-        if v.op.type in _NOT_ACTIVATIONS or v in handed:
-          continue  # a weight or an input re-spelled, or a value already counted
-        handed.add(v)
-        act_bytes[final(op_layer(v.op))] += (_static_size(t.shape) or 0) * act_dtype_bytes
-  # Batch norms of any rank (Keras', tf.compat.v1.layers'): the layers that own a moving mean.
-  with graph.as_default():
-    norms = {final(layer_of(_scope(v.op.name))) for v in tf.compat.v1.global_variables()
-             if v.op.name.endswith("/moving_mean")}
+  handed = handed_activations(fwd, namer.fwd_set, lambda op: final(namer.op_layer(op)),
+                              act_dtype_bytes)
+  norms = batch_norm_layers(graph, lambda scope: final(namer.layer_of(scope)))
+  for t in kept:
+    t.activation_bytes, t.batch_norm = handed.get(t.name, 0), t.name in norms
   opt_name, slots = _slots_per_param(captured)
   lengths = tuple(token_lengths) or ((seq_len,) if seq_len > 0 else ())
-  layers = []
-  for n in names:
-    p = int(params[n])
-    kind = ("matmul" if fwd_flops[n] and mm_flops[n] >= 0.5 * fwd_flops[n]
-            else "elementwise" if fwd_flops[n] else "other")
-    if "loss" in n.lower() or "crossentropy" in n.lower():
-      kind = "loss"
-    layers.append(ir.Layer(
-        name=n, kind=kind, fwd_flops=fwd_flops[n] / batch, bwd_flops=bwd_flops[n] / batch,
-        num_params=p, weight_bytes=p * weight_dtype_bytes, grad_bytes=p * weight_dtype_bytes,
-        optimizer_bytes=p * weight_dtype_bytes * slots,
-        activation_bytes=act_bytes[n] / batch, io_bytes=io_bytes[n] / batch,
-        token_scaling=_token_scaling(fwd_flops[n], pair_flops[n], heaviest_shape.get(n),
-                                     batch, lengths),
-        pair_share=min(1.0, pair_flops[n] / fwd_flops[n]) if fwd_flops[n] else 0.0,
-        # A softmax's scores (attention's, a loss's logits) are its layer's transient work, as
-        # the analytic graph states it: measured here, not guessed from its FLOPs.
-        work_bytes=work_bytes[n] / batch,
-        spatial=tuple(spatial.get(n, ())), batch_norm=n in norms))
-  return ir.LayerGraph(name=name, layers=tuple(layers), captured_batch_size=batch,
-                       host_preprocessing=host_cost(host, fwd_set, batch),
-                       dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
-                       input_value_bytes=(sum(io_bytes.values()) / io_values
-                                          if io_values else 0.0),
-                       host_activation_bytes=sum((_static_size(t.shape) or 0) * t.dtype.size
-                                                 for t in kept) / batch)
+  layers = tuple(layer_rules.to_layer(
+      t, batch, weight_dtype_bytes, slots,
+      layer_rules.token_scaling(t.fwd_flops, t.pair_flops, t.heaviest_dims, batch, lengths))
+                 for t in kept)
+  values = sum(_static_size(t.shape) or 0 for t in inputs)
+  return ir.LayerGraph(
+      name=name, layers=layers, captured_batch_size=batch,
+      host_preprocessing=host_cost(host, namer.fwd_set, batch),
+      dtype_bytes=act_dtype_bytes, optimizer=opt_name, seq_len=seq_len,
+      input_value_bytes=_value_bytes(inputs) / values if values else 0.0,
+      host_activation_bytes=_value_bytes(kept_for_backward(bwd, namer.fwd_set)) / batch)
 
 
-def _token_scaling(fwd_flops: float, pair_flops: float, shape: Optional[tf.TensorShape],
-                   batch: int, lengths: Tuple[int, ...]) -> str:
-  """"quadratic" (mostly token-pair FLOPs), "none" (works on fixed positions) or "linear".
-
-  "none" when the layer's heaviest op has a static output shape that spans no token stream:
-  neither [batch * L, ...] (a flattened dense layer) nor [batch, ..., L, ...] / [batch, L] for
-  any L in `lengths` (e.g. [B * 20, H] gathered masked-LM positions, [B, 2] NSP logits).
-  Unknown shapes, and [B, H] with H equal to a length, count as "linear".
-  """
-  if fwd_flops and pair_flops > 0.5 * fwd_flops:
-    return "quadratic"
-  if not fwd_flops or not lengths or shape is None or shape.rank is None or \
-      shape.rank < 1 or not shape.is_fully_defined():
-    return "linear"
-  dims = shape.as_list()
-  inner = dims[1:-1] if len(dims) > 2 else dims[1:]  # the last of 3+ dims is features
-  spans = any(dims[0] == batch * l or (dims[0] == batch and l in inner) for l in lengths)
-  return "linear" if spans else "none"
-
-
-def _fold_small(names, params, fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes,
-                pair_flops, spatial=None, work_bytes=None,
-                merged: Optional[Dict[str, str]] = None) -> List[str]:
-  """Folds weightless layers with a tiny FLOP share into the layer before them.
-
-  A small model's attention core (scores, softmax, context: no weights) usually folds into
-  its value projection; its token-pair FLOPs go with it, so VTS still sees them.
-  """
-  total = sum(fwd_flops.values()) or 1.0
-  out: List[str] = []
-  counters = (fwd_flops, bwd_flops, mm_flops, act_bytes, io_bytes, pair_flops) + (
-      (work_bytes,) if work_bytes is not None else ())
-  spatial = collections.defaultdict(list) if spatial is None else spatial
-
-  def fold(src, dst):
-    if merged is not None:
-      merged[src] = dst
-    for c in counters:
-      c[dst] += c.pop(src, 0)
-    if src in spatial:  # the folded layer's image ops run in its host layer's region
-      spatial[dst] = list(spatial.get(dst, [])) + spatial.pop(src)
-
-  for n in names:
-    if out and not params[n] and fwd_flops[n] < _FOLD_FLOPS_SHARE * total:
-      fold(n, out[-1])
-      continue
-    out.append(n)
-  # A tiny weightless first layer (e.g. input casts) folds into its successor instead.
-  if len(out) > 1 and not params[out[0]] and fwd_flops[out[0]] < _FOLD_FLOPS_SHARE * total:
-    first = out.pop(0)
-    fold(first, out[0])
-  return out
+def _value_bytes(tensors: Iterable[tf.Tensor]) -> int:
+  """Bytes of the tensors' static-shape values (0 for a dynamic shape)."""
+  return sum((_static_size(t.shape) or 0) * t.dtype.size for t in tensors)
