@@ -34,6 +34,8 @@ from cerebras_tf import cli, modelzoo_tf, runner  # noqa: E402
 from cerebras_tf.errors import CerebrasTFError  # noqa: E402
 
 TF_YAML = re.compile(r"(^|/)tf/.*\.ya?ml$")
+SYNTHETIC_TASKS = ("token_classification", "question_answering", "extractive_summarization",
+                   "regression")
 
 
 def git(src: str, *args: str) -> str:
@@ -96,8 +98,13 @@ def data_overrides(path: str, data_dir: str):
   if not isinstance(raw, dict):
     return out
   vocab = os.path.join(data_dir, "vocab", "bert_uncased_vocab.txt")
+  family = modelzoo_tf.infer_family(raw)
+  # BERT's NER, SQuAD, BertSum and TAPE tasks: their data sets are not in the data cache.
+  synthetic = bool(family and family.task in SYNTHETIC_TASKS)
   for section in ("train_input", "eval_input", "predict_input"):
     keys = raw.get(section) if isinstance(raw.get(section), dict) else {}
+    if synthetic and keys:
+      out.append(f"{section}.synthetic=true")
     if "data_dir" in keys:
       out.append(f"{section}.data_dir={data_dir}")
     if "vocab_file" in keys:

@@ -83,9 +83,11 @@ def test_gpt_file_without_name_runs_as_gpt(tmp_path, caplog):
     ("Sst2DataProcessor", "bert", "classification"),
     ("TransformerDynamicDataProcessor", "transformer", None),
     ("GenomicDataProcessor", "gpt", None),
-    ("NerDataProcessor", "bert_token_classifier", None),
-    ("QuestionAnsweringDataProcessor", "bert_qa", None),
-    ("BertSumTfRecordsProcessor", "bert_summarization", None),
+    ("NerDataProcessor", "bert", "token_classification"),
+    ("SecondaryStructureDataProcessor", "bert", "token_classification"),
+    ("QuestionAnsweringDataProcessor", "bert", "question_answering"),
+    ("BertSumTfRecordsProcessor", "bert", "extractive_summarization"),
+    ("FluorescenceDataProcessor", "bert", "regression"),
     ("T5DynamicDataProcessor", "t5", None),
 ])
 def test_family_from_data_processor(processor, family, task):
@@ -135,10 +137,10 @@ def test_name_overrides_and_model_flag(tmp_path):
     ("train_input:\n  data_processor: T5DynamicDataProcessor\n  batch_size: 2\nmodel:\n"
      "  d_kv: 64\n", "{f}:4: this is a modelzoo T5 (encoder-decoder with relative position "
      "bias) config (model.d_kv): it needs the 't5' model family, which is not built here"),
-    ("train_input:\n  data_processor: NerDataProcessor\n  batch_size: 2\nmodel:\n"
-     "  hidden_size: 8\n", "{f}:4: this is a modelzoo BERT token classification (NER) config "
-     "(data_processor NerDataProcessor): it needs the 'bert_token_classifier' model family, "
-     "which is not built here"),
+    ("train_input:\n  data_processor: STFDataProcessor\n  batch_size: 2\nmodel:\n"
+     "  hidden_size: 8\n", "{f}:4: this is a modelzoo Spacetimeformer (time-series "
+     "forecasting) config (data_processor STFDataProcessor): it needs the 'spacetimeformer' "
+     "model family, which is not built here"),
     ("train_input:\n  batch_size: 2\nmodel:\n  encoder_filters: [8, 16]\n",
      "{f}:3: this is a modelzoo UNet (2D segmentation) config (model.encoder_filters): it needs "
      "the 'unet' model family, which is not built here"),
