@@ -525,11 +525,16 @@ def test_benchmark_rows_without_compiling(tmp_path):
   assert len(keys) == 1
 
 
-def test_rotary_dim_beyond_the_head_is_one_line(tmp_path):
-  # ANL's gene_gptj_2B: hidden 3968 / 64 heads = 62 features a head, rotary_dim 64.
+def test_rotary_dim_beyond_the_head_rotates_the_whole_head(tmp_path):
+  # ANL's gene_gptj_2B: hidden 3968 / 64 heads = 62 features a head, rotary_dim 64. modelzoo's
+  # GPT-J rotates key[..., :rotary_dim], i.e. the whole 62-feature head: built so here.
   text = GPT2.replace("    weight_initialization_seed: 0", "    rotary_dim: 32").replace(
       "hidden_size: 64", "hidden_size: 120")
   path = _write(tmp_path, text)
-  assert params_error(path) == (f"{path}:21: model.rotary_dim 32 must be <= the head size, "
-                          f"hidden_size 120 / num_heads 4 = 30: rotary rotates that many "
-                          f"features of each head")
+  assert params_lib.load_params(path)["model"]["rotary_dim"] == 30  # 120 / 4 heads
+  # An odd head cannot be rotated in pairs: one line.
+  odd = _write(tmp_path, text.replace("hidden_size: 120", "hidden_size: 124"), "odd.yaml")
+  assert params_error(odd) == (f"{odd}:21: model.rotary_dim 32 covers the whole head, "
+                               f"hidden_size 124 / num_heads 4 = 31 features, an odd number "
+                               f"rotary cannot rotate in pairs; set rotary_dim to an even "
+                               f"number <= 31")
