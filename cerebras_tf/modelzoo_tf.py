@@ -19,6 +19,8 @@ UNBUILT = {
     "t5": "T5 (encoder-decoder with relative position bias)",
     "linformer": "Linformer (attention over projected keys and values)",
     "unet": "UNet (2D segmentation)",
+    "genomic_bert": ("GSK genomic BERT (DNA and IDEAS token streams with summed embeddings "
+                     "and a masked-LM head each, read from CSV metadata_files)"),
     "spacetimeformer": "Spacetimeformer (time-series forecasting)",
     "cretin": "LLNL's CRETIN surrogate (several named configs in one file)",
     "cyclegan": "LLNL's CycleGAN surrogate (several named configs in one file)",
@@ -41,7 +43,7 @@ PROCESSORS: Tuple[Tuple[str, str, Optional[str]], ...] = (
     ("bertmlmonly", "bert", "pretraining"),
     ("berttfrecords", "bert", "pretraining"),
     ("bert", "bert", "pretraining"),
-    ("genomedata", "bert", "pretraining"),    # GSK's genomic BERT: BERT TFRecords
+    ("genomedata", "genomic_bert", None),     # GSK's genomic BERT: two token streams
     ("pfamdata", "bert", "pretraining"),      # TAPE's protein BERT pretraining
     ("mnli", "bert", "classification"),
     ("sst2", "bert", "classification"),

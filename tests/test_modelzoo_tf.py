@@ -88,6 +88,7 @@ def test_gpt_file_without_name_runs_as_gpt(tmp_path, caplog):
     ("QuestionAnsweringDataProcessor", "bert", "question_answering"),
     ("BertSumTfRecordsProcessor", "bert", "extractive_summarization"),
     ("FluorescenceDataProcessor", "bert", "regression"),
+    ("GenomeDataProcessor", "genomic_bert", None),
     ("T5DynamicDataProcessor", "t5", None),
 ])
 def test_family_from_data_processor(processor, family, task):

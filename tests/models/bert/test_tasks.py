@@ -73,6 +73,12 @@ PREDICT_KEYS = {"token_classification": {"predictions", "probabilities"},
                 "regression": {"predictions"}}
 
 
+EVAL_METRICS = {"token_classification": {"token_accuracy"},
+                "question_answering": {"start_accuracy", "end_accuracy"},
+                "extractive_summarization": {"sentence_accuracy"},
+                "regression": {"mean_squared_error", "pearson_correlation"}}
+
+
 @pytest.mark.parametrize("task", tasks.TASKS)
 def test_task_trains_on_the_engine_as_plain_tf_estimator_and_predicts(tmp_path, task):
   extra = "include_padding_in_loss: true" if task == "token_classification" else ""
@@ -92,6 +98,8 @@ def test_task_trains_on_the_engine_as_plain_tf_estimator_and_predicts(tmp_path, 
   np.testing.assert_allclose(got, want, rtol=1e-5)
   low, high = _first_loss_range(task)
   assert low <= got[0] <= high, (task, got)
+  metrics = plain.evaluate(tasks.family_input_fn, steps=2)
+  assert EVAL_METRICS[task] <= set(metrics) and np.isfinite(metrics["loss"]), metrics
 
   # run.py --mode predict reads predict_input (batch 8) over the 256 synthetic examples.
   assert cli.main(["run.py", "--params", str(path), "--mode", "predict",
