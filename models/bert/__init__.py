@@ -122,6 +122,10 @@ def _check(out: dict, fail) -> None:
          f"token_classification's and extractive_summarization's loss; BERT {task} has "
          f"mlm_loss_weight (pretraining) or none: remove it")
   for section in ("train_input", "eval_input", "predict_input"):
+    if (out.get(section) or {}).get("synthetic") and task in ("pretraining", "classification"):
+      fail((section, "synthetic"), f"{section}.synthetic: BERT {task} reads its data "
+           f"(data_dir, file_pattern); synthetic input is for token_classification, "
+           f"question_answering, extractive_summarization and regression: remove the key")
     classes = (out.get(section) or {}).get("num_classes")
     if classes is not None and classes != model.get("num_classes"):
       fail((section, "num_classes"), f"{section}.num_classes {classes} differs from "
