@@ -3,7 +3,7 @@
 Collects every distinct `*.yaml` under a `tf/` folder in the whole history of a fetched
 Cerebras/modelzoo repository (a bare git dir or a checkout; deduplicated by content), and
 compiles each through the path of `scripts/run.py --params FILE --compile_only` (cli.load then
-runner.run), in this one process. Only the data paths are changed: each input section's
+runner.run), in --jobs worker processes. Only the data paths are changed: each input section's
 `data_dir` and `vocab_file` point at this machine's prepared data (CEREBRAS_TF_DATA_DIR:
 bert_pretrain, vocab), since modelzoo's point at its own cluster. A file is never edited
 otherwise: its family comes from what it holds (no model.name is added).
