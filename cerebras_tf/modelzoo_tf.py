@@ -17,10 +17,8 @@ from typing import Any, Mapping, NamedTuple, Optional, Tuple
 # counterpart here: the name a refusal gives -> what it is.
 UNBUILT = {
     "t5": "T5 (encoder-decoder with relative position bias)",
-    "bert_token_classifier": "BERT token classification (NER)",
-    "bert_qa": "BERT question answering (SQuAD spans)",
-    "bert_summarization": "BERT extractive summarization (BertSum)",
-    "bert_regression": "BERT regression (TAPE fluorescence, stability)",
+    "genomic_bert": ("GSK genomic BERT (DNA and IDEAS token streams with summed embeddings "
+                     "and a masked-LM head each, read from CSV metadata_files)"),
     "spacetimeformer": "Spacetimeformer (time-series forecasting)",
     "cretin": "LLNL's CRETIN surrogate (several named configs in one file)",
     "cyclegan": "LLNL's CycleGAN surrogate (several named configs in one file)",
@@ -39,20 +37,20 @@ class Family(NamedTuple):
 # modelzoo data_processor class (case-insensitive prefix) -> (family, BERT task).
 # Ordered: a longer prefix before a shorter one it starts with.
 PROCESSORS: Tuple[Tuple[str, str, Optional[str]], ...] = (
-    ("bertsum", "bert_summarization", None),
+    ("bertsum", "bert", "extractive_summarization"),
     ("bertmlmonly", "bert", "pretraining"),
     ("berttfrecords", "bert", "pretraining"),
     ("bert", "bert", "pretraining"),
-    ("genomedata", "bert", "pretraining"),    # GSK's genomic BERT: BERT TFRecords
+    ("genomedata", "genomic_bert", None),     # GSK's genomic BERT: two token streams
     ("pfamdata", "bert", "pretraining"),      # TAPE's protein BERT pretraining
     ("mnli", "bert", "classification"),
     ("sst2", "bert", "classification"),
     ("remotehomology", "bert", "classification"),
-    ("ner", "bert_token_classifier", None),
-    ("secondarystructure", "bert_token_classifier", None),
-    ("questionanswering", "bert_qa", None),
-    ("fluorescence", "bert_regression", None),
-    ("stability", "bert_regression", None),
+    ("ner", "bert", "token_classification"),
+    ("secondarystructure", "bert", "token_classification"),
+    ("questionanswering", "bert", "question_answering"),
+    ("fluorescence", "bert", "regression"),
+    ("stability", "bert", "regression"),
     ("genomicdata", "gpt", None),             # ANL's gene GPT: GPT TFRecords
     ("gpt", "gpt", None),
     ("transformer", "transformer", None),

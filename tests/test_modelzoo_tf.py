@@ -83,9 +83,12 @@ def test_gpt_file_without_name_runs_as_gpt(tmp_path, caplog):
     ("Sst2DataProcessor", "bert", "classification"),
     ("TransformerDynamicDataProcessor", "transformer", None),
     ("GenomicDataProcessor", "gpt", None),
-    ("NerDataProcessor", "bert_token_classifier", None),
-    ("QuestionAnsweringDataProcessor", "bert_qa", None),
-    ("BertSumTfRecordsProcessor", "bert_summarization", None),
+    ("NerDataProcessor", "bert", "token_classification"),
+    ("SecondaryStructureDataProcessor", "bert", "token_classification"),
+    ("QuestionAnsweringDataProcessor", "bert", "question_answering"),
+    ("BertSumTfRecordsProcessor", "bert", "extractive_summarization"),
+    ("FluorescenceDataProcessor", "bert", "regression"),
+    ("GenomeDataProcessor", "genomic_bert", None),
     ("T5DynamicDataProcessor", "t5", None),
 ])
 def test_family_from_data_processor(processor, family, task):
@@ -135,10 +138,13 @@ def test_name_overrides_and_model_flag(tmp_path):
     ("train_input:\n  data_processor: T5DynamicDataProcessor\n  batch_size: 2\nmodel:\n"
      "  d_kv: 64\n", "{f}:4: this is a modelzoo T5 (encoder-decoder with relative position "
      "bias) config (model.d_kv): it needs the 't5' model family, which is not built here"),
-    ("train_input:\n  data_processor: NerDataProcessor\n  batch_size: 2\nmodel:\n"
-     "  hidden_size: 8\n", "{f}:4: this is a modelzoo BERT token classification (NER) config "
-     "(data_processor NerDataProcessor): it needs the 'bert_token_classifier' model family, "
-     "which is not built here"),
+    ("train_input:\n  data_processor: STFDataProcessor\n  batch_size: 2\nmodel:\n"
+     "  hidden_size: 8\n", "{f}:4: this is a modelzoo Spacetimeformer (time-series "
+     "forecasting) config (data_processor STFDataProcessor): it needs the 'spacetimeformer' "
+     "model family, which is not built here"),
+    ("train_input:\n  batch_size: 2\nmodel:\n  encoder_filters: [8, 16]\n",
+     "{f}:3: this is a modelzoo UNet (2D segmentation) config (model.encoder_filters): it needs "
+     "the 'unet' model family, which is not built here"),
     ("base:\n  train_input: {batch_size: 2}\n  model: {encoder_output_sizes: [4]}\n",
      "{f}: this is a modelzoo LLNL's CRETIN surrogate (several named configs in one file) config "
      "(several named configs (base, ...)): it needs the 'cretin' model family, which is not "
@@ -521,11 +527,16 @@ def test_benchmark_rows_without_compiling(tmp_path):
   assert len(keys) == 1
 
 
-def test_rotary_dim_beyond_the_head_is_one_line(tmp_path):
-  # ANL's gene_gptj_2B: hidden 3968 / 64 heads = 62 features a head, rotary_dim 64.
+def test_rotary_dim_beyond_the_head_rotates_the_whole_head(tmp_path):
+  # ANL's gene_gptj_2B: hidden 3968 / 64 heads = 62 features a head, rotary_dim 64. modelzoo's
+  # GPT-J rotates key[..., :rotary_dim], i.e. the whole 62-feature head: built so here.
   text = GPT2.replace("    weight_initialization_seed: 0", "    rotary_dim: 32").replace(
       "hidden_size: 64", "hidden_size: 120")
   path = _write(tmp_path, text)
-  assert params_error(path) == (f"{path}:21: model.rotary_dim 32 must be <= the head size, "
-                          f"hidden_size 120 / num_heads 4 = 30: rotary rotates that many "
-                          f"features of each head")
+  assert params_lib.load_params(path)["model"]["rotary_dim"] == 30  # 120 / 4 heads
+  # An odd head cannot be rotated in pairs: one line.
+  odd = _write(tmp_path, text.replace("hidden_size: 120", "hidden_size: 124"), "odd.yaml")
+  assert params_error(odd) == (f"{odd}:21: model.rotary_dim 32 covers the whole head, "
+                               f"hidden_size 124 / num_heads 4 = 31 features, an odd number "
+                               f"rotary cannot rotate in pairs; set rotary_dim to an even "
+                               f"number <= 31")

@@ -15,8 +15,12 @@ from cerebras_models.fields import (ALWAYS_BUILT, MASKED_LM_FIELDS, TEXT_INPUT_F
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
-MODEL_FN = "cerebras_models.bert.model:model_fn"
-INPUT_FN = "cerebras_models.bert.input:input_fn"
+# tasks.py hands pretraining and classification to model.py / input.py, and builds modelzoo's
+# other fine-tuning tasks (token classification, SQuAD, BertSum, regression) itself.
+MODEL_FN = "cerebras_models.bert.tasks:family_model_fn"
+INPUT_FN = "cerebras_models.bert.tasks:family_input_fn"
+TASKS = ("pretraining", "classification", "token_classification", "question_answering",
+         "extractive_summarization", "regression")
 
 # BERT's keys beyond cerebras_tf.params' shared transformer / text-input keys.
 SCHEMA = {
@@ -24,8 +28,8 @@ SCHEMA = {
         **TRANSFORMER_MODEL_FIELDS,
         "vocab_size": Field("int", 30522, "vocabulary rows (word embeddings, MLM output)", low=1),
         "type_vocab_size": Field("int", 2, "segment (token type) embedding rows", low=1),
-        "task": Field("str", "pretraining", "what the heads train",
-                      choices=("pretraining", "classification")),
+        "task": Field("str", "pretraining", "what the heads train (modelzoo's fine-tuning "
+                      "tasks: tasks.py)", choices=TASKS),
         "num_classes": Field("int", 2, "classes of the classification head", low=2),
         "disable_nsp": Field("bool", False, "pretraining without the next-sentence head and "
                              "loss: masked LM only (RoBERTa; modelzoo's key)"),
@@ -56,6 +60,18 @@ SCHEMA = {
                          "mean of the real tokens' outputs (a checkpoint pretrained without "
                          "NSP never trained the first token to summarize)",
                          choices=("cls", "mean")),
+        "encoder_output_dropout_rate": Field("float", 0.1, "token_classification: dropout "
+                                             "on the encoder output before the classifier "
+                                             "(modelzoo key)", low=0, high=1, high_open=True),
+        "include_padding_in_loss": Field("bool", False, "token_classification: the mean "
+                                         "cross-entropy over every token, padding included "
+                                         "(modelzoo key); false: the real tokens' sum * "
+                                         "loss_weight / batch"),
+        "loss_weight": Field("float", 1.0, "token_classification, extractive_summarization: "
+                             "the loss sum over the batch size, times this (modelzoo's 1 / "
+                             "real tokens or sentences per example)", low=0, low_open=True),
+        "num_regression_values": Field("int", 1, "regression: values predicted per example "
+                                       "(modelzoo key)", low=1),
         "pooler_nonlinearity": Field("str", "tanh", "the pooler's activation (modelzoo key)",
                                      choices=("tanh", "gelu", "relu")),
     },
@@ -72,6 +88,18 @@ SCHEMA = {
                                    "batch / masked positions, i.e. the loss is the mean over "
                                    "the masked positions (model.mlm_loss_weight null, what "
                                    "true does here); false needs model.mlm_loss_weight"),
+        "synthetic": Field("bool", False, "token_classification, question_answering, "
+                           "extractive_summarization, regression: random sequences with "
+                           "labels a function of the tokens, instead of modelzoo's records"),
+        "data_file": Field("path", None, "question_answering: modelzoo's SQuAD TFRecord "
+                           "(its json2tfrecords.py output)"),
+        "max_cls_tokens": Field("int", 50, "extractive_summarization: sentence [CLS] slots "
+                                "per example", low=1),
+        "label_vocab_file": Field("path", None, "token_classification: modelzoo's label2id "
+                                  "json (its names for the class ids; the model reads only "
+                                  "num_classes)"),
+        "num_classes": Field("int", None, "TAPE secondary structure: the classes (3 or 8); "
+                             "must equal model.num_classes", low=2),
         "mask_whole_word": Field("bool", False, "masked LM picks whole words: every wordpiece "
                                  "of a picked word is masked (pretraining)"),
     },
@@ -87,6 +115,21 @@ FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned"
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
+  task = model.get("task")
+  if model.get("loss_weight") != 1.0 and task not in ("token_classification",
+                                                        "extractive_summarization"):
+    fail(("model", "loss_weight"), f"model.loss_weight {model.get('loss_weight')} weighs "
+         f"token_classification's and extractive_summarization's loss; BERT {task} has "
+         f"mlm_loss_weight (pretraining) or none: remove it")
+  for section in ("train_input", "eval_input", "predict_input"):
+    if (out.get(section) or {}).get("synthetic") and task in ("pretraining", "classification"):
+      fail((section, "synthetic"), f"{section}.synthetic: BERT {task} reads its data "
+           f"(data_dir, file_pattern); synthetic input is for token_classification, "
+           f"question_answering, extractive_summarization and regression: remove the key")
+    classes = (out.get(section) or {}).get("num_classes")
+    if classes is not None and classes != model.get("num_classes"):
+      fail((section, "num_classes"), f"{section}.num_classes {classes} differs from "
+           f"model.num_classes {model.get('num_classes')}: give the same number")
   scaling = model.pop("mlm_loss_scaling", None)
   if scaling == "batch_size" and model.get("mlm_loss_weight") is None:
     model["mlm_loss_weight"] = 1.0  # modelzoo's default weight: sum / batch size

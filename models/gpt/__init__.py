@@ -65,9 +65,14 @@ def _check(out: dict, fail) -> None:
       "output_layer_initializer": "output"}, model["vocab_size"])
   head = model["hidden_size"] // model["num_heads"]
   if model["position_embedding_type"] == "rotary" and model["rotary_dim"] > head:
-    fail(("model", "rotary_dim"), f"model.rotary_dim {model['rotary_dim']} must be <= the "
-         f"head size, hidden_size {model['hidden_size']} / num_heads {model['num_heads']} = "
-         f"{head}: rotary rotates that many features of each head")
+    # modelzoo's GPT-J rotates key[..., :rotary_dim]: beyond the head size, that is the whole
+    # head (ANL's gene_gptj_2B: rotary_dim 64 over 3968 / 64 = 62-feature heads).
+    if head % 2:
+      fail(("model", "rotary_dim"), f"model.rotary_dim {model['rotary_dim']} covers the whole "
+           f"head, hidden_size {model['hidden_size']} / num_heads {model['num_heads']} = "
+           f"{head} features, an odd number rotary cannot rotate in pairs; set rotary_dim to "
+           f"an even number <= {head}")
+    model["rotary_dim"] = head
   if model.get("use_untied_layer_norm") and not model["parallel_attention"]:
     fail(("model", "use_untied_layer_norm"), "model.use_untied_layer_norm: true is GPT-NeoX's "
          "second norm for the FFN of a parallel block; set parallel_attention: true (a "
