@@ -142,9 +142,6 @@ def test_name_overrides_and_model_flag(tmp_path):
      "  hidden_size: 8\n", "{f}:4: this is a modelzoo Spacetimeformer (time-series "
      "forecasting) config (data_processor STFDataProcessor): it needs the 'spacetimeformer' "
      "model family, which is not built here"),
-    ("train_input:\n  batch_size: 2\nmodel:\n  encoder_filters: [8, 16]\n",
-     "{f}:3: this is a modelzoo UNet (2D segmentation) config (model.encoder_filters): it needs "
-     "the 'unet' model family, which is not built here"),
     ("base:\n  train_input: {batch_size: 2}\n  model: {encoder_output_sizes: [4]}\n",
      "{f}: this is a modelzoo LLNL's CRETIN surrogate (several named configs in one file) config "
      "(several named configs (base, ...)): it needs the 'cretin' model family, which is not "
