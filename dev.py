@@ -58,9 +58,13 @@ def main(argv) -> int:
   ensure_env()
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
   if argv[1] == "test":
-    # 2 pytest-xdist workers, a whole test file each (its module fixtures are built once).
+    # 2 pytest-xdist workers. worksteal: each takes half of the tests in file order (a file's
+    # module fixtures are built once, unless its tests end up split at a steal), and the one
+    # that finishes first takes tests from the other's queue. With loadfile (a whole file
+    # each, biggest test count first) a few-test file of long processes (multiworker,
+    # execution modes) could start last and leave one worker running alone for minutes.
     rc = subprocess.call([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-                          "--dist", "loadfile", "tests", *argv[2:]], cwd=ROOT, env=env)
+                          "--dist", "worksteal", "tests", *argv[2:]], cwd=ROOT, env=env)
     return 1 if rc == 5 else rc  # 5: no tests collected, which is a failure here
   if argv[1] == "run":
     return subprocess.call([PY, *argv[2:]], cwd=ROOT, env=env)

@@ -196,7 +196,8 @@ EVAL_INPUT_DEFAULTS = {"shuffle": False, "repeat": False}
 
 MODEL_FIELDS = {
     "name": Field("str", REQUIRED, "model family (cerebras_tf.registry; e.g. bert, mlp)"),
-    "mixed_precision": Field("bool", False, "compute in 16-bit floats, keep fp32 weights"),
+    "mixed_precision": Field("bool", False, "compute in bfloat16, keep fp32 weights (float32 "
+                             "on a CPU without bf16 math, said once)"),
     "boundary_casting": Field("bool", False, "cast at layer boundaries only (modelzoo compat)"),
     "fp16_type": Field("str", None, "the 16-bit type of mixed precision (modelzoo): bfloat16 "
                        "here; cbfloat16, Cerebras's own, runs as bfloat16; float16 is refused",

@@ -5,11 +5,13 @@ per-step loss of pipelined (one device), multi_replica
 (MirroredStrategy, 2 replicas splitting the global batch) and weight_streaming (variables and
 optimizer on ps tasks = MemoryX; 1 and 2 systems) must agree within float tolerance over 24
 steps; so must auto, which picks multi_replica for this model and trains it on 2 host
-replicas. Each run is a fresh `scripts/run.py` process, as users run it (logical CPU devices must
-be configured before TensorFlow starts). Also: the local weight-server cluster leaves no process
-behind.
+replicas. The host-side runs share one fresh process (the first reserves the logical CPU
+devices data-parallel plans need, which must happen before TensorFlow starts); the
+weight-streaming runs are `scripts/run.py` processes each, as users run them. Also: the local
+weight-server cluster leaves no process behind.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -47,51 +49,102 @@ CLIPPED = ("--params_override", "optimizer.optimizer_type=momentum",
 ACCUMULATING = CLIPPED + ("--params_override", "optimizer.grad_accum_steps=2")
 
 
+def _argv(model_dir, *flags):
+  return ["--params", "configs/params_mlp.yaml", "--model_dir", str(model_dir),
+          "--max_steps", str(STEPS), "--params_override", "runconfig.log_step_count_steps=1",
+          "--params_override", "runconfig.save_checkpoints_steps=12",
+          "--params_override", "runconfig.op_determinism=true", *flags]
+
+
+def _parse(out, log):
+  found = losses_by_step(out)
+  assert sorted(found) == list(range(STEPS)), (sorted(found), log[-3000:])
+  return np.array([found[s] for s in range(STEPS)]), log
+
+
 def _losses(tmp_path, name, *flags):
-  model_dir = tmp_path / name
-  cmd = [sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
-         "--model_dir", str(model_dir), "--max_steps", str(STEPS),
-         "--params_override", "runconfig.log_step_count_steps=1",
-         "--params_override", "runconfig.save_checkpoints_steps=12",
-         "--params_override", "runconfig.op_determinism=true", *flags]
+  cmd = [sys.executable, "scripts/run.py", *_argv(tmp_path / name, *flags)]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  found = losses_by_step(proc.stdout)
-  assert sorted(found) == list(range(STEPS)), sorted(found)
-  return np.array([found[s] for s in range(STEPS)]), proc.stdout + proc.stderr
+  return _parse(proc.stdout, proc.stdout + proc.stderr)
+
+
+# The host-side runs, one after another in ONE fresh process (as a notebook would: the first
+# run reserves the 2 logical CPUs data-parallel plans need, strategies.host_devices), instead
+# of a process each: 3 TensorFlow start-ups fewer. Each run's output is fenced by a marker.
+_IN_ONE_PROCESS = """
+import json, sys
+from cerebras_tf import cli
+for name, argv in json.loads(sys.argv[1]):
+  for stream in (sys.stdout, sys.stderr):
+    print("=== run " + name, file=stream, flush=True)
+  code = cli.main(["run.py"] + argv)
+  for stream in (sys.stdout, sys.stderr):
+    print("=== exit %d" % code, file=stream, flush=True)
+"""
+BATCH_256 = ("--params_override", "train_input.batch_size=256", *CLIPPED)
+RUNS = {"pipelined": ("--execution_strategy", "pipelined", *ACCUMULATING),
+        # Accumulating on tf.distribute's replicas was refused before (a merge_call in a tf.cond).
+        "mr": ("--execution_strategy", "multi_replica", "--params_override",
+               "csconfig.num_replicas=2", *ACCUMULATING),
+        "auto": ("--execution_strategy", "auto", *BATCH_256),
+        "pipelined256": ("--execution_strategy", "pipelined", *BATCH_256)}
+
+
+def _fenced(text):
+  """{run name: its part of `text`} between the child's markers."""
+  parts, name = {}, None
+  for line in text.splitlines(keepends=True):
+    if line.startswith("=== run "):
+      name = line[len("=== run "):].strip()
+      parts[name] = ""
+    elif name is not None:
+      parts[name] += line
+  return parts
 
 
 @pytest.fixture(scope="module")
-def pipelined(tmp_path_factory):
-  return _losses(tmp_path_factory.mktemp("modes"), "pipelined", "--execution_strategy",
-                 "pipelined", *ACCUMULATING)[0]
+def host_runs(tmp_path_factory):
+  """{run name: (losses [STEPS], its stdout + stderr)} of RUNS, in one process."""
+  tmp = tmp_path_factory.mktemp("modes")
+  runs = [(name, _argv(tmp / name, *flags)) for name, flags in RUNS.items()]
+  proc = subprocess.run([sys.executable, "-u", "-c", _IN_ONE_PROCESS, json.dumps(runs)],
+                        cwd=ROOT, capture_output=True, text=True, timeout=900,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out, err = _fenced(proc.stdout), _fenced(proc.stderr)
+  assert sorted(out) == sorted(RUNS), proc.stderr[-3000:]
+  for name in RUNS:
+    assert out[name].rstrip().endswith("=== exit 0"), (name, err[name][-3000:])
+  return {name: _parse(out[name], out[name] + err[name]) for name in RUNS}
+
+
+@pytest.fixture(scope="module")
+def pipelined(host_runs):
+  return host_runs["pipelined"][0]
 
 
 @pytest.mark.slow
-def test_multi_replica_matches_pipelined(tmp_path, pipelined):
+def test_multi_replica_matches_pipelined(host_runs, pipelined):
   _needs_planner("multi_replica")
-  # Accumulating on tf.distribute's replicas was refused before (a merge_call in a tf.cond).
-  losses, log = _losses(tmp_path, "mr", "--execution_strategy", "multi_replica",
-                        "--params_override", "csconfig.num_replicas=2", *ACCUMULATING)
+  losses, log = host_runs["mr"]
   assert "multi_replica runtime: 2 replica(s)" in log
   assert "clips its gradients" not in log  # the reference optimizer clips the replicas' sum
   np.testing.assert_allclose(losses, pipelined, rtol=RTOL)
 
 
 @pytest.mark.slow
-def test_auto_runs_the_chosen_multi_replica_on_host_replicas(tmp_path):
+def test_auto_runs_the_chosen_multi_replica_on_host_replicas(host_runs):
   # The MLP under auto at batch 256: the compiler picks multi_replica with R = 256 (one
   # sample per copy, 12% faster than pipelined; at the config's batch 64 the gain is 2.9%,
   # under the 5% auto asks, and it stays pipelined); the host trains that plan as 2
   # MirroredStrategy replicas of 128, the same global batch.
-  batch = ("--params_override", "train_input.batch_size=256", *CLIPPED)
-  losses, log = _losses(tmp_path, "auto", "--execution_strategy", "auto", *batch)
+  losses, log = host_runs["auto"]
   assert re.search(r"R=256 replicas on the engine \(chosen by auto\); the host trains them as "
                    r"2 replica\(s\) of 128 samples", log), log[-3000:]
   assert "multi_replica runtime: 2 replica(s)" in log
-  pipelined, _ = _losses(tmp_path, "pipelined256", "--execution_strategy", "pipelined", *batch)
-  np.testing.assert_allclose(losses, pipelined, rtol=RTOL)
+  np.testing.assert_allclose(losses, host_runs["pipelined256"][0], rtol=RTOL)
 
 
 @pytest.mark.slow

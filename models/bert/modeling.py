@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping
 
 import tensorflow as tf
 
+from cerebras_tf.runtime import precision
 from cerebras_models import dropout as dropout_lib
 from cerebras_models.bert import FIXED_OPTIONS
 
@@ -83,9 +84,10 @@ class BertConfig:
       kwargs["hidden_act"] = model_params["encoder_nonlinearity"]
     if model_params.get("pooler_nonlinearity"):
       kwargs["pooler_act"] = model_params["pooler_nonlinearity"]
-    # `mixed_precision: true` is the Cerebras-style switch for bfloat16 compute.
+    # `mixed_precision: true` is the Cerebras-style switch for bfloat16 compute (float32 on
+    # a CPU without bfloat16 math: runtime/precision.py).
     if model_params.get("mixed_precision") and "dtype" not in kwargs:
-      kwargs["dtype"] = "bfloat16"
+      kwargs["dtype"] = precision.compute_dtype(True)
     return cls(**kwargs)
 
   @classmethod

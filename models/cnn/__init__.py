@@ -38,7 +38,6 @@ UNAPPLIED = {
         "warmup_steps": None, "weight_decay_rate": 0.0, "max_gradient_norm": None,
         "loss_scaling_factor": 1.0, "grad_accum_steps": 1, "log_summaries": False,
         "disable_lr_steps_reset": False}.items()},
-    ("model", "mixed_precision"): False,
 }
 
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from cerebras_tf import keras_model
 from cerebras_tf.core import batching
+from cerebras_tf.runtime import precision
 from cerebras_models import fields
 from cerebras_models.data import acquire
 
@@ -40,13 +41,44 @@ def compile_classifier(model: tf.keras.Model, optimizer_params: dict) -> tf.kera
   return model
 
 
+def under_policy(build, model_params: dict):
+  """build() under the Keras dtype policy `model.mixed_precision` asks for: mixed_bfloat16
+  (float32 variables, bfloat16 compute; float32 on a CPU without bf16 math,
+  runtime/precision.py) while the layers are made, the global policy restored after. The
+  layers keep their policy in their config, so the Estimator's clone computes alike."""
+  if precision.keras_policy(model_params.get("mixed_precision")) != "mixed_bfloat16":
+    return build()
+  previous = tf.keras.mixed_precision.global_policy()
+  tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    return build()
+  finally:
+    tf.keras.mixed_precision.set_global_policy(previous)
+
+
+def float32_logits(model: tf.keras.Model) -> tf.keras.Model:
+  """`model` with its logits cast to float32 (a weightless float32 layer) when they are not:
+  the softmax and the loss stay float32 under a bfloat16 policy."""
+  if model.output.dtype == tf.float32:
+    return model
+  out = L.Activation("linear", dtype="float32", name="logits_fp32")(model.output)
+  return tf.keras.Model(model.inputs, out, name=model.name)
+
+
 def build_keras_model(model_params: dict, optimizer_params: dict) -> tf.keras.Model:
   """Conv-BN-ReLU-MaxPool blocks, Flatten, Dense-ReLU, Dense logits (or the
   tf.keras.applications model `architecture` names); compiled with the params' optimizer
-  and sparse softmax cross-entropy (Keras's accuracy metric)."""
+  and sparse softmax cross-entropy (Keras's accuracy metric). `mixed_precision`: under
+  Keras's mixed_bfloat16 policy, the logits float32 (under_policy)."""
+  model = under_policy(lambda: _build(model_params), model_params)
+  return compile_classifier(float32_logits(model), optimizer_params)
+
+
+def _build(model_params: dict) -> tf.keras.Model:
+  """The uncompiled model of build_keras_model, under the global dtype policy."""
   if model_params.get("architecture", "digits_cnn") != "digits_cnn":
     tf.keras.utils.set_random_seed(model_params.get("seed", 0))  # its initializers are unseeded
-    return compile_classifier(_application(model_params), optimizer_params)
+    return _application(model_params)
   seed = model_params.get("seed", 0)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731 reproducible
   layers = [L.Input(IMAGE, name=INPUT_NAME)]
@@ -62,7 +94,7 @@ def build_keras_model(model_params: dict, optimizer_params: dict) -> tf.keras.Mo
                      kernel_initializer=init(n), name="dense"),
              L.Dense(model_params.get("num_classes", 10), kernel_initializer=init(n + 1),
                      name="logits")]
-  return compile_classifier(tf.keras.Sequential(layers, name="digits_cnn"), optimizer_params)
+  return tf.keras.Sequential(layers, name="digits_cnn")
 
 
 def _optimizer(opt: dict):

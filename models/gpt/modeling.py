@@ -19,6 +19,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from cerebras_tf.runtime import precision
 from cerebras_models import losses
 from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
                                                layer_norm)
@@ -78,7 +79,8 @@ class GPTConfig:
   def from_params(cls, model: Mapping[str, Any]) -> "GPTConfig":
     fields = {f.name for f in dataclasses.fields(cls)} - {"compute_dtype"}
     kw = {k: model[k] for k in fields if model.get(k) is not None}
-    dtype = tf.bfloat16 if model.get("mixed_precision") else tf.float32
+    # bfloat16 with mixed_precision, float32 on a CPU without bf16 math (runtime/precision.py)
+    dtype = tf.as_dtype(precision.compute_dtype(model.get("mixed_precision")))
     return cls(compute_dtype=dtype, **kw)
 
   def init(self, group: str):

@@ -24,5 +24,4 @@ SCHEMA = {
 }
 
 SPEC = register(ModelSpec(name="mlp", model_fn="cerebras_models.mlp.model:model_fn",
-                          input_fn="cerebras_models.mlp.model:input_fn", schema=SCHEMA,
-                          unapplied={("model", "mixed_precision"): False}))
+                          input_fn="cerebras_models.mlp.model:input_fn", schema=SCHEMA))

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.core import batching
+from cerebras_tf.runtime import precision
 from cerebras_models import fields, optimization
 
 
@@ -43,8 +44,13 @@ def input_fn(params, mode=tf.estimator.ModeKeys.TRAIN):
 
 
 def model_fn(features, labels, mode, params):
-  """Dense -> ReLU stack -> logits; softmax cross-entropy; the params' optimizer (Adam unset)."""
+  """Dense -> ReLU stack -> logits; softmax cross-entropy; the params' optimizer (Adam unset).
+
+  `mixed_precision`: the Dense layers under Keras's mixed_bfloat16 policy (float32 variables,
+  bfloat16 matmuls; float32 on a CPU without bf16 math), the logits cast to float32 for the
+  softmax and the loss."""
   model, _ = _flat(params)
+  policy = precision.keras_policy(model.get("mixed_precision"))
   hidden = model.get("hidden_sizes", [64, 64])
   seed = model.get("seed", 0)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731 reproducible
@@ -55,11 +61,12 @@ def model_fn(features, labels, mode, params):
   training = mode == tf.estimator.ModeKeys.TRAIN
   for i, h in enumerate(hidden):
     x = tf.keras.layers.Dense(h, activation=activation, kernel_initializer=init(i),
-                              name=f"dense_{i}")(x)
+                              name=f"dense_{i}", dtype=policy)(x)
     if rate:  # FC-MNIST's dropout after each hidden layer
       x = tf.keras.layers.Dropout(rate, seed=seed + i)(x, training=training)
   logits = tf.keras.layers.Dense(model.get("num_classes", 4), kernel_initializer=init(len(hidden)),
-                                 name="logits")(x)
+                                 name="logits", dtype=policy)(x)
+  logits = tf.cast(logits, tf.float32)
   probs = tf.nn.softmax(logits)
   predictions = {"class": tf.argmax(logits, axis=-1), "probabilities": probs}
   if mode == tf.estimator.ModeKeys.PREDICT:

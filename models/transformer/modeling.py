@@ -30,6 +30,7 @@ from typing import Any, Dict, Mapping
 
 import tensorflow as tf
 
+from cerebras_tf.runtime import precision
 from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
                                                layer_norm)
 
@@ -88,8 +89,8 @@ class TransformerConfig:
       kwargs["nonlinearity"] = model["encoder_nonlinearity"]
     if model.get("norm_type"):
       kwargs["pre_norm"] = model["norm_type"] == "pre"
-    if model.get("mixed_precision"):
-      kwargs["dtype"] = "bfloat16"
+    if model.get("mixed_precision"):  # float32 on a CPU without bf16 math (runtime/precision)
+      kwargs["dtype"] = precision.compute_dtype(True)
     return cls(**kwargs)
 
 

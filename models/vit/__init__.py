@@ -51,8 +51,6 @@ SCHEMA = {
         "use_projection_bias_in_attention": Field("bool", True, f"Q/K/V biases {_ON}"),
         "use_ffn_bias_in_attention": Field("bool", True, f"output projection bias {_ON}"),
         "use_ffn_bias": Field("bool", True, f"MLP biases {_ON}"),
-        "fp16_type": Field("str", None, "modelzoo key (mixed precision is not applied to "
-                           "this Keras model)"),
     },
 }
 
@@ -81,4 +79,4 @@ def check_vit_params(out: dict, fail) -> None:
 SPEC = register(ModelSpec(name="vit", model_fn="cerebras_models.vit.model:model_fn",
                           input_fn="cerebras_models.cnn.model:input_fn", schema=SCHEMA,
                           check=check_vit_params,
-                          unapplied={**UNAPPLIED, ("model", "fp16_type"): None}))
+                          unapplied=UNAPPLIED))

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from cerebras_tf import keras_model
-from cerebras_models.cnn.model import INPUT_NAME, compile_classifier
+from cerebras_models.cnn.model import INPUT_NAME, compile_classifier, float32_logits, under_policy
 
 L = tf.keras.layers
 
@@ -48,6 +48,20 @@ class PositionEmbedding(L.Layer):
 
 
 @tf.keras.utils.register_keras_serializable("cerebras_vit")
+class Attention(L.MultiHeadAttention):
+  """Keras's MultiHeadAttention with its softmax in float32 under a bfloat16 policy (Keras's
+  Softmax layer would compute it in the layer's bfloat16)."""
+
+  def _masked_softmax(self, attention_scores, attention_mask=None):
+    axes = self._softmax.axis  # the key axes: one, (3,), for a sequence of tokens
+    if (attention_mask is not None or attention_scores.dtype == tf.float32
+        or not isinstance(axes, (tuple, list)) or len(axes) != 1):
+      return super()._masked_softmax(attention_scores, attention_mask)
+    probs = tf.nn.softmax(tf.cast(attention_scores, tf.float32), axis=axes[0])
+    return tf.cast(probs, attention_scores.dtype)
+
+
+@tf.keras.utils.register_keras_serializable("cerebras_vit")
 class ClassState(L.Layer):
   """The class token's state: [B, N + 1, H] -> [B, H]."""
 
@@ -57,7 +71,14 @@ class ClassState(L.Layer):
 
 def build_keras_model(m: dict, optimizer_params: dict) -> tf.keras.Model:
   """Patch embedding (a Conv2D of patch-size stride), class token, position embeddings,
-  pre-LN encoder blocks (MultiHeadAttention, an MLP), LayerNorm, the class token to logits."""
+  pre-LN encoder blocks (MultiHeadAttention, an MLP), LayerNorm, the class token to logits.
+  `mixed_precision`: under Keras's mixed_bfloat16 policy, softmax and logits float32."""
+  model = under_policy(lambda: _build(m), m)
+  return compile_classifier(float32_logits(model), optimizer_params)
+
+
+def _build(m: dict) -> tf.keras.Model:
+  """The uncompiled ViT of build_keras_model, under the global dtype policy."""
   seed, r = m.get("seed", 0), m["initializer_range"]
   init = lambda i: tf.keras.initializers.TruncatedNormal(stddev=r, seed=seed + i)  # noqa: E731
   h, heads, eps = m["hidden_size"], m["num_heads"], m["layer_norm_epsilon"]
@@ -70,7 +91,7 @@ def build_keras_model(m: dict, optimizer_params: dict) -> tf.keras.Model:
   x = L.Dropout(m["embedding_dropout_rate"], name="embedding_dropout")(x)
   for i in range(m["num_hidden_layers"]):
     y = L.LayerNormalization(epsilon=eps, name=f"block{i}_ln_1")(x)
-    y = L.MultiHeadAttention(heads, h // heads, dropout=m["attention_dropout_rate"],
+    y = Attention(heads, h // heads, dropout=m["attention_dropout_rate"],
                              kernel_initializer=init(10 + 4 * i), name=f"block{i}_attention")(
                                  y, y)
     x = L.Add(name=f"block{i}_add_1")([x, L.Dropout(m["dropout_rate"])(y)])
@@ -84,7 +105,7 @@ def build_keras_model(m: dict, optimizer_params: dict) -> tf.keras.Model:
   if m.get("use_encoder_pooler_layer"):
     x = L.Dense(h, activation="tanh", kernel_initializer=init(3), name="pooler")(x)
   logits = L.Dense(m["num_classes"], kernel_initializer=init(4), name="logits")(x)
-  return compile_classifier(tf.keras.Model(x_in, logits, name="vit"), optimizer_params)
+  return tf.keras.Model(x_in, logits, name="vit")
 
 
 def model_fn(features, labels, mode, params):

@@ -64,8 +64,6 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
 
 
 @pytest.mark.parametrize("config, override, built", [
-    ("params_mlp.yaml", "model.mixed_precision=true", "false"),
-    ("params_cnn_digits.yaml", "model.mixed_precision=true", "false"),
     ("params_gpt_tiny.yaml", "model.use_segment_embedding=true", "false"),
     ("params_gpt_tiny.yaml", "model.attention_type=dot_product", "scaled_dot_product"),
     ("params_transformer_tiny.yaml", "model.use_position_embedding=false", "true"),
@@ -73,7 +71,7 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
     ("params_bert_tiny_msl128.yaml", "model.position_embedding_type=fixed", "learned"),
 ])
 def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, built):
-  """mixed_precision is applied by bert, gpt and the transformer only (tf_summary and
+  """(mixed_precision is applied by every family now: tests/models/test_bf16.py; tf_summary and
   boundary_casting, which steer only the CS compiler, are kept without effect and named in the
   log: tests/test_modelzoo_tf.py); the shared transformer switches by the families that build them
   (GPT read neither use_ffn_bias nor its activation; BERT failed tracing on them): the value
@@ -86,10 +84,13 @@ def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, bu
   load_params(path, overrides=[f"{key}={built}"])
 
 
-def test_the_transformer_family_accepts_mixed_precision():
-  """It did once, then was refused as unapplied (issue 40): the Transformer now computes in
-  bfloat16 with it (tests/models/transformer: test_mixed_precision_is_accepted...)."""
-  path = os.path.join(ROOT, "configs", "params_transformer_tiny.yaml")
+@pytest.mark.parametrize("config", ["params_transformer_tiny.yaml", "params_mlp.yaml",
+                                    "params_cnn_digits.yaml", "params_vit_digits.yaml"])
+def test_every_family_accepts_mixed_precision(config):
+  """The Transformer did once, then was refused as unapplied (issue 40): it now computes in
+  bfloat16 with it (tests/models/transformer: test_mixed_precision_is_accepted...); the MLP,
+  the CNN and the ViT refused it until issue 42 (Keras's mixed_bfloat16 policy: test_bf16.py)."""
+  path = os.path.join(ROOT, "configs", config)
   assert load_params(path, overrides=["model.mixed_precision=true"])["model"]["mixed_precision"]
 
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from cerebras_tf import params as params_lib
 from cerebras_tf.errors import DataError
+from cerebras_tf.runtime import precision
 import cerebras_models.transformer  # noqa: F401  registers the model
 from cerebras_models.transformer import decoding
 from cerebras_models.transformer import input as input_lib
@@ -332,10 +333,12 @@ def test_train_predict_and_saved_model_translate_raw_text(data_dir, tmp_path):
 
 
 @pytest.mark.parametrize("pre_norm", [False, True])
-def test_mixed_precision_is_accepted_and_computes_in_bfloat16(data_dir, pre_norm):
+def test_mixed_precision_is_accepted_and_computes_in_bfloat16(data_dir, pre_norm, monkeypatch):
   """`model.mixed_precision: true` was refused for the Transformer family (issue 40). It
   computes the matmuls in bfloat16 on float32 variables; logits (and so the loss) are float32
-  and within bfloat16's rounding of the float32 model's (8 bits of mantissa: ~0.4% per op)."""
+  and within bfloat16's rounding of the float32 model's (8 bits of mantissa: ~0.4% per op).
+  bfloat16 forced: a CPU without bf16 math trains float32 (tests/models/test_bf16.py)."""
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
   p = _params(data_dir, mixed_precision=True)
   config = modeling.TransformerConfig.from_params(p["model"])
   assert config.compute_dtype == tf.bfloat16

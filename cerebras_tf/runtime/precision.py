@@ -1,0 +1,67 @@
+"""The host's compute dtype for `model.mixed_precision: true`: bfloat16 where the CPU has it.
+
+The simulated engine computes in 16 bits either way (the compiler's estimate assumes it); this
+decides only what TensorFlow computes in on the host. bfloat16 matmuls are fast on a CPU with
+avx512_bf16 or AMX (about 1.9x fp32 on an AVX-512 EPYC, issue 42); elsewhere TensorFlow
+emulates them and they are slower than fp32, so there the run trains in float32 and says so
+once. `CEREBRAS_TF_FORCE_BF16=1` computes in bfloat16 on any CPU (the tests of the bf16 path
+on hosts without it; slow). No TensorFlow here.
+"""
+
+import logging
+import os
+from typing import FrozenSet, Optional
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU with fast bf16 math
+FORCE_ENV = "CEREBRAS_TF_FORCE_BF16"
+
+_said = set()  # the fallback lines logged in this process (each once)
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> FrozenSet[str]:
+  """The first CPU's flags from /proc/cpuinfo; empty where there is no such file."""
+  try:
+    with open(path, encoding="utf-8") as fh:
+      for line in fh:
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+          return frozenset(value.split())
+  except OSError:
+    pass
+  return frozenset()
+
+
+def has_bf16(flags: Optional[FrozenSet[str]] = None) -> bool:
+  """Whether the CPU (its `flags`, else this host's) computes bfloat16 natively."""
+  flags = cpu_flags() if flags is None else flags
+  return any(f in flags for f in BF16_FLAGS)
+
+
+def forced() -> bool:
+  """CEREBRAS_TF_FORCE_BF16 set to a true value (1, true, yes)."""
+  return os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def compute_dtype(mixed_precision, flags: Optional[FrozenSet[str]] = None,
+                  log=None) -> str:
+  """"bfloat16" or "float32": the host compute dtype a model built with
+  `model.mixed_precision = mixed_precision` uses. bfloat16 needs the flag and (a CPU with
+  bf16 math or CEREBRAS_TF_FORCE_BF16); without the CPU support the fallback to float32 is
+  logged (`log`, TensorFlow's logger at WARNING by default) once per process."""
+  if not mixed_precision:
+    return "float32"
+  if forced() or has_bf16(flags):
+    return "bfloat16"
+  line = (f"model.mixed_precision: this CPU has no bfloat16 math ({' or '.join(BF16_FLAGS)} "
+          f"not in /proc/cpuinfo), where bfloat16 is slower than float32, so the model trains "
+          f"in float32 here (the engine's estimate stays 16-bit); {FORCE_ENV}=1 computes in "
+          f"bfloat16 anyway")
+  if line not in _said:
+    _said.add(line)
+    (log or logging.getLogger("tensorflow").warning)(line)
+  return "float32"
+
+
+def keras_policy(mixed_precision, flags: Optional[FrozenSet[str]] = None) -> str:
+  """The Keras dtype policy name for compute_dtype's answer: mixed_bfloat16 or float32."""
+  return "mixed_bfloat16" if compute_dtype(mixed_precision, flags) == "bfloat16" else "float32"

@@ -1,0 +1,211 @@
+"""`model.mixed_precision: true` computes in bfloat16 on a CPU with bf16 math (avx512_bf16,
+AMX) and in float32, said once, on one without (runtime/precision.py, issue 42).
+
+The development hosts are AVX2-only, so the bfloat16 path is tested here by forcing it
+(CEREBRAS_TF_FORCE_BF16=1: TensorFlow computes bfloat16 on any CPU, slowly): every family's
+training graph keeps float32 variables, runs its matmuls/convolutions (and attention) in
+bfloat16, its softmax and loss in float32; a few training steps lower the loss as float32's do.
+"""
+
+import functools
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cerebras_tf.params import load_params
+from cerebras_tf.registry import get_model
+from cerebras_tf.runtime import precision
+from cerebras_models.data import acquire
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+tf1 = tf.compat.v1
+
+_MATMULS = ("MatMul", "BatchMatMulV2", "Einsum", "Conv2D")
+_ON = {precision.FORCE_ENV: "1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision (no TensorFlow)
+
+
+def test_the_dtype_follows_the_flag_and_the_cpu(monkeypatch):
+  monkeypatch.delenv(precision.FORCE_ENV, raising=False)
+  said = []
+  assert precision.compute_dtype(False, frozenset({"avx512_bf16"}), said.append) == "float32"
+  assert precision.compute_dtype(True, frozenset({"avx512_bf16"}), said.append) == "bfloat16"
+  assert precision.compute_dtype(True, frozenset({"amx_bf16", "avx2"}), said.append) == "bfloat16"
+  assert said == []
+  monkeypatch.setattr(precision, "_said", set())
+  for _ in range(3):  # every model_fn call asks; the log says it once
+    assert precision.compute_dtype(True, frozenset({"avx2", "avx512f"}), said.append) == "float32"
+  assert len(said) == 1 and "trains in float32" in said[0] and precision.FORCE_ENV in said[0]
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  assert precision.compute_dtype(True, frozenset({"avx2"}), said.append) == "bfloat16"
+  assert precision.keras_policy(True, frozenset({"avx2"})) == "mixed_bfloat16"
+  assert len(said) == 1
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+  info = tmp_path / "cpuinfo"
+  info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 avx512_bf16\n\n"
+                  "processor\t: 1\nflags\t\t: fpu\n")
+  assert precision.cpu_flags(str(info)) == {"fpu", "avx2", "avx512_bf16"}
+  assert precision.has_bf16(precision.cpu_flags(str(info)))
+  assert precision.cpu_flags(str(tmp_path / "none")) == frozenset()
+
+
+@pytest.mark.skipif(precision.has_bf16(), reason="this CPU has bf16 math")
+def test_without_bf16_math_the_model_trains_float32_and_says_so(monkeypatch, caplog):
+  """This host: the BERT config asked for mixed precision computes float32, logged once."""
+  from cerebras_models.bert.modeling import BertConfig  # pylint: disable=import-outside-toplevel
+  monkeypatch.delenv(precision.FORCE_ENV, raising=False)
+  monkeypatch.setattr(precision, "_said", set())
+  with caplog.at_level("WARNING", logger="tensorflow"):
+    assert BertConfig.from_params({"mixed_precision": True}).dtype == "float32"
+    assert BertConfig.from_params({"mixed_precision": True}).dtype == "float32"
+  lines = [r.getMessage() for r in caplog.records if "mixed_precision" in r.getMessage()]
+  assert len(lines) == 1 and "no bfloat16 math" in lines[0], lines
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  assert BertConfig.from_params({"mixed_precision": True}).dtype == "bfloat16"
+
+
+# ---------------------------------------------------------------------------------------------
+# The graphs, forced to bfloat16
+
+
+# (params file, overrides making it small) per family
+FAMILIES = {
+    "bert": ("params_bert_tiny_msl128.yaml", ["train_input.max_sequence_length=32",
+                                               "train_input.max_predictions_per_seq=4",
+                                               "model.hidden_size=32", "model.filter_size=64",
+                                               "optimizer.learning_rate=0.01"]),
+    "gpt": ("params_gpt_tiny.yaml", ["model.num_hidden_layers=1", "model.hidden_size=32",
+                                     "model.filter_size=64"]),
+    "transformer": ("params_transformer_tiny.yaml", ["model.num_hidden_layers=1",
+                                                     "model.hidden_size=32",
+                                                     "model.filter_size=64"]),
+    "mlp": ("params_mlp.yaml", []),
+    "cnn": ("params_cnn_digits.yaml", []),
+    "vit": ("params_vit_digits.yaml", []),
+}
+
+
+def _params(family, mixed, batch=4):
+  name, overrides = FAMILIES[family]
+  params = load_params(os.path.join(ROOT, "configs", name),
+                       overrides=overrides + [f"model.mixed_precision={str(mixed).lower()}",
+                                              f"train_input.batch_size={batch}"])
+  section = params["train_input"]
+  section["shuffle"] = False
+  data = acquire.default_data_dir()  # the prepared data (the YAML's ../data_cache is a clone's)
+  for key, value in section.items():
+    if isinstance(value, str) and "/data_cache" in value:
+      section[key] = data + value.split("/data_cache", 1)[1]
+  return params
+
+
+@functools.lru_cache(maxsize=None)
+def _batches(family, batch, count=3):
+  """`count` batches (features dict, labels) of `family`'s input_fn as numpy, read once: the
+  reference input pipelines (vocab tables, tokenizing) take longer to start than the models
+  take to build, and every graph below trains on the same batches."""
+  params = _params(family, False, batch)
+  _, input_fn = get_model(params["model"]["name"]).resolve()
+  with tf.Graph().as_default():
+    iterator = tf1.data.make_initializable_iterator(
+        input_fn(params, tf.estimator.ModeKeys.TRAIN))
+    nxt = iterator.get_next()
+    with tf1.Session() as sess:
+      sess.run(tf1.tables_initializer())
+      sess.run(iterator.initializer)
+      got = [sess.run(nxt) for _ in range(count)]
+  return got
+
+
+def _train_graph(family, mixed, batch=4):
+  """(graph, loss, train_op) of `family`'s TRAIN model_fn on _batches, repeated."""
+  params = _params(family, mixed, batch)
+  model_fn, _ = get_model(params["model"]["name"]).resolve()
+  got = _batches(family, batch)
+  stacked = tf.nest.map_structure(lambda *xs: np.stack(xs), *got)
+  graph = tf.Graph()
+  with graph.as_default():
+    tf1.set_random_seed(0)
+    tf1.train.get_or_create_global_step()
+    ds = tf.data.Dataset.from_tensor_slices(stacked).repeat()
+    features, labels = tf1.data.make_one_shot_iterator(ds).get_next()
+    out = model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, params)
+  return graph, out.loss, out.train_op
+
+
+def _forward_ops(graph, loss):
+  """The ops the loss depends on (the forward pass, no gradients)."""
+  seen, todo = set(), [loss.op]
+  while todo:
+    op = todo.pop()
+    if op.name in seen:
+      continue
+    seen.add(op.name)
+    todo.extend(t.op for t in op.inputs)
+    todo.extend(op.control_inputs)
+  return [graph.get_operation_by_name(n) for n in seen]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_forced_bf16_computes_the_matmuls_in_bf16_on_fp32_weights(family, monkeypatch):
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  graph, loss, _ = _train_graph(family, mixed=True)
+  with graph.as_default():
+    weights = tf1.trainable_variables()
+  assert weights and {v.dtype.base_dtype for v in weights} == {tf.float32}, family
+  assert loss.dtype == tf.float32
+  ops = _forward_ops(graph, loss)
+  matmuls = [op for op in ops if op.type in _MATMULS]
+  in_bf16 = [op for op in matmuls if op.outputs[0].dtype == tf.bfloat16]
+  # Hand count: every matmul but the small ones the float32 ends keep (a Keras model's float32
+  # logits layer is not one: its output is cast, its Dense is bf16) is bfloat16; at least 3/4.
+  assert matmuls and len(in_bf16) >= 0.75 * len(matmuls), (
+      family, [(op.name, op.outputs[0].dtype.name) for op in matmuls if op not in in_bf16])
+  softmaxes = [op for op in ops if op.type in ("Softmax", "LogSoftmax",
+                                               "SparseSoftmaxCrossEntropyWithLogits",
+                                               "SoftmaxCrossEntropyWithLogits")]
+  assert softmaxes and all(op.outputs[0].dtype == tf.float32 for op in softmaxes), (
+      family, [(op.name, op.outputs[0].dtype.name) for op in softmaxes])
+
+
+# One per way a family builds: tf1 functions (bert; gpt and the transformer read the same
+# precision.compute_dtype, shown by the forced test), Keras layers in a model_fn, a Keras model.
+@pytest.mark.parametrize("family", ["bert", "mlp", "cnn"])
+def test_unforced_on_this_host_the_graph_is_float32(family, monkeypatch):
+  if precision.has_bf16():
+    pytest.skip("this CPU has bf16 math")
+  monkeypatch.delenv(precision.FORCE_ENV, raising=False)
+  graph, loss, _ = _train_graph(family, mixed=True)
+  dtypes = {op.outputs[0].dtype for op in _forward_ops(graph, loss) if op.type in _MATMULS}
+  assert dtypes == {tf.float32}, (family, dtypes)
+
+
+def _losses(family, mixed, steps, batch):
+  graph, loss, train_op = _train_graph(family, mixed, batch)
+  with graph.as_default(), tf1.Session(graph=graph) as sess:
+    sess.run([tf1.global_variables_initializer(), tf1.local_variables_initializer()])
+    return [sess.run([loss, train_op])[0] for _ in range(steps)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, steps, batch", [("mlp", 40, 32), ("bert", 12, 4),
+                                                  ("cnn", 30, 32)])
+def test_forced_bf16_training_lowers_the_loss_as_fp32_does(family, steps, batch, monkeypatch):
+  """Same data, same initial weights: the bfloat16 losses fall as the float32 ones do; bf16
+  rounds at 8 bits of mantissa (relative 2^-8 = 0.4% per op), so the curves agree to a few
+  percent, not bitwise. Compared over the mean of the last quarter of the steps."""
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  fp32 = _losses(family, False, steps, batch)
+  bf16 = _losses(family, True, steps, batch)
+  assert abs(bf16[0] - fp32[0]) < 0.02 * fp32[0], (bf16[0], fp32[0])  # the same start
+  tail = max(steps // 4, 2)
+  end32, end16 = np.mean(fp32[-tail:]), np.mean(bf16[-tail:])
+  assert end32 < 0.9 * fp32[0] and end16 < 0.9 * bf16[0], (fp32, bf16)
+  assert abs(end16 - end32) < 0.1 * (fp32[0] - end32) + 0.02 * end32, (fp32, bf16)
