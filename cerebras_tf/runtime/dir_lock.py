@@ -30,6 +30,18 @@ def check_local(path: str, key: str) -> None:
                       f"filesystem: use a local path (a bucket mounted with gcsfuse is one)")
 
 
+def check_readable(model_dir: str) -> None:
+  """TensorFlow's checkpoint reader takes its path as a glob pattern: under a model_dir named
+  `runs/bert[2]` every checkpoint is written and none is ever read back (the resume said
+  "checkpoint ... is corrupt")."""
+  found = sorted(set("[]*?") & set(model_dir))
+  if found:
+    raise ConfigError(
+        f"model_dir {model_dir} contains {' '.join(found)}, which TensorFlow's checkpoint "
+        f"reader takes as a glob pattern: its checkpoints could be written but never read "
+        f"back; choose a name without [ ] * ?")
+
+
 def _owner_message(model_dir: str, holder: str) -> str:
   return (f"model_dir {model_dir} is in use by another training run ({holder}); wait for it "
           "to finish, or use another model_dir")
