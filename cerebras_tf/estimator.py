@@ -84,12 +84,12 @@ class _CerebrasMethods:
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners, use_cs, run_max_steps):
     restore_from = checkpoints.resume_point(self.model_dir)
     self._say_warm_start_skipped(restore_from)
-    if max_steps is not None and restore_from and checkpoints.current_step(self.model_dir) >= max_steps:
+    at = None if max_steps is None or not restore_from else checkpoints.current_step(self.model_dir)
+    if at is not None and at >= max_steps:
       # tf.estimator returns at once and says so only at INFO, in the log file.
       tf.compat.v1.logging.warning(
           "cerebras_tf: %s is at step %d already, max_steps is %d: nothing to train; raise "
-          "max_steps, or give steps=N to train N more", self.model_dir, checkpoints.current_step(self.model_dir),
-          max_steps)
+          "max_steps, or give steps=N to train N more", self.model_dir, at, max_steps)
     if not self._saves_checkpoints():
       tf.compat.v1.logging.warning(
           "cerebras_tf: checkpoints are off (save_checkpoints_steps and save_checkpoints_secs "
@@ -357,7 +357,7 @@ def _keras_parts(model, model_dir, config, custom_objects=None, metric_names_map
   if model_dir is not None or config.model_dir is None:
     config = config.replace(model_dir=model_dir or tempfile.mkdtemp())
   # The warm-start checkpoint is read by weight servers in another directory.
-  config = config.replace(model_dir=_absolute(config.model_dir))
+  config = config.replace(model_dir=dir_lock.absolute(config.model_dir))
   model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
                                                  export_outputs)
   return model_fn, config, keras_model_lib.save_warm_start(model, config, custom_objects)
@@ -415,7 +415,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                                       None if only_batch and not takes_params else params)
     self._user_model_fn = model_fn
     # Weight servers (another directory) run the restore ops: checkpoint paths are absolute.
-    self._init_checkpoint = _absolute(init_checkpoint)
+    self._init_checkpoint = dir_lock.absolute(init_checkpoint)
     warm_start_from = _absolute_warm_start(warm_start_from)
     self._default_use_cs = bool(use_cs)
     # What the current call tells the graph being built (model_fn_wrapper.CallContext).
@@ -430,9 +430,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     # run makes it absolute for the processes it starts elsewhere (_runtime_for).
     config = CSRunConfig() if config is None else config
     # `~` expanded (a directory named "~" is never what was meant); relative stays relative.
-    model_dir = _home(model_dir)
-    if _home(config.model_dir) != config.model_dir:
-      config = config.replace(model_dir=_home(config.model_dir))
+    model_dir = dir_lock.expand_home(model_dir)
+    if dir_lock.expand_home(config.model_dir) != config.model_dir:
+      config = config.replace(model_dir=dir_lock.expand_home(config.model_dir))
     # `params or {}`: what tf.estimator keeps anyway, and its check of the wrapper (which takes
     # params) then does not warn "includes params argument" for every model_fn.
     wrapped = model_fn_wrapper.wrap(model_fn, lambda: self._call, lambda: self.model_dir,
@@ -443,7 +443,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     dir_lock.check_readable(self.model_dir)
     if compile_dir:
       dir_lock.check_local(compile_dir, "compile_dir")
-    self._compile_dir = _absolute(compile_dir) or os.path.join(self.model_dir, "cs_compile")
+    self._compile_dir = dir_lock.absolute(compile_dir) or os.path.join(self.model_dir, "cs_compile")
     self._compiler = compile_lib.Compiler(self._compile_dir)
     _hint_onednn_once()
 
@@ -543,7 +543,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     config = self.config
     if not isinstance(config, CSRunConfig):
       config = CSRunConfig.from_run_config(config)
-    return config.replace(model_dir=_absolute(config.model_dir))
+    return config.replace(model_dir=dir_lock.absolute(config.model_dir))
 
   def _resolve_use_cs(self, use_cs) -> bool:
     return self._default_use_cs if use_cs is None else bool(use_cs)
@@ -678,23 +678,13 @@ def _as_cs_run_config(config) -> CSRunConfig:
   return config if isinstance(config, CSRunConfig) else CSRunConfig.from_run_config(config)
 
 
-def _absolute(path: Optional[str]) -> Optional[str]:
-  """A local path made absolute, `~` expanded (as scripts/run.py does); None and URLs
-  (gs://...) as they are."""
-  return os.path.abspath(os.path.expanduser(path)) if path and "://" not in path else path
-
-
-def _home(path: Optional[str]) -> Optional[str]:
-  return os.path.expanduser(path) if path and "://" not in path else path
-
-
 def _absolute_warm_start(warm_start_from):
   """`warm_start_from` (a path or WarmStartSettings) with its checkpoint path absolute."""
   if isinstance(warm_start_from, str):
-    return _absolute(warm_start_from)
+    return dir_lock.absolute(warm_start_from)
   if isinstance(warm_start_from, tf.estimator.WarmStartSettings):
     return warm_start_from._replace(
-        ckpt_to_initialize_from=_absolute(warm_start_from.ckpt_to_initialize_from))
+        ckpt_to_initialize_from=dir_lock.absolute(warm_start_from.ckpt_to_initialize_from))
   return warm_start_from
 
 
