@@ -567,8 +567,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     hooks its scope asks the train call to add."""
     config = self._engine_config()
     runtime = strategies.runtime_for(plan, config, config.model_dir, self.cs_config)
-    # tf.estimator copies these five out of its RunConfig when it is built; a train call with
-    # another runtime swaps them, and puts them back after.
+    # tf.estimator copies these five out of its RunConfig when it is built, and its train
+    # reads them there (no public setter, no per-call argument); the runtime's config exists
+    # only once the plan does, so a train call swaps them and puts them back after: the face's
+    # only writes of the base class's fields.
     saved = (self._config, self._train_distribution, self._session_config, self._device_fn,
              self._model_dir)
     # tf.estimator's own `loss = ..., step = ...` line and steps/s summary stay (INFO: at
