@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig
 from cerebras_tf.errors import ConfigError
-from cerebras_tf.runtime import strategies
+from cerebras_tf.runtime import checkpoints, strategies
 from cerebras_models.mlp.model import model_fn
 from estimator_fixtures import PARAMS, ROOT, config_in, train_input_fn
 
@@ -42,7 +42,7 @@ def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, capl
   assert plan.execution_strategy == "multi_replica" and plan.num_replicas > 2
   assert plan.reason.startswith(f"multi_replica (R={plan.num_replicas}) ")
   assert plan.batching.host_replicas == 1 and plan.batching.per_host_replica == 256
-  assert asked[0] == 2 and est._current_step() == 2
+  assert asked[0] == 2 and checkpoints.current_step(est.model_dir) == 2
   logged = caplog.text
   assert f"R={plan.num_replicas} replicas on the engine (chosen by auto); the host trains them " \
          f"as 1 replica(s) of 256 samples" in logged

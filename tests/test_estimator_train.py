@@ -262,7 +262,7 @@ def test_validate_only_names_unsupported_op_type_and_source_line(tmp_path, kind,
   msg = str(err.value)
   assert f"of type {op_type}" in msg
   line = line_of(__file__, f"LINE-MARK {kind}")
-  assert f"test_estimator.py:{line}" in msg
+  assert f"test_estimator_train.py:{line}" in msg
   assert "\n" not in msg
 
 
@@ -391,7 +391,7 @@ def test_an_input_fn_whose_argument_has_another_name_is_told_the_names(tmp_path)
   """`lambda p: ...`: tf.estimator passes params by name, so the call failed with Python's
   "missing 1 required positional argument: 'p'" from inside our wrapper."""
   est = CerebrasEstimator(model_fn, config=config_in(tmp_path), params=PARAMS)
-  with pytest.raises(ConfigError, match=r"<lambda> \(.*test_estimator.py:\d+\) requires "
+  with pytest.raises(ConfigError, match=r"<lambda> \(.*test_estimator_train.py:\d+\) requires "
                                         r"argument\(s\) 'p', but tf.estimator passes arguments "
                                         r"by name, only config, input_context, mode, params: "
                                         r"rename 'p'"):
