@@ -34,7 +34,7 @@ from cerebras_tf.engine import report
 from cerebras_tf.errors import (ConfigError, DataError, FitError, ModelFnError,
                                 NonFiniteLossError, TrainingError, defined_at, disk_full,
                                 keeping_kind, tf_error_text)
-from cerebras_tf.input_pipeline import batch_size_for_mode  # noqa: F401  (public here too)
+from cerebras_tf.input_pipeline import batch_size_for_mode
 from cerebras_tf.model_fn_wrapper import CallContext, EngineRun
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, input_fns, logs,

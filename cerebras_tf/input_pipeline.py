@@ -21,8 +21,9 @@ from cerebras_tf.runtime.input_fns import call_with_supported_args
 
 ModeKeys = tf.estimator.ModeKeys
 
+# The params section each mode's batch is read from (predict batches as eval does).
 SECTION = {ModeKeys.TRAIN: "train_input", ModeKeys.EVAL: "eval_input",
-            ModeKeys.PREDICT: "eval_input"}
+           ModeKeys.PREDICT: "eval_input"}
 
 
 def batch_size_for_mode(params: dict, mode: str) -> Optional[int]:
