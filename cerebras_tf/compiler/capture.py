@@ -398,7 +398,8 @@ def user_line(error: BaseException) -> str:
   autograph converted (a model_fn under a distribution strategy) runs as generated files;
   its error carries the frames of the source it came from."""
   here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  ours = tuple(os.path.join(here, d) for d in ("compiler", "estimator.py", "runtime"))
+  ours = tuple(os.path.join(here, d) for d in ("compiler", "estimator.py", "input_pipeline.py",
+                                               "model_fn_wrapper.py", "runtime"))
   frames = [(f.filename, f.lineno) for f in traceback.extract_tb(error.__traceback__)]
   metadata = getattr(error, "ag_error_metadata", None)
   if metadata is not None:  # innermost first

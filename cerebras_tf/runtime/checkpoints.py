@@ -18,6 +18,9 @@ a checkpoint of another model, and non-finite checkpoints after a NaN.
   is refused by name and shape before any file is written (`check_matches`).
 * After a NaN, the checkpoints that hold non-finite values are moved to `<model_dir>/nonfinite/`
   so that the latest checkpoint is the last finite one (`drop_nonfinite`).
+* The resume order: which checkpoint a train call resumes from (`resume_point`, then
+  `resume_order` once its input is known), which one evaluate/predict read (`to_read`), and
+  when they take the newest again because training deleted theirs (`vanished`).
 """
 
 import glob
@@ -30,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.ops import iterator_ops  # GLOBAL_ITERATORS: what the hook saves
 
-from cerebras_tf.errors import ConfigError, DataError
+from cerebras_tf.errors import ConfigError, DataError, NonFiniteLossError, disk_full_path
 from cerebras_tf.runtime import ckpt_files
 from cerebras_tf.runtime.hooks import input_ran_out
 from cerebras_tf.runtime.ckpt_files import list_checkpoints, step_of
@@ -325,6 +328,62 @@ def latest(model_dir: str) -> Optional[str]:
   return found
 
 
+# --- the resume order: which checkpoint a call reads, and in what order it is put right ------
+
+def resume_point(model_dir: str) -> Optional[str]:
+  """The checkpoint a train call resumes from, read before anything is written: the state file
+  and a corrupt latest checkpoint are put right first (ensure_restorable). None: no checkpoint.
+  Once the run's input is known, `resume_order` may move it."""
+  ensure_restorable(model_dir)
+  return latest(model_dir)
+
+
+def resume_order(model_dir: str, input_signature: Optional[str], is_chief: bool) -> Optional[str]:
+  """The checkpoint a train call resumes from once it knows its input. A run that saves its
+  input pipeline's position (`input_signature`: the traced input's, CompileResult's) resumes
+  model and input from the newest step that has both, after retiring a position saved from
+  other input (match_input_state, align_input_state). A run that saves none (None) retires
+  the last one saved, on the chief only: other tasks of a cluster share the model_dir."""
+  if input_signature is None:
+    if is_chief:
+      retire_input_state(model_dir)
+  else:
+    match_input_state(model_dir, input_signature)
+    align_input_state(model_dir)
+  return latest(model_dir)
+
+
+def to_read(model_dir: str, checkpoint_path: Optional[str]) -> Optional[str]:
+  """The checkpoint evaluate/predict restore: the one named (checked whole: a copy cut short is
+  one line, not RestoreV2's), else the latest; None for none (tf.estimator then runs the
+  initializers, or a warm start, and says "Could not find trained model")."""
+  if checkpoint_path:
+    if not tf.io.gfile.isdir(checkpoint_path):
+      check_whole(checkpoint_path)
+    return checkpoint_path
+  return latest(model_dir)
+
+
+# evaluate/predict of the latest checkpoint start again this often when a training run deletes
+# it mid-read (a run saving every few seconds with keep_checkpoint_max 2, say).
+VANISHED_RETRIES = 3
+
+
+def vanished(restore_from: Optional[str], named: bool, attempt: int, error) -> bool:
+  """Whether evaluate/predict of the latest checkpoint should start again (its `attempt`-th
+  try failed with `error`): a training run on the same model_dir deleted `restore_from` (it
+  keeps keep_checkpoint_max) before it was restored. A checkpoint the caller `named` is not
+  swapped for another."""
+  gone = restore_from and not tf.io.gfile.exists(restore_from + ".index")
+  if not gone or named or attempt >= VANISHED_RETRIES:
+    return False
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: %s was deleted while being read (a training run on this model_dir keeps "
+      "its newest checkpoints only); taking the newest (%s)",
+      os.path.basename(restore_from), type(error).__name__)
+  return True
+
+
 def _fmt_shape(shape) -> str:
   return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -525,6 +584,51 @@ def remove_partial_writes(model_dir: str) -> List[str]:
       continue
     removed.append(name)
   return sorted(removed)
+
+
+def after_nonfinite(model_dir: str, error) -> str:
+  """After a NaN/Inf loss (`error`: NonFiniteLossError, or tf.estimator's NanLossDuringTraining
+  Error): moves the non-finite checkpoints aside (drop_nonfinite); the message says which
+  checkpoint is now latest and what to change."""
+  kept, moved = drop_nonfinite(
+      model_dir, error.step if isinstance(error, NonFiniteLossError) else None)
+  what = (f"loss is {error.loss} at step {error.step}" if isinstance(error, NonFiniteLossError)
+          else "loss is NaN (tf.estimator's NanTensorHook)")
+  if moved:
+    where = (f"the latest checkpoint is now {os.path.basename(kept)}, the last one before "
+             f"the loss diverged" if kept else "no checkpoint from before the divergence is left")
+    saved = (f"{where} ({len(moved)} checkpoint(s) of the diverged weights moved to "
+             f"{os.path.join(model_dir, 'nonfinite')})")
+  else:
+    saved = (f"the latest checkpoint {os.path.basename(kept)} is finite" if kept
+             else "no checkpoint was written")
+  return (f"{what}: training stopped; {saved}; lower optimizer.learning_rate, set "
+          f"optimizer.max_gradient_norm, or enable loss scaling")
+
+
+def after_disk_full(model_dir: str, error) -> str:
+  """After a write failed for a full disk: removes its partial files; the message says what is
+  intact and what to do."""
+  remove_partial_writes(model_dir)
+  kept = ensure_restorable(model_dir, log=lambda _: None)
+  where = disk_full_path(error)
+  saved = (f"checkpoints up to {os.path.basename(kept)} are intact" if kept
+           else "no checkpoint was written")
+  return (f"disk full while writing {where or model_dir}: training stopped; {saved} "
+          f"and partial files "
+          f"were removed; free some space (or choose another --model_dir) and rerun the "
+          f"same command to resume")
+
+
+def current_step(model_dir: str) -> int:
+  """The global step of model_dir's latest checkpoint; 0 without one (or without the step)."""
+  ckpt = tf.train.latest_checkpoint(model_dir)
+  if not ckpt:
+    return 0
+  try:
+    return int(tf.train.load_variable(ckpt, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+  except (tf.errors.NotFoundError, ValueError):
+    return 0
 
 
 def check_whole(prefix: str) -> None:

@@ -3,13 +3,17 @@
 Two runs on one model_dir interleave their checkpoints, and the second one's resume reads the
 first one's half-written files. `CerebrasEstimator.train` takes the lock for every training
 call and the CLI for a whole train_and_eval, so it is re-entrant within a thread.
+
+The path rules of a model_dir live here too: local (`check_local`), readable back by
+TensorFlow's checkpoint reader (`check_readable`), `~` expanded and, for processes that run in
+another directory, absolute (`expand_home`, `absolute`).
 """
 
 import contextlib
 import fcntl
 import os
 import threading
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import tf_config
@@ -28,6 +32,29 @@ def check_local(path: str, key: str) -> None:
     raise ConfigError(f"{key} {path} is a filesystem URL; cerebras_tf keeps its run lock, "
                       f"compile reports and input positions beside the checkpoints on a local "
                       f"filesystem: use a local path (a bucket mounted with gcsfuse is one)")
+
+
+def check_readable(model_dir: str) -> None:
+  """TensorFlow's checkpoint reader takes its path as a glob pattern: under a model_dir named
+  `runs/bert[2]` every checkpoint is written and none is ever read back (the resume said
+  "checkpoint ... is corrupt")."""
+  found = sorted(set("[]*?") & set(model_dir))
+  if found:
+    raise ConfigError(
+        f"model_dir {model_dir} contains {' '.join(found)}, which TensorFlow's checkpoint "
+        f"reader takes as a glob pattern: its checkpoints could be written but never read "
+        f"back; choose a name without [ ] * ?")
+
+
+def absolute(path: Optional[str]) -> Optional[str]:
+  """A local path made absolute, `~` expanded (as scripts/run.py does); None and URLs
+  (gs://...) as they are."""
+  return os.path.abspath(os.path.expanduser(path)) if path and "://" not in path else path
+
+
+def expand_home(path: Optional[str]) -> Optional[str]:
+  """`~` expanded (a directory named "~" is never what was meant); relative stays relative."""
+  return os.path.expanduser(path) if path and "://" not in path else path
 
 
 def _owner_message(model_dir: str, holder: str) -> str:

@@ -8,11 +8,17 @@ cgroup the process runs in (v2 `memory.max` - `memory.current`, v1 `memory.limit
 it); and the process's address-space and data rlimits (`ulimit -v`, `ulimit -d`) less what it
 already maps. Reading only the machine's memory let a job under `ulimit -v` 4 GiB start a 4.3 GB
 model and end in a 167-line ResourceExhaustedError.
+
+`check_holds` compares that with what a compiled model needs here before a training run starts.
 """
 
 import os
 import resource
 from typing import Iterable, List, Optional, Tuple
+
+from cerebras_tf.core import ir, plans
+from cerebras_tf.errors import FitError
+from cerebras_tf.runtime import tf_config
 
 # cgroup v1 writes "no limit" as the largest page-aligned int64 (9223372036854771712).
 _NO_LIMIT = 2 ** 62
@@ -117,3 +123,51 @@ def available_bytes(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgrou
           _rlimit_left(status, rlimits)]
   known = [n for n in left if n is not None]
   return min(known) if known else None
+
+
+def check_holds(graph: ir.LayerGraph, plan: plans.Plan) -> None:
+  """TensorFlow runs the numerics on this machine, in float32: weights, gradients and optimizer
+  slots (a copy per host replica), and the activations the gradient reads, for this worker's
+  share of the batch. A model whose state cannot fit here made the weight server segfault on
+  allocation, four restarts and minutes later; a 2048x2048 CNN at batch 16 (21 GB of kept
+  activations, 24 GB free) ended in an allocator dump and a segfault (exit 139). Weight
+  streaming with a TF_CONFIG cluster's own weight servers keeps the state on their hosts.
+
+  The activations counted are a lower bound (TensorFlow's backward pass needs more on top: the
+  CNN above peaked at about 1.4x), so only a run that cannot fit is refused.
+
+  Args:
+    graph, plan: a compile's traced graph (state and kept-activation bytes) and its plan (the
+      batch split over this worker's host replicas; weight streaming).
+  Raises:
+    FitError: naming both sizes, what is available, and what to lower.
+  """
+  cluster = tf_config.current()
+  remote_state = plan.mode.streams_weights and cluster and cluster.ps
+  batching_ = plan.batching
+  copies = max(1, batching_.host_replicas_per_worker)
+  state = 0 if remote_state else graph.state_bytes * copies
+  activations = graph.host_activation_bytes * batching_.per_worker
+  need, have = state + activations, available_bytes()
+  if have is None or need <= have:
+    return
+  parts = []
+  if state:
+    parts.append(f"{_fmt_bytes(state)} for {graph.num_params:,} float32 parameters with "
+                 f"their gradients and {graph.optimizer} state"
+                 f"{f', {copies} host replicas' if copies > 1 else ''}")
+  if activations:
+    parts.append(f"{_fmt_bytes(activations)} at least for the activations the gradient "
+                 f"reads, {batching_.per_worker} samples a step")
+  fix = ("make the model smaller" if state > have
+         else "lower train_input.batch_size (params['batch_size']), or the input size")
+  raise FitError(
+      f"training this model on this machine needs about {_fmt_bytes(need)} of memory "
+      f"(TensorFlow runs the numerics here: {'; '.join(parts)}), and {_fmt_bytes(have)} "
+      f"is available; the engine's answers (fit, speed, placement) need no training "
+      f"(--compile_only, or CerebrasEstimator.compile); to train here, {fix}")
+
+
+def _fmt_bytes(n: float) -> str:
+  """As the reports print memory (engine/report.fmt_bytes): '115.01 KB', '512 B'."""
+  return f"{n:.0f} B" if n < 1e3 else plans.fmt_gb(n)

@@ -105,6 +105,14 @@ def non_chief_task() -> Optional[TFConfig]:
   return cluster
 
 
+def eval_name_of_this_task() -> Optional[str]:
+  """None (model_dir/eval) on the chief or without a cluster; "worker_0" on worker 0, so its
+  events go to model_dir/eval_worker_0: tasks evaluating in the same second wrote the same
+  event file name into model_dir/eval and clobbered the chief's."""
+  cluster = non_chief_task()
+  return None if cluster is None else f"{cluster.task_type}_{cluster.task_index}"
+
+
 def current() -> Optional[TFConfig]:
   """This process's TF_CONFIG, parsed (None when it is not set)."""
   return parse(os.environ.get("TF_CONFIG"))

@@ -1,0 +1,339 @@
+"""The graph lints of a training call: what tf.estimator and tf.distribute run without a word
+but a user would not want (the engine's batch split against the host's, one replica's value
+taken for the global one, updates the train_op never runs, a global step never advanced).
+
+Each reads the tf.Graph the face's model_fn wrapper built, and warns once per training call
+(or raises ModelFnError where the run could never end); none changes the graph. The face
+calls them from its training-loop override (`check_global_step_advances`,
+`say_updates_not_run`, and for an engine run `say_data_parallel`), from the model_fn wrapper
+(`say_summed_loss_across_replicas`), and where the replicas' model_fn calls or merge step fail
+(`merge_in_cond_message`, `mixed_policy_across_replicas`).
+"""
+
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from cerebras_tf.compiler import capture as capture_lib
+from cerebras_tf.compiler import lower as lower_lib
+from cerebras_tf.core import plans
+from cerebras_tf.errors import ModelFnError, defined_at
+
+
+def say_data_parallel(graph, distribution, hooks, loss, batch_norm_layers: Sequence[str],
+                      plan: plans.Plan) -> None:
+  """The lints of an engine run's training graph, where the host's replicas (`distribution`,
+  None for one device) split the batch as the plan says.
+
+  Args:
+    graph: the training tf.Graph; `loss` its (reduced) loss tensor.
+    hooks: the session hooks that read tensors (the call's and the spec's training hooks).
+    batch_norm_layers: the compiled graph's batch-norm layers (ir.LayerGraph).
+  """
+  say_per_replica_variables(graph, distribution)
+  say_per_replica_clipping(graph, distribution)
+  say_replica_values(graph, distribution, hooks, loss)
+  say_batch_norm_statistics(batch_norm_layers, plan)
+
+
+def check_global_step_advances(train_op, global_step, hooks, who: str) -> None:
+  """A step limit (StopAtStepHook) that the train_op never reaches: tf.estimator would train
+  forever. Refused when nothing of the user's can stop it; else said, as a hook may."""
+  if not any(isinstance(h, tf.compat.v1.train.StopAtStepHook) for h in hooks) \
+      or capture_lib.writes_reached(train_op, [global_step]):
+    return
+  what = (f"{who}: its train_op does not advance the global step, so steps/max_steps is "
+          f"never reached")
+  fix = ("pass global_step=tf.compat.v1.train.get_global_step() to minimize() or "
+         "apply_gradients(), or group tf.compat.v1.assign_add(global_step, 1) into the "
+         "train_op")
+  if not any(_users(h) for h in hooks):
+    raise ModelFnError(f"{what} and training would never end: {fix}")
+  tf.compat.v1.logging.warning("cerebras_tf: %s: training ends when a hook stops it; %s",
+                               what, fix)
+
+
+def merge_in_cond_message(error, user_model_fn) -> str:
+  """A model_fn that applies its update inside a tf.cond or loop (its own gradient
+  accumulation, usually) under host replicas: tf.distribute merges the replicas' gradients in
+  apply_gradients, and cannot inside a cond; its error is a paragraph about tf.function."""
+  where = capture_lib.user_line(error) or f"model_fn{defined_at(user_model_fn)}: "
+  return (f"{where}the model_fn applies its update inside a tf.cond or a loop (gradient "
+          f"accumulation?), which data-parallel host replicas cannot run: tf.distribute "
+          f"merges the replicas' gradients in apply_gradients, and cannot inside a cond; "
+          f"accumulate with cerebras_models.optimization.build_train_op "
+          f"(optimizer.grad_accum_steps, which merges first), raise the batch instead, or "
+          f"train pipelined")
+
+
+def _users(hook) -> bool:
+  """Whether a session hook is the user's (not TensorFlow's, nor one of ours)."""
+  return not type(hook).__module__.startswith(("tensorflow", "cerebras_tf"))
+
+
+_CROSS_REPLICA_UPDATE = re.compile(r"(^|/)update_\d+(_\d+)?/")
+
+
+def say_per_replica_variables(graph, distribution) -> None:
+  """Under data parallelism (multi_replica), a non-trainable variable the step writes (a
+  counter) with aggregation NONE gets one copy per host replica, each updated by its own
+  replica, and a read sees the first: `examples_seen` counted half the examples on 2 replicas.
+  tf.distribute says nothing in graph mode; this says it once per training call."""
+  if not isinstance(distribution, (tf.distribute.MirroredStrategy,
+                                   tf.distribute.MultiWorkerMirroredStrategy)):
+    return
+  # Writes from a replica's own step; strategy.extended.update (an optimizer's apply) writes
+  # every copy alike, under `update_<device>` scopes; initializers end in /Assign; a Saver
+  # the model_fn made (in its scaffold) writes what it restores.
+  written = {op.inputs[0].name for op in graph.get_operations()
+             if op.type in ("AssignAddVariableOp", "AssignSubVariableOp", "AssignVariableOp")
+             and op.inputs and not op.name.endswith("/Assign")
+             and not _CROSS_REPLICA_UPDATE.search(op.name) and not _restores(op)}
+  for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+    copies = getattr(v, "values", None)
+    if (v.trainable or getattr(v, "aggregation", None) != tf.VariableAggregation.NONE
+        or not copies or len(copies) < 2):
+      continue
+    if any(c.handle.name in written for c in copies):
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: %s is written by the training step with aggregation NONE: each of "
+          "the %d host replicas keeps its own copy, and a read (a checkpoint) sees the "
+          "first's; create it with aggregation=tf.VariableAggregation.SUM (a count) or MEAN",
+          v.name.split(":")[0], len(copies))
+
+
+def say_batch_norm_statistics(norms: Sequence[str], plan: plans.Plan) -> None:
+  """Batch normalization takes its statistics over one group of samples: on the engine one
+  replica's (multi_replica) or one micro-batch of one system's (weight streaming), on the host
+  one host replica's. Said once per training call: the plan's own note when the engine's
+  groups have fewer than batching.BATCH_NORM_MIN_SAMPLES samples (with 1, a dense feature's
+  variance is 0), and, when the host groups the batch differently, both splits and the
+  setting that makes them one. `norms`: the compiled graph's batch-norm layers
+  (`ir.LayerGraph.batch_norm_layers`)."""
+  split = plan.batching
+  if not norms:
+    return
+  if not split.keeps_batch_norm:
+    note = next((n for n in plan.notes if n.startswith("batch normalization (")), None)
+    if note:
+      tf.compat.v1.logging.warning("cerebras_tf: %s", note)
+  engine, host = split.batch_norm_groups, split.host_replicas
+  if engine == host:
+    return
+  shown = ", ".join(norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
+  if plan.mode.replicates:
+    on_engine = (f"the multi_replica plan's {split.engine_replicas} engine replicas see "
+                 f"{split.per_engine_replica} sample(s) each")
+    fix = (f"csconfig.num_replicas={host} makes the engine's replicas the host's, or train "
+           f"pipelined (one replica, the whole batch of {split.global_batch})")
+  elif plan.mode.streams_weights:
+    on_engine = (f"the weight-streaming plan's {split.num_systems} system(s) x "
+                 f"{split.micro_batches} micro-batch(es) see {split.batch_norm_samples} "
+                 f"sample(s) each")
+    fixes = []
+    if split.micro_batches > 1:
+      fixes.append(f"the host does not micro-batch: csconfig.micro_batch_size="
+                   f"{split.per_system} (the whole per-system batch, if the wafer holds it)")
+    if split.num_systems != host:
+      fixes.append(f"{split.num_systems} host replicas (one a system: run in a fresh process, "
+                   f"or call cerebras_tf.runtime.strategies.reserve_logical_cpus("
+                   f"{split.num_systems}) before building the model)")
+    fix = " and ".join(fixes) + " make the engine's groups the host's"
+  else:
+    on_engine = f"the {plan.execution_strategy} plan normalizes over the whole batch"
+    fix = "training on one worker reproduces the engine's"
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: batch normalization (%s) takes its statistics over one group of samples: "
+      "%s, this host trains %d replica(s) of %d, so these losses are not the engine's%s; %s",
+      shown, on_engine, host, split.per_host_replica,
+      " (the statistics of 1 sample are that sample's own)" if split.batch_norm_samples == 1
+      else "", fix)
+
+
+def say_summed_loss_across_replicas(loss) -> None:
+  """A loss summed over the batch (tf.reduce_sum) under data parallelism: each host replica
+  sums its 1/R share, and tf.distribute's optimizers, taking the loss for a mean, divide the
+  replicas' gradients by R, so every update is 1/R of the one-device one (SGD's step halved on
+  2 replicas, silently). Said once per graph, from the first replica."""
+  ctx = tf.distribute.get_replica_context()
+  if not tf.distribute.has_strategy() or ctx is None or ctx.num_replicas_in_sync < 2:
+    return
+  r = ctx.num_replicas_in_sync
+  if tf.get_static_value(ctx.replica_id_in_sync_group) not in (0, None):
+    return
+  if tf.compat.v1.distribute.get_loss_reduction() != tf.distribute.ReduceOp.MEAN:
+    return  # tf.compat.v1.losses with reduction=SUM: the optimizer does not divide
+  op = loss.op
+  while op.type in ("Identity", "Cast") and op.inputs:
+    op = op.inputs[0].op
+  rank = op.inputs[0].shape.rank if op.type == "Sum" else None
+  axes = tf.get_static_value(op.inputs[1]) if rank else None
+  if axes is None or 0 not in {int(a) % rank for a in np.atleast_1d(axes)}:
+    return
+  where = lower_lib.user_source(op)
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: %sthe loss is a sum over the batch (tf.reduce_sum): each of the %d host "
+      "replicas sums its 1/%d share and the optimizer, taking the loss for a mean, divides "
+      "their gradients by %d, so each update is 1/%d of the one-device one; use a mean, or "
+      "tf.compat.v1.losses.* with reduction=SUM (the optimizer then does not divide)",
+      f"{where}: " if where else "", r, r, r, r)
+
+
+_SUMMARY_OPS = ("ScalarSummary", "HistogramSummary", "ImageSummary", "AudioSummaryV2",
+                "TensorSummaryV2", "WriteScalarSummary", "WriteHistogramSummary",
+                "WriteSummary", "WriteImageSummary")
+
+
+_REPLICA_SCOPE = re.compile(r"^replica_\d+/")
+
+
+def _reads_the_batch(tensor, limit: int = 100000) -> bool:
+  """Whether `tensor`'s value comes from the input batch (an iterator's output), so each
+  host replica has its own; a learning rate or a weight norm is the same in all."""
+  seen, stack = set(), [tensor.op]
+  while stack and len(seen) < limit:
+    op = stack.pop()
+    if op in seen:
+      continue
+    seen.add(op)
+    if op.type in ("IteratorGetNext", "IteratorGetNextSync", "MultiDeviceIteratorGetNextFromShard"):
+      return True
+    stack.extend(t.op for t in op.inputs)
+  return False
+
+
+def replica_valued(graph, hooks, loss=None) -> Sequence[str]:
+  """The user's summaries (by tag) and hook-read tensors (by name) whose value is one host
+  replica's under data parallelism: made in the model_fn from the batch, outside the
+  framework's global loss. tf.estimator writes replica 0's; the loss summary is the reduced
+  one."""
+  names = []
+  loss_op = loss.op if loss is not None else None
+  for op in graph.get_operations():
+    if op.type not in _SUMMARY_OPS or _REPLICA_SCOPE.match(op.name):
+      continue
+    tag_t, value = (op.inputs[0], op.inputs[1]) if op.type.endswith("Summary") or \
+        op.type == "TensorSummaryV2" else (op.inputs[2], op.inputs[3])
+    if value.op is loss_op or not _reads_the_batch(value):
+      continue
+    tag = tf.get_static_value(tag_t)
+    tag = tag.decode() if isinstance(tag, bytes) else op.name
+    if tag not in ("loss",):
+      names.append(f"summary '{tag}'")
+  for hook in hooks:
+    tensors = getattr(hook, "_tensors", None)  # LoggingTensorHook and the like
+    if not isinstance(tensors, dict):
+      continue
+    for tag, t in tensors.items():
+      try:
+        t = graph.as_graph_element(t) if not isinstance(t, tf.Tensor) else t
+      except (KeyError, ValueError, TypeError):
+        continue
+      if isinstance(t, tf.Tensor) and t.graph is graph and t.op is not loss_op and \
+          _reads_the_batch(t):
+        names.append(f"{type(hook).__name__} tensor '{t.name}'")
+  return names
+
+
+def say_replica_values(graph, distribution, hooks, loss) -> None:
+  """In multi_replica each host replica trains on 1/R of the batch; a summary the model_fn
+  writes, or a tensor a hook reads by name, is replica 0's value on its share, not the
+  global one (only the loss is reduced over the replicas). Said once per training call,
+  naming them."""
+  replicas = getattr(distribution, "num_replicas_in_sync", 1)
+  if replicas < 2:
+    return
+  names = replica_valued(graph, hooks, loss)
+  if names:
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: in multi_replica each of the %d host replicas trains on 1/%d of the "
+        "batch, and these hold replica 0's value on its share, not the global one: %s (the "
+        "loss is the global mean); average them in a metric, or train pipelined to see the "
+        "whole batch's", replicas, replicas, ", ".join(names))
+
+
+_GLOBAL_NORM_CLIP = re.compile(r"(?:^|/)clip_by_global_norm(?:_\d+)?/")
+
+
+def say_per_replica_clipping(graph, distribution) -> None:
+  """A model_fn that clips its gradients by their global norm (google-research/bert's
+  optimizer does) clips, under data parallelism, each host replica's 1/R share of the
+  gradient by the whole limit: the update can be up to R times the one-device step (the
+  reference models' optimizer sums first). tf.distribute says nothing; this names the line,
+  once per training call."""
+  replicas = getattr(distribution, "num_replicas_in_sync", 1)
+  if replicas < 2:
+    return
+  for op in graph.get_operations():
+    if _GLOBAL_NORM_CLIP.search(op.name) and not lower_lib.built_by_cerebras_tf(op):
+      where = lower_lib.user_source(op)
+      tf.compat.v1.logging.warning(
+          "cerebras_tf: %sthe model_fn clips its gradients by their global norm in each of "
+          "the %d host replicas: each clips its own 1/%d share by the whole limit, so a "
+          "clipped update is up to %dx the one-device one; clip the replicas' sum (the "
+          "reference optimizer, cerebras_models.optimization.build_train_op, does), or "
+          "train pipelined", f"{where}: " if where else "", replicas, replicas, replicas)
+      return
+
+
+def say_updates_not_run(graph, train_op, global_step) -> None:
+  """Names the non-trainable variables whose writes the train_op never runs: batch
+  normalization's moving statistics when its update ops (the UPDATE_OPS collection of
+  tf.compat.v1.layers, a Keras layer's `.updates`) are left out of the train_op. They keep
+  their initial values, which eval and predict then read; tf.estimator says nothing."""
+  handles = {}
+  for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+    if not v.trainable and v is not global_step:
+      handles.update((name, v.name.split(":")[0]) for name in capture_lib.handle_names(v))
+  written = {}
+  for op in graph.get_operations():
+    if op.type in capture_lib.READS or op.name.endswith("/Assign") or _restores(op):
+      continue  # reads, initializers, a Saver's restores
+    for t in op.inputs:
+      name = handles.get(t.name) or handles.get(t.op.name)
+      if name:
+        written.setdefault(name, set()).add(op)
+  if not written:
+    return
+  run = set(capture_lib.ancestors(train_op))
+  unrun = sorted(name for name, ops in written.items() if not ops & run)
+  if unrun:
+    more = f" (and {len(unrun) - 1} more)" if len(unrun) > 1 else ""
+    tf.compat.v1.logging.warning(
+        "cerebras_tf: %s%s is written by ops the train_op does not run (batch normalization's "
+        "moving statistics, say), so it keeps its initial value, and eval and predict read "
+        "that: build the train_op under tf.control_dependencies(tf.compat.v1.get_collection("
+        "tf.compat.v1.GraphKeys.UPDATE_OPS)) (tf.compat.v1.layers), adding a Keras model's "
+        ".updates", unrun[0], more)
+
+
+def _restores(assign) -> bool:
+  """Whether a variable write assigns a value read from a checkpoint (through Identity ops)."""
+  value = assign.inputs[1].op if len(assign.inputs) > 1 else None
+  while value is not None and value.type == "Identity" and value.inputs:
+    value = value.inputs[0].op
+  return value is not None and value.type in ("RestoreV2", "Restore", "RestoreSlice")
+
+
+def mixed_policy_across_replicas(error, user_model_fn) -> Optional[str]:
+  """What to do when a Keras mixed-precision policy meets multi_replica's per-replica model_fn
+  calls: each replica's model wraps the shared (mirrored) weights in an AutoCastVariable of
+  its own, so an update over the model's variables differs between replicas and tf.distribute
+  regroups it as PerReplica (the plain Estimator with MirroredStrategy fails alike)."""
+  policy = tf.keras.mixed_precision.global_policy()
+  if policy.compute_dtype == policy.variable_dtype or "PerReplica" not in str(error):
+    return None
+  keras_model = getattr(user_model_fn, "keras_model", None)
+  ways = ("set the policy back to 'float32' for this run" if keras_model is not None else
+          "leave var_list out of minimize()/compute_gradients() (it then takes the trainable "
+          "variables, which are shared), or set the policy back to 'float32' for this run")
+  who = (f"Keras model '{keras_model.name}'" if keras_model is not None else
+         f"model_fn{defined_at(user_model_fn)}")
+  return (f"{who}: multi_replica cannot update weights through "
+          f"the Keras mixed-precision policy '{policy.name}': each replica's model wraps the "
+          f"shared weights in its own AutoCastVariable, so the replicas' updates do not match "
+          f"({type(error).__name__}: {str(error).splitlines()[0][:120]}); {ways} (the engine's "
+          f"estimate assumes 16-bit compute either way), or train pipelined or "
+          f"weight_streaming, where it trains as it is")
