@@ -36,7 +36,7 @@ Rules:
 - `unapplied` maps the shared keys the family does not apply, `("model",
   "mixed_precision")` say, to their "off" value; any other value is refused by name. A
   validated key is applied or refused, never silently ignored. (modelzoo keys that steer only
-  the CS compiler are taken out before validation and named in the log: `modelzoo_tf`.)
+  the CS compiler are taken out before validation and named in the log: `modelzoo.tf_files`.)
 - Installed families are declared as entry points of the group `cerebras_tf.model_families` (name ->
   package; the reference models' setup.py does so) and imported the first time
   their name is asked for.
@@ -231,7 +231,9 @@ def get_model(name: str) -> ModelSpec:
   spec = _REGISTRY.get(name)
   if spec is None:
     choices = available_models()
-    match = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    # A typo keeps its first letter: 'resnet' is no misspelt 'unet' (the cnn family builds it).
+    match = [m for m in difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
+             if m[:1].lower() == name[:1].lower()]
     hint = f" (did you mean '{match[0]}'?)" if match else ""
     listing = ", ".join(choices) if choices else "none registered"
     if name in choices:  # the package exists but did not call register()
