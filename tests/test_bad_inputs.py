@@ -349,5 +349,8 @@ def test_rows_through_the_script(row_id, tmp, monkeypatch):
       cleanup()
   message = row["message"].replace(f"/m/{row_id}", f"/m/{row_id}_script")
   assert proc.returncode == 2, proc.stderr
+  # The input-speed warning measures this host against the engine: on a loaded machine it
+  # comes and goes, so it is the one line besides the error that is not compared.
+  lines = [line for line in proc.stderr.splitlines() if not line.startswith("cerebras_tf: input:")]
   assert [line.replace(str(tmp), "<tmp>").replace(ROOT, "<repo>")
-          for line in proc.stderr.splitlines()] == [message], proc.stderr
+          for line in lines] == [message], proc.stderr
