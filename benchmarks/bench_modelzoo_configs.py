@@ -38,7 +38,8 @@ from common import ROOT, machine, print_table, quiet_tf  # noqa: F401
 
 import yaml  # noqa: E402
 
-from cerebras_tf import cli, modelzoo_tf, runner  # noqa: E402
+from cerebras_tf import cli, runner
+from cerebras_tf.modelzoo import tf_files  # noqa: E402
 from cerebras_tf.engine import report  # noqa: E402
 from cerebras_tf.errors import CerebrasTFError  # noqa: E402
 
@@ -95,7 +96,7 @@ def family_of(path: str) -> str:
     raw = raw[0]
   if isinstance(raw, dict) and isinstance(raw.get("model"), dict) and raw["model"].get("name"):
     return str(raw["model"]["name"])
-  family = modelzoo_tf.infer_family(raw) if isinstance(raw, dict) else None
+  family = tf_files.infer_family(raw) if isinstance(raw, dict) else None
   return family.name if family else "?"
 
 
@@ -107,7 +108,7 @@ def data_overrides(path: str, data_dir: str):
   if not isinstance(raw, dict):
     return out
   vocab = os.path.join(data_dir, "vocab", "bert_uncased_vocab.txt")
-  family = modelzoo_tf.infer_family(raw)
+  family = tf_files.infer_family(raw)
   # BERT's NER, SQuAD, BertSum and TAPE tasks: their data sets are not in the data cache.
   synthetic = bool(family and family.task in SYNTHETIC_TASKS)
   for section in ("train_input", "eval_input", "predict_input"):

@@ -22,11 +22,13 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 
 import yaml
 
-from cerebras_tf import modelzoo_tf, registry, trainer_format
+from cerebras_tf import registry
+from cerebras_tf.modelzoo import tf_files, trainer_files, translate
 from cerebras_tf.core import plans
 from cerebras_tf.cs_config import parse_cs_ip
 from cerebras_tf.errors import ConfigError, ParamsError
 from cerebras_tf import schema
+from cerebras_tf.schema import show as _show
 from cerebras_tf.schema import (ENGINES, EVAL_INPUT_DEFAULTS, INPUT_FIELDS, MODEL_FIELDS,
                                 OPTIMIZER_FIELDS, REQUIRED, REQUIRED_SECTIONS, SCHEDULERS,
                                 SCHEMA, Field)
@@ -51,7 +53,7 @@ OPTIMIZER_KEYS = {"weight_decay_rate": ("adamw",), "correct_bias": ("adamw",),
 
 # modelzoo's model names -> the family here that builds them (GPT builds LLaMA's shape from
 # its keys: norm_type, nonlinearity, num_kv_groups, the bias switches).
-MODELZOO_FAMILIES = modelzoo_tf.MODEL_NAMES
+MODELZOO_FAMILIES = tf_files.MODEL_NAMES
 
 # modelzoo's name -> the key here that owns the quantity (same section): GPT's nonlinearity,
 # and the PyTorch releases' names.
@@ -168,8 +170,8 @@ def parse_params(text: str, filename: str = "<params>",
                  overrides: Optional[Sequence[Union[str, Override]]] = None) -> dict:
   """`load_params` on text already read; `filename` names it in errors and anchors paths."""
   raw, origins = _read_yaml(text, filename)
-  if trainer_format.is_trainer_format(raw):  # modelzoo R2.3 on: trainer.init / trainer.fit
-    raw, origins = trainer_format.flatten(raw, origins, filename)
+  if trainer_files.is_trainer_format(raw):  # modelzoo R2.3 on: trainer.init / trainer.fit
+    raw, origins = trainer_files.flatten(raw, origins, filename)
   base_dir = os.path.dirname(os.path.abspath(filename))
   for item in overrides or ():
     ov = parse_override(item) if isinstance(item, str) else item
@@ -201,11 +203,11 @@ def _read_yaml(text: str, filename: str) -> Tuple[dict, Dict[tuple, str]]:
   if isinstance(node, yaml.SequenceNode) and node.value and \
       isinstance(node.value[0], yaml.MappingNode):  # LLNL's list of configs
     try:
-      family = modelzoo_tf.infer_family(yaml.SafeLoader("").construct_document(node.value[0]))
+      family = tf_files.infer_family(yaml.SafeLoader("").construct_document(node.value[0]))
     except (yaml.YAMLError, RecursionError, ValueError, OverflowError):
       family = None
-    if family is not None and family.name in modelzoo_tf.UNBUILT:
-      raise ParamsError(f"{filename}:1: {modelzoo_tf.refusal(family)}")
+    if family is not None and family.name in tf_files.UNBUILT:
+      raise ParamsError(f"{filename}:1: {tf_files.refusal(family)}")
   if not isinstance(node, yaml.MappingNode):
     raise ParamsError(f"{filename}:{node.start_mark.line + 1}: top level must be a mapping of "
                       f"sections ({', '.join(SCHEMA)}), got {_node_kind(node)}")
@@ -419,8 +421,8 @@ class _Validator:
     description = raw.pop("description", None)  # modelzoo's line about the file
     if description is not None and not isinstance(description, str):
       self.fail(("description",), f"description must be a string, got {_show(description)}")
-    self.family_of(raw)
-    self.pretrain_params(raw)
+    translate.family_of(self, raw)
+    translate.pretrain_params(self, raw, _read_yaml)
     for section in raw:
       if section not in SCHEMA:
         self.fail((section,), f"unknown section '{section}'{schema.suggest(section, SCHEMA)}; "
@@ -433,7 +435,7 @@ class _Validator:
         self.fail((section,), f"section '{section}' must be a mapping of keys, got "
                   f"{_show(value)}")
 
-    kept = self.modelzoo_tf_keys(raw)
+    kept = translate.modelzoo_keys(self, raw)
     schemas = self.section_schemas(raw)
     self.refuse_unknown_keys(raw, schemas)
     out = {}
@@ -445,130 +447,8 @@ class _Validator:
     if description is not None:
       out["description"] = description
     if kept:
-      log.info("%s: %s", self.filename, modelzoo_tf.kept_without_effect_line(kept))
+      log.info("%s: %s", self.filename, tf_files.kept_without_effect_line(kept))
     return out
-
-  def family_of(self, raw: dict) -> Optional[modelzoo_tf.Family]:
-    """model.name (or --model), else the family modelzoo's file is for (its data_processor,
-    its model keys), written into raw's model.name (and BERT's model.task); a family not
-    built here is refused by name."""
-    model = raw.get("model")
-    if model is not None and not isinstance(model, dict):
-      return None  # refused as a section that is not a mapping
-    model = {} if model is None else model
-    name = model.get("name")
-    if isinstance(name, str):
-      plain = name.strip().lower()
-      if plain in modelzoo_tf.UNBUILT:
-        self.fail(("model", "name"), f"model.name {name}: the "
-                  f"{modelzoo_tf.UNBUILT[plain]} family is not built here; available: "
-                  + ", ".join(_available_models()))
-      # Named (--model bert on an MNLI file, say): what the file holds still gives the task
-      # and the defaults of that family's modelzoo model.
-      family = modelzoo_tf.infer_family(raw)
-      if family is None or modelzoo_tf.MODEL_NAMES.get(plain, plain) != family.name:
-        return None
-    elif "name" in model:
-      return None  # model.name: null and the like: refused as the value it is
-    else:
-      family = modelzoo_tf.infer_family(raw)
-      if family is None:
-        return None  # "model.name is required" says what to do
-      if family.name in modelzoo_tf.UNBUILT:
-        self.fail(("model",) if "model" in self.origins or ("model",) in self.origins else (),
-                  modelzoo_tf.refusal(family))
-      model["name"] = family.name
-    where = self.where(("model",))
-    raw["model"] = model
-    self.origins.setdefault(("model", "name"), where)
-    if family.task and "task" not in model and family.name == "bert":
-      model["task"] = family.task
-      self.origins.setdefault(("model", "task"), where)
-    for (section, key), value in modelzoo_tf.family_defaults(family, model).items():
-      target = raw.setdefault(section, {}) if raw.get(section) is None else raw[section]
-      if isinstance(target, dict) and key not in target:
-        target[key] = value
-        self.origins.setdefault((section, key), where)
-    log.info("%s: model family %s (from %s)", self.filename, family.name, family.why)
-    return family
-
-  def pretrain_params(self, raw: dict) -> None:
-    """modelzoo's fine-tuning `model.pretrain_params_path`: the model keys of the pretraining
-    params file it names, under this file's own (which win), as modelzoo's set_defaults."""
-    model = raw.get("model")
-    if not isinstance(model, dict) or "pretrain_params_path" not in model:
-      return
-    value = model.pop("pretrain_params_path")
-    path = ("model", "pretrain_params_path")
-    if value is None:
-      return
-    if not isinstance(value, str) or not value.strip():
-      self.fail(path, f"model.pretrain_params_path must be a path to a params file, got "
-                f"{_show(value)}")
-    found = modelzoo_tf.resolve_pretrain_params(value, self.filename, os.path.isfile)
-    if found is None:
-      self.fail(path, f"model.pretrain_params_path {value}: no such file next to this one or "
-                f"its run.py folder; point it at the pretraining params file (or remove it "
-                f"and give the model keys here)")
-    try:
-      with open(found, "rb") as f:
-        other, other_origins = _read_yaml(f.read().decode("utf-8"), found)
-    except (OSError, UnicodeDecodeError) as e:
-      self.fail(path, f"model.pretrain_params_path {found}: cannot read it: {e}")
-    base = other.get("model") if isinstance(other, dict) else None
-    if not isinstance(base, dict):
-      self.fail(path, f"model.pretrain_params_path {found} has no model section")
-    for key, v in base.items():
-      if key not in model:
-        model[key] = v
-        self.origins[("model", key)] = other_origins.get(("model", key), found)
-
-  def modelzoo_tf_keys(self, raw: dict) -> list:
-    """modelzoo TF keys: those that steer only the CS compiler are taken out (returned, to be
-    logged once); those with another name here are moved onto it."""
-    kept = []
-    for (section, key) in modelzoo_tf.COMPILER_ONLY:
-      if isinstance(raw.get(section), dict) and key in raw[section]:
-        raw[section].pop(key)
-        kept.append((section, key))
-    for (section, key), (to_section, to_key) in modelzoo_tf.RENAMED.items():
-      if not isinstance(raw.get(section), dict) or key not in raw[section]:
-        continue
-      value = raw[section].pop(key)
-      target = raw.setdefault(to_section, {})
-      if not isinstance(target, dict):
-        continue  # refused as a section that is not a mapping
-      if to_key in target and target[to_key] != value:
-        self.fail((section, key), f"{section}.{key} {_show(value)} (modelzoo TF's name for "
-                  f"{to_section}.{to_key}) conflicts with {to_section}.{to_key} "
-                  f"{_show(target[to_key])}; keep one of them")
-      target[to_key] = value
-      self.origins[(to_section, to_key)] = self.where((section, key))
-    for (section, key), built in modelzoo_tf.BUILT_AS.items():
-      if not isinstance(raw.get(section), dict) or key not in raw[section]:
-        continue
-      value = raw[section][key]
-      if value != built and not (key == "embedding_size"):
-        self.fail((section, key), f"{section}.{key} {_show(value)}: not built here (the "
-                  f"models build {_show(built)}, modelzoo's default); remove the key")
-      raw[section].pop(key)
-    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
-    if "embedding_size" in model:  # modelzoo: the embeddings' width, hidden_size unless given
-      if model["embedding_size"] not in (None, model.get("hidden_size")):
-        self.fail(("model", "embedding_size"), f"model.embedding_size "
-                  f"{_show(model['embedding_size'])}: embeddings as wide as hidden_size are "
-                  f"built here (no projection); remove the key or set it to hidden_size")
-      model.pop("embedding_size")
-    runconfig = raw.setdefault("runconfig", {}) if raw.get("runconfig") is None else \
-        raw["runconfig"]
-    for section, key in modelzoo_tf.SEEDS:
-      if key in model:
-        seed = model.pop(key)
-        if seed is not None and isinstance(runconfig, dict) and \
-            runconfig.get("tf_random_seed") is None:
-          runconfig["tf_random_seed"] = seed
-          self.origins[("runconfig", "tf_random_seed")] = self.where((section, key))
-    return kept
 
   def section_schemas(self, raw: dict) -> Dict[str, Mapping[str, Field]]:
     """Base sections plus what the model family (`model.name`) registers."""
@@ -623,11 +503,11 @@ class _Validator:
     self.fail((section, key), message)
 
   def unknown_key(self, section: str, key, fields) -> str:
-    if key in modelzoo_tf.NOT_BUILT:
+    if key in tf_files.NOT_BUILT:
       family = self.spec.name if self.spec else "this"
-      return (f"{section}.{key} ({modelzoo_tf.NOT_BUILT[key]}) is not built by the {family} "
+      return (f"{section}.{key} ({tf_files.NOT_BUILT[key]}) is not built by the {family} "
               f"model here; remove it")
-    if key in modelzoo_tf.MODELZOO_KEYS and not any(key in f for f in SCHEMA.values()):
+    if key in tf_files.MODELZOO_KEYS and not any(key in f for f in SCHEMA.values()):
       family = self.spec.name if self.spec else "this"
       return (f"{section}.{key} is a modelzoo key that the {family} model here does not build "
               f"(docs/modelzoo_migration.md); remove it")
@@ -791,7 +671,7 @@ class _Validator:
     name = seg["scheduler"]
     if isinstance(name, str) and name.strip().lower() in ("cosine", "cosinedecay") and (
         "alpha" in seg or "decay_steps" in seg):
-      seg, conflict = modelzoo_tf.as_segment_of_tf_cosine(seg)
+      seg, conflict = tf_files.as_segment_of_tf_cosine(seg)
       if conflict:
         self.fail(spath + ("alpha",), f"{_dotted(spath)}: {conflict}")
       for key, source in (("end_learning_rate", "alpha"), ("steps", "decay_steps")):
@@ -954,17 +834,6 @@ class _Validator:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers.
-
-def _show(value) -> str:
-  if value is None:
-    return "null"
-  if isinstance(value, bool):
-    return "true" if value else "false"
-  if isinstance(value, dict):
-    return "a mapping"
-  text = repr(value)
-  return text if len(text) <= 60 else text[:57] + "..."
-
 
 def _dotted(path: Sequence) -> str:
   out = ""

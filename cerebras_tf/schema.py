@@ -16,6 +16,19 @@ from typing import Any, Optional, Tuple
 from cerebras_tf.core import plans
 
 
+def show(value) -> str:
+  """A value as an error message quotes it: YAML's words for null and booleans, at most 60
+  characters."""
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, dict):
+    return "a mapping"
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
 def suggest(word, candidates) -> str:
   """' (did you mean 'x'?)' for the candidate closest to a mistyped word, else ''."""
   if not isinstance(word, str):

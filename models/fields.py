@@ -62,7 +62,7 @@ TRANSFORMER_MODEL_FIELDS = {
 
 
 # modelzoo's initializer specs (create_initializer's and GPT-J's forms), built by the family
-# (modelzoo_tf.initializer_spec); null: the family's truncated normal of initializer_range.
+# (tf_files.initializer_spec); null: the family's truncated normal of initializer_range.
 MODELZOO_INITIALIZERS = {
     key: Field("spec", None, f"modelzoo's initializer of the {what}: truncated_normal, "
                f"normal, uniform, constant, glorot_*, variance_scaling (scale or scale_type "

@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import tensorflow as tf
 import tensorflow_text as tft
 
-from cerebras_tf import modelzoo_tf
+from cerebras_tf.modelzoo import tf_files
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
 from cerebras_models import fields
@@ -194,14 +194,14 @@ def _section(params: Mapping[str, Any], mode) -> Mapping[str, Any]:
 
 
 def _first_dir(section) -> str:
-  dirs = modelzoo_tf.data_dirs(section.get("data_dir"))
+  dirs = tf_files.data_dirs(section.get("data_dir"))
   return dirs[0] if dirs else ""
 
 
 def _records_in_data_dirs(section) -> List[str]:
   """The TFRecords straight in data_dir (every dir of a list), as modelzoo's BERT processors
   read them; sorted, so every host shards the same list."""
-  return sorted(f for d in modelzoo_tf.data_dirs(section.get("data_dir"))
+  return sorted(f for d in tf_files.data_dirs(section.get("data_dir"))
                 for f in tf.io.gfile.glob(os.path.join(d, "*.tfrecord*")))
 
 
@@ -213,7 +213,7 @@ def _files(section, subdir: str, default_split: str, section_name: str, task: st
     key = f"{section_name}.file_pattern ({section['file_pattern']})"
   elif _records_in_data_dirs(section):  # modelzoo's BERT data_dir (or a list of several)
     files = _records_in_data_dirs(section)
-    key = f"{section_name}.data_dir ({', '.join(modelzoo_tf.data_dirs(section['data_dir']))})"
+    key = f"{section_name}.data_dir ({', '.join(tf_files.data_dirs(section['data_dir']))})"
   else:
     split = section.get("split") or default_split
     path = os.path.join(_first_dir(section), subdir, split + ".tfrecord")

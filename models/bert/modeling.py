@@ -125,7 +125,7 @@ ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
 
 def initializer(initializer_range):
   """A truncated normal of stddev `initializer_range`, or the initializer a plain spec names
-  (modelzoo_tf.initializer_spec's {name, args}: modelzoo's initializer keys)."""
+  (tf_files.initializer_spec's {name, args}: modelzoo's initializer keys)."""
   if not isinstance(initializer_range, Mapping):
     return tf1.truncated_normal_initializer(stddev=initializer_range)
   spec = dict(initializer_range)

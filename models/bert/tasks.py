@@ -50,7 +50,7 @@ from cerebras_models.bert import modeling
 from cerebras_tf.core import batching
 from cerebras_tf.errors import DataError
 from cerebras_tf.runtime import checkpoints
-from cerebras_tf import modelzoo_tf
+from cerebras_tf.modelzoo import tf_files
 
 tf1 = tf.compat.v1
 ModeKeys = tf.estimator.ModeKeys
@@ -344,7 +344,7 @@ def _record_files(task: str, section, section_name: str):
   if task == REGRESSION or (task == TOKEN_CLASSIFICATION and section.get("num_classes")):
     raise DataError(f"{section_name}: TAPE's protein records are not read here; set "
                     f"{section_name}.synthetic: true")
-  dirs = modelzoo_tf.data_dirs(section.get("data_dir"))
+  dirs = tf_files.data_dirs(section.get("data_dir"))
   files = sorted(f for d in dirs for f in tf.io.gfile.glob(os.path.join(d, "*.tfrecord*")))
   if not files:
     raise DataError(f"{section_name}.data_dir {section.get('data_dir')}: no *.tfrecord* files; "

@@ -7,7 +7,7 @@ here on the real corpus) to GPT-3 175B (compile only).
 No TensorFlow import here.
 """
 
-from cerebras_tf import modelzoo_tf
+from cerebras_tf.modelzoo import tf_files
 from cerebras_models.fields import (MODELZOO_INITIALIZERS, NO_SEGMENTS, TEXT_INPUT_FIELDS,
                                        TRANSFORMER_MODEL_FIELDS, check_transformer_params)
 from cerebras_tf.registry import ModelSpec, register
@@ -60,7 +60,7 @@ def _check_moe(model: dict, fail) -> None:
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
-  modelzoo_tf.apply_initializers(model, fail, {
+  tf_files.apply_initializers(model, fail, {
       "initializer": "layers", "embedding_initializer": "embedding",
       "output_layer_initializer": "output"}, model["vocab_size"])
   head = model["hidden_size"] // model["num_heads"]

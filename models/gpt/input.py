@@ -19,7 +19,7 @@ import os
 import tensorflow as tf
 import tensorflow_text as tft
 
-from cerebras_tf import modelzoo_tf
+from cerebras_tf.modelzoo import tf_files
 from cerebras_tf.errors import DataError
 from cerebras_tf.core import batching
 from cerebras_models import fields
@@ -52,7 +52,7 @@ def _data_files(section, split: str, section_name: str):
                       f"line), modelzoo GPT-2 TFRecords ({', '.join(RECORD_FEATURES)}) or "
                       f"modelzoo HDF5; convert it to one of them")
     return found, kind
-  dirs = modelzoo_tf.data_dirs(section.get("data_dir"))  # modelzoo reads a list of several
+  dirs = tf_files.data_dirs(section.get("data_dir"))  # modelzoo reads a list of several
   data_dir = dirs[0] if dirs else ""
   # A modelzoo data_dir: its preprocessing's HDF5 shards, or GptTfRecordsProcessor's records.
   for pattern, want in (("*.h5", formats.HDF5), ("*.tfrecord*", formats.TFRECORD)):
@@ -185,7 +185,7 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
       ds, decode = _hdf5_dataset(paths, section, section_name, seq, input_context)
       return _tokenized(ds, decode, section, training, seed, batch)
     seq = seq or table
-    first = (modelzoo_tf.data_dirs(section.get("data_dir")) or [""])[0]
+    first = (tf_files.data_dirs(section.get("data_dir")) or [""])[0]
     vocab = section.get("vocab_file") or os.path.join(first, "vocab", "bert_uncased_vocab.txt")
     if not tf.io.gfile.exists(vocab):
       raise DataError(f"GPT vocab file not found: {vocab}; run `{acquire.PREPARE} "

@@ -50,7 +50,7 @@ class GPTConfig:
   embedding_initializer_range: Optional[float] = None
   output_layer_initializer_range: Optional[float] = None
   # modelzoo's initializer specs by group (layers, embedding, output), which win over the
-  # ranges above: {name, args} (modelzoo_tf.initializer_spec).
+  # ranges above: {name, args} (tf_files.initializer_spec).
   initializer_specs: Optional[Mapping[str, Mapping[str, Any]]] = None
   norm_type: str = "layernorm"               # or "rmsnorm" (LLaMA)
   encoder_nonlinearity: str = "gelu"         # relu, tanh, or "swiglu" (a gated FFN, LLaMA)

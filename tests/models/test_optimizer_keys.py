@@ -73,7 +73,7 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
 def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, built):
   """(mixed_precision is applied by every family now: tests/models/test_bf16.py; tf_summary and
   boundary_casting, which steer only the CS compiler, are kept without effect and named in the
-  log: tests/test_modelzoo_tf.py); the shared transformer switches by the families that build them
+  log: tests/test_modelzoo_tf_files.py); the shared transformer switches by the families that build them
   (GPT read neither use_ffn_bias nor its activation; BERT failed tracing on them): the value
   a family builds is accepted, any other refused, never silently ignored."""
   key = override.split("=")[0]

@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from cerebras_tf import cli, modelzoo_tf
+from cerebras_tf import cli
+from cerebras_tf.modelzoo import tf_files
 from cerebras_tf import params as params_lib
 from params_errors import params_error
 
@@ -70,7 +71,7 @@ def _write(tmp_path, text, name="params.yaml"):
 # --- the family from the file ----------------------------------------------------------------
 
 def test_gpt_file_without_name_runs_as_gpt(tmp_path, caplog):
-  with caplog.at_level(logging.INFO, logger="cerebras_tf.params"):
+  with caplog.at_level(logging.INFO, logger="cerebras_tf"):
     p = params_lib.load_params(_write(tmp_path, GPT2))
   assert p["model"]["name"] == "gpt"
   assert "model family gpt (from data_processor GptTfRecordsProcessor)" in caplog.text
@@ -92,7 +93,7 @@ def test_gpt_file_without_name_runs_as_gpt(tmp_path, caplog):
     ("T5DynamicDataProcessor", "t5", None),
 ])
 def test_family_from_data_processor(processor, family, task):
-  got = modelzoo_tf.infer_family({"train_input": {"data_processor": processor}, "model": {}})
+  got = tf_files.infer_family({"train_input": {"data_processor": processor}, "model": {}})
   assert (got.name, got.task) == (family, task)
 
 
@@ -100,10 +101,10 @@ def test_model_keys_beat_a_shared_processor():
   # Linformer reads BERT's MLM-only records: its projected_dims say what it is.
   raw = {"train_input": {"data_processor": "BertMlmOnlyTfRecordsDynamicMaskProcessor"},
          "model": {"projected_dims": 256}}
-  assert modelzoo_tf.infer_family(raw).name == "linformer"
-  assert modelzoo_tf.infer_family({"model": {"encoder_filters": [64]}}).name == "unet"
-  assert modelzoo_tf.infer_family({"model": {"hidden_sizes": [5]}}).name == "mlp"
-  assert modelzoo_tf.infer_family({"model": {"hidden_size": 5}}) is None
+  assert tf_files.infer_family(raw).name == "linformer"
+  assert tf_files.infer_family({"model": {"encoder_filters": [64]}}).name == "unet"
+  assert tf_files.infer_family({"model": {"hidden_sizes": [5]}}).name == "mlp"
+  assert tf_files.infer_family({"model": {"hidden_size": 5}}) is None
 
 
 def test_classifier_file_gets_the_classification_task(tmp_path):
@@ -206,7 +207,7 @@ def test_list_valued_data_dir(tmp_path):
   p = params_lib.load_params(_write(tmp_path, text))
   assert p["train_input"]["data_dir"] == [str(tmp_path / "a" / "0"), str(tmp_path / "a" / "1")]
   assert p["eval_input"]["data_dir"] == str(tmp_path / "input" / "val")  # one stays a string
-  assert modelzoo_tf.data_dirs(p["eval_input"]["data_dir"]) == [str(tmp_path / "input" / "val")]
+  assert tf_files.data_dirs(p["eval_input"]["data_dir"]) == [str(tmp_path / "input" / "val")]
   bad = text.replace('      - "./a/1/"\n', "      - 3\n")
   assert "train_input.data_dir must be a path (string) or a list of paths" in \
       params_error(_write(tmp_path, bad))
