@@ -16,7 +16,6 @@ from typing import Any, Mapping, NamedTuple, Optional, Tuple
 # Families of modelzoo's TF releases (and of the configs customers shared with it) that have no
 # counterpart here: the name a refusal gives -> what it is.
 UNBUILT = {
-    "t5": "T5 (encoder-decoder with relative position bias)",
     "linformer": "Linformer (attention over projected keys and values)",
     "unet": "UNet (2D segmentation)",
     "bert_token_classifier": "BERT token classification (NER)",
