@@ -10,9 +10,9 @@ bert_uncased_vocab.txt`); modelzoo uses T5's SentencePiece model, which nothing 
 fetch. The model's vocabulary is the file's `vocab_size` tokens plus `extra_ids` sentinels
 (modelzoo: train_input.vocab_size = vocab + extra_ids): sentinel j is id V - 1 - j.
 
-Objective (T5's, as modelzoo's T5DynamicDataProcessor): the lines' tokens are one stream, cut
-into chunks of `raw` tokens (models/t5/__init__.py raw_length: the chunk whose corrupted form
-fills max_source_length). In each chunk 15% of the tokens, in spans of mean length 3 (their
+Objective (T5's, as modelzoo's T5DynamicDataProcessor): each block of 512 lines is tokenized
+as one stream and cut into chunks of `raw` tokens (models/t5/__init__.py raw_length: the chunk
+whose corrupted form fills max_source_length). In each chunk 15% of the tokens, in spans of mean length 3 (their
 count and the spans' are fixed by the chunk length; where they fall is random), are noise:
   encoder input   the chunk with each noise span replaced by its sentinel, then [SEP] (end)
   decoder target  each noise span after its sentinel, then [SEP]
@@ -42,6 +42,7 @@ ModeKeys = tf.estimator.ModeKeys
 AUTOTUNE = tf.data.AUTOTUNE
 graph_fn = tf.autograph.experimental.do_not_convert
 END_TOKEN, PAD_TOKEN, UNK_TOKEN = "[SEP]", "[PAD]", "[UNK]"
+LINES_PER_BLOCK = 512
 
 
 def _section(params, mode):
@@ -177,8 +178,10 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   repeat = training if repeat is None else bool(repeat)
 
   @graph_fn
-  def tokenize(lines):  # [n] strings -> [tokens] int32, the lines' tokens in order
-    return tf.cast(tokenizer.tokenize(lines).flat_values, tf.int32)
+  def chunks(lines):  # [n] strings -> [k, raw] int32: their tokens in order, cut in chunks
+    tokens = tf.cast(tokenizer.tokenize(lines).flat_values, tf.int32)
+    count = tf.size(tokens) // raw  # the block's last partial chunk is dropped
+    return tf.reshape(tokens[:count * raw], [count, raw])
 
   @graph_fn
   def example(index, chunk):
@@ -199,8 +202,10 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
   if repeat:
     ds = ds.repeat()
-  ds = ds.batch(256).map(tokenize, num_parallel_calls=parallel, deterministic=True)
-  ds = ds.unbatch().batch(raw, drop_remainder=True).enumerate()
+  # Blocks of lines are tokenized together and cut into chunks (a chunk spans lines, as T5's
+  # packed documents); a block loses its last partial chunk only.
+  ds = ds.batch(LINES_PER_BLOCK).map(chunks, num_parallel_calls=parallel, deterministic=True)
+  ds = ds.unbatch().enumerate()
   ds = ds.map(example, num_parallel_calls=parallel, deterministic=True)
   if shuffle:
     ds = ds.shuffle(int(section.get("shuffle_buffer") or 10000), seed=seed)
