@@ -18,7 +18,8 @@ count and the spans' are fixed by the chunk length; where they fall is random), 
   decoder target  each noise span after its sentinel, then [SEP]
   decoder input   [PAD] (T5's start id 0) then the target without its last token
 Randomness is stateless per chunk (seed: shuffle_seed, else runconfig.tf_random_seed, else 0;
-and the chunk's index), so two runs see the same examples.
+and the chunk's index), so two runs see the same examples (and an epoch the same corruption as
+the one before, in another order).
 
 Output (features, labels), shapes static:
   encoder_input_ids, encoder_mask     [B, S] int32  (mask 1 = real token), S max_source_length
@@ -200,14 +201,16 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
   ds = ds.flat_map(tf.data.TextLineDataset)
   ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
-  if repeat:
-    ds = ds.repeat()
   # Blocks of lines are tokenized together and cut into chunks (a chunk spans lines, as T5's
   # packed documents); a block loses its last partial chunk only.
   ds = ds.batch(LINES_PER_BLOCK).map(chunks, num_parallel_calls=parallel, deterministic=True)
   ds = ds.unbatch().enumerate()
   ds = ds.map(example, num_parallel_calls=parallel, deterministic=True)
+  # Shuffled before the repeat: a buffer larger than the data (modelzoo's files ask for up to
+  # 5,000,000 examples) holds one epoch, reshuffled each epoch, and never waits on the next.
   if shuffle:
     ds = ds.shuffle(int(section.get("shuffle_buffer") or 10000), seed=seed)
+  if repeat:
+    ds = ds.repeat()
   ds = ds.batch(batch_size, drop_remainder=training)
   return ds.prefetch(fields.prefetch_batches(section))
