@@ -459,21 +459,22 @@ def test_mlm_loss_scaling(tmp_path, scaling, weight, expected):
 
 
 def test_modelzoo_key_a_family_lacks_gets_no_wrong_hint(tmp_path):
-  # The Transformer has no attention_type: it was "did you mean 'attention_dropout_rate'?".
+  # BERT's cls_dropout_rate in a Transformer file: not "did you mean 'dropout_rate'?" (the
+  # Transformer's attention_type once got 'attention_dropout_rate'; it is applied now).
   text = textwrap.dedent("""\
       train_input:
         data_processor: TransformerDynamicDataProcessor
         batch_size: 4
       model:
-        attention_type: scaled_dot_product
+        cls_dropout_rate: 0.1
       """)
   path = _write(tmp_path, text)
-  assert params_error(path) == (f"{path}:5: model.attention_type is a modelzoo key that the "
+  assert params_error(path) == (f"{path}:5: model.cls_dropout_rate is a modelzoo key that the "
                           f"transformer model here does not build (docs/modelzoo_migration.md);"
                           f" remove it")
   # A typo of a key is still a typo.
   assert "did you mean 'hidden_size'" in params_error(_write(tmp_path, text.replace(
-      "attention_type: scaled_dot_product", "hiden_size: 8")))
+      "cls_dropout_rate: 0.1", "hiden_size: 8")))
 
 
 def test_model_flag_keeps_what_the_file_says(tmp_path):
