@@ -91,13 +91,24 @@ def dropout(x, config: T5Config, training: bool):
   return _dropout(x, config.dropout_rate)
 
 
+def _matmul_last(x, kernel, transpose_b: bool = False):
+  """x [..., I] times kernel [I, O] ([O, I] with transpose_b) -> [..., O], as one 2-D matmul:
+  an einsum with "..." computes its kernel gradient through a broadcast [..., I, O] tensor
+  (gigabytes at T5's shapes, tens of seconds a step)."""
+  units = kernel.shape[0] if transpose_b else kernel.shape[1]
+  y = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, transpose_b=transpose_b)
+  y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [units]], axis=0))
+  y.set_shape(x.shape[:-1].concatenate([units]))
+  return y
+
+
 def dense(x, units: int, name: str, stddev: float, config: T5Config, use_bias: bool = False):
   """x [..., I] @ kernel [I, units] (+ bias), float32 variables cast to x's dtype.
   -> [..., units]."""
   with tf1.variable_scope(name):
     kernel = tf1.get_variable("kernel", [x.shape[-1], units],
                               initializer=_normal(stddev, config))
-    y = tf.einsum("...i,io->...o", x, tf.cast(kernel, x.dtype))
+    y = _matmul_last(x, tf.cast(kernel, x.dtype))
     if use_bias:
       bias = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
       y += tf.cast(bias, x.dtype)
@@ -277,5 +288,5 @@ def t5(encoder_ids, encoder_mask, decoder_ids, config: T5Config, training: bool)
     enc = encoder(encoder_ids, encoder_mask, enc_table, config, training)
     dec = decoder(decoder_ids, enc, encoder_mask, dec_table, config, training)
     dec = dec * tf.cast(config.d_model ** -0.5, dec.dtype)
-    logits = tf.einsum("btm,vm->btv", dec, tf.cast(dec_table, dec.dtype))
+    logits = _matmul_last(dec, tf.cast(dec_table, dec.dtype), transpose_b=True)
     return tf.cast(logits, tf.float32)
