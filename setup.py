@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 
 MODELS = ["cerebras_models"] + [f"cerebras_models.{p}" for p in find_packages("models")]
 # The reference families, found by the framework through this entry-point group (name -> package).
-FAMILIES = ["bert", "cnn", "gpt", "linformer", "mlp", "transformer", "unet", "vit"]
+FAMILIES = ["bert", "cnn", "gpt", "linformer", "mlp", "t5", "transformer", "unet", "vit"]
 
 setup(
     name="cerebras_tf",

@@ -121,6 +121,12 @@ def data_overrides(path: str, data_dir: str):
       out.append(f"{section}.vocab_file={vocab}")
     if "dataset_path" in keys:  # UNet's DAGM / Severstal: not here, synthetic images instead
       out.append(f"{section}.synthetic=true")
+    # modelzoo's Transformer: source and target files; ours are one file of en/es pairs
+    # (named as both), with the vocabulary learned from it (cached).
+    pairs = os.path.join(data_dir, "en_es", ("train" if section == "train_input" else "test")
+                         + ".tfrecord")
+    out += [f"{section}.{k}={pairs}" for k in ("src_data_dir", "tgt_data_dir") if k in keys]
+    out += [f"{section}.{k}=null" for k in ("src_vocab_file", "tgt_vocab_file") if k in keys]
   return out
 
 

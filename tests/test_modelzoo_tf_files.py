@@ -136,9 +136,6 @@ def test_name_overrides_and_model_flag(tmp_path):
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("train_input:\n  data_processor: T5DynamicDataProcessor\n  batch_size: 2\nmodel:\n"
-     "  d_kv: 64\n", "{f}:4: this is a modelzoo T5 (encoder-decoder with relative position "
-     "bias) config (model.d_kv): it needs the 't5' model family, which is not built here"),
     ("train_input:\n  data_processor: STFDataProcessor\n  batch_size: 2\nmodel:\n"
      "  hidden_size: 8\n", "{f}:4: this is a modelzoo Spacetimeformer (time-series "
      "forecasting) config (data_processor STFDataProcessor): it needs the 'spacetimeformer' "
@@ -324,9 +321,8 @@ def test_pretrain_params_path_brings_the_model_keys(tmp_path):
 
 
 @pytest.mark.parametrize("key,line", [
-    ("src_vocab_file: x.txt", "model.src_vocab_file (modelzoo's Transformer input (separate "
-     "source and target files); the Transformer here reads data_dir's en_es pairs) is not "
-     "built by the gpt model here; remove it"),
+    ("src_vocab_file: x.txt", "model.src_vocab_file is a modelzoo key that the gpt model here "
+     "does not build (docs/modelzoo_migration.md); remove it"),
     ("embedding_initializer: {name: he_normal}", "model.embedding_initializer: he_normal is "
      "not an initializer modelzoo builds"),
 ])
@@ -465,21 +461,22 @@ def test_mlm_loss_scaling(tmp_path, scaling, weight, expected):
 
 
 def test_modelzoo_key_a_family_lacks_gets_no_wrong_hint(tmp_path):
-  # The Transformer has no attention_type: it was "did you mean 'attention_dropout_rate'?".
+  # BERT's cls_dropout_rate in a Transformer file: not "did you mean 'dropout_rate'?" (the
+  # Transformer's attention_type once got 'attention_dropout_rate'; it is applied now).
   text = textwrap.dedent("""\
       train_input:
         data_processor: TransformerDynamicDataProcessor
         batch_size: 4
       model:
-        attention_type: scaled_dot_product
+        cls_dropout_rate: 0.1
       """)
   path = _write(tmp_path, text)
-  assert params_error(path) == (f"{path}:5: model.attention_type is a modelzoo key that the "
+  assert params_error(path) == (f"{path}:5: model.cls_dropout_rate is a modelzoo key that the "
                           f"transformer model here does not build (docs/modelzoo_migration.md);"
                           f" remove it")
   # A typo of a key is still a typo.
   assert "did you mean 'hidden_size'" in params_error(_write(tmp_path, text.replace(
-      "attention_type: scaled_dot_product", "hiden_size: 8")))
+      "cls_dropout_rate: 0.1", "hiden_size: 8")))
 
 
 def test_model_flag_keeps_what_the_file_says(tmp_path):
@@ -516,8 +513,7 @@ def test_benchmark_rows_without_compiling(tmp_path):
   status, text, rate = bench.compile_one(gpt, str(tmp_path), str(tmp_path), no_compile=True)
   assert (status, rate) == ("not run", None)
   status, text, _ = bench.compile_one(t5, str(tmp_path), str(tmp_path), no_compile=True)
-  assert status == "refused" and text.endswith("it needs the 't5' model family, which is not "
-                                               "built here")
+  assert status == "not run", text  # T5 is built (models/t5)
   # Two files whose validated params are the same compile the same graph: one key.
   copy = _write(tmp_path, "# a comment\n" + GPT2, "copy.yaml")
   keys = {bench._key(params_lib.load_params(f, [f"runconfig.model_dir={tmp_path / f[-9:]}"]))

@@ -16,7 +16,6 @@ from typing import Any, Mapping, NamedTuple, Optional, Tuple
 # Families of modelzoo's TF releases (and of the configs customers shared with it) that have no
 # counterpart here: the name a refusal gives -> what it is.
 UNBUILT = {
-    "t5": "T5 (encoder-decoder with relative position bias)",
     "genomic_bert": ("GSK genomic BERT (DNA and IDEAS token streams with summed embeddings "
                      "and a masked-LM head each, read from CSV metadata_files)"),
     "spacetimeformer": "Spacetimeformer (time-series forecasting)",
@@ -219,9 +218,6 @@ NOT_BUILT = {
     "vocab_file_dna": "GSK's genomic input", "vocab_file_ideas": "GSK's genomic input",
     "stride": "GSK's genomic input",
 }
-for _key in ("src_data_dir", "tgt_data_dir", "src_vocab_file", "tgt_vocab_file"):
-  NOT_BUILT[_key] = ("modelzoo's Transformer input (separate source and target files); the "
-                     "Transformer here reads data_dir's en_es pairs")
 
 # Every key name the params sections of modelzoo's TF files use (its releases and the configs
 # shared with it). An unknown key among them is a modelzoo key the family does not build: no

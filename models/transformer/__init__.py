@@ -58,6 +58,13 @@ SCHEMA = {
         "trim_padding": Field("bool", True, "on the host, compute each batch at its longest real "
                               "length (the engine compiles the static padded shapes)"),
         "eval_bleu": Field("bool", True, "decode the eval split and report BLEU"),
+        "attention_type": Field("str", "scaled_dot_product", "modelzoo key: scores scaled by "
+                                "1/sqrt(head size) (scaled_dot_product) or not (dot_product)",
+                                choices=("scaled_dot_product", "dot_product")),
+        "use_projection_bias_in_attention": Field("bool", True, "biases of the attention's "
+                                                  "query, key and value projections"),
+        "use_ffn_bias_in_attention": Field("bool", True, "modelzoo key: a bias in the "
+                                           "attention's output projection"),
     },
     "train_input": {
         **TEXT_INPUT_FIELDS,
@@ -72,6 +79,18 @@ SCHEMA = {
         "max_target_length": _pos_int(64, "target tokens incl. [START]/[END] (static, padded)"),
         "bucket_boundaries": Field("int_list", [], "length buckets: similar lengths share a "
                                    "batch (train)"),
+        # modelzoo's TransformerDynamicDataProcessor: sources and targets in separate files.
+        "src_data_dir": Field("path", None, "modelzoo key: glob of the source text files, one "
+                              "sentence a line, line-aligned with tgt_data_dir's (overrides "
+                              "data_dir; both naming one file of pairs, a .tsv or the en/es "
+                              "TFRecords, read its two columns)"),
+        "tgt_data_dir": Field("path", None, "modelzoo key: glob of the target text files, "
+                              "line-aligned with src_data_dir's"),
+        "src_vocab_file": Field("path", None, "modelzoo key: the source vocabulary; one "
+                                "vocabulary is shared here, so it is vocab_file and "
+                                "tgt_vocab_file must hold the same tokens (null: learned)"),
+        "tgt_vocab_file": Field("path", None, "modelzoo key: the target vocabulary (the same "
+                                "tokens as src_vocab_file)"),
     },
 }
 SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
@@ -80,6 +99,18 @@ def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)
   model = out["model"]
   decoder = model.pop("decoder_nonlinearity", None)
+  for section in ("train_input", "eval_input"):
+    inp = out.get(section) or {}
+    given = [k for k in ("src_data_dir", "tgt_data_dir") if inp.get(k)]
+    if len(given) == 1:
+      other = "tgt_data_dir" if given[0] == "src_data_dir" else "src_data_dir"
+      fail((section, given[0]), f"{section}.{given[0]} needs {section}.{other}: sources and "
+           f"targets are read from line-aligned files (modelzoo's TransformerDynamic"
+           f"DataProcessor); give both, or data_dir / file_pattern for one file of pairs")
+    vocab = inp.get("src_vocab_file") or inp.get("tgt_vocab_file")
+    if vocab and inp.get("vocab_file") and inp["vocab_file"] != vocab:
+      fail((section, "src_vocab_file"), f"{section}.src_vocab_file / tgt_vocab_file and "
+           f"vocab_file name different vocabularies; one is shared here: keep one")
   if decoder is not None and decoder != model["encoder_nonlinearity"]:
     fail(("model", "decoder_nonlinearity"), f"model.decoder_nonlinearity {decoder}: one "
          f"feed-forward activation is built for encoder and decoder here, "
@@ -88,4 +119,6 @@ def _check(out: dict, fail) -> None:
 
 SPEC = register(ModelSpec(name="transformer", model_fn=MODEL_FN, input_fn=INPUT_FN,
                           schema=SCHEMA, check=_check,
-                          unapplied={**ALWAYS_BUILT, ("model", "use_segment_embedding"): False}))
+                          unapplied={**{k: v for k, v in ALWAYS_BUILT.items()
+                                        if k != ("model", "use_projection_bias_in_attention")},
+                                     ("model", "use_segment_embedding"): False}))

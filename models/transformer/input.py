@@ -4,7 +4,10 @@ Data contract (scripts/prepare_data.py): `<data_dir>/en_es/{train,dev,test}.tfre
 bytes features `en` and `es`. Or your own pairs through `file_pattern`: TFRecords with those
 features, or tab-separated text, source<TAB>target a line (the format of most parallel-corpus
 downloads; further columns, such as an attribution, are ignored; lines without a tab are
-skipped, and a file whose first lines have none is refused). The shared vocabulary is learned
+skipped, and a file whose first lines have none is refused). Or modelzoo's
+`src_data_dir` / `tgt_data_dir`: globs of source and target text files, one sentence a line,
+line-aligned (both naming one file of pairs reads its two columns); `src_vocab_file` /
+`tgt_vocab_file` are the shared vocabulary (the same tokens). The shared vocabulary is learned
 from the training data (train_input's files) on first use and cached
 (models/transformer/vocab.py).
 
@@ -62,24 +65,62 @@ def vocab_file(params: Mapping[str, Any]) -> str:
   """The vocabulary file: `train_input.vocab_file`, else the one learned from the training
   data (train_input.file_pattern's files, or the prepared corpus) and cached."""
   section = params["train_input"]
-  if section.get("vocab_file"):
-    if not tf.io.gfile.exists(section["vocab_file"]):
-      raise DataError(f"train_input.vocab_file {section['vocab_file']} does not exist: set it "
+  given = section.get("vocab_file") or _shared_vocab(section)
+  if given:
+    if not tf.io.gfile.exists(given):
+      raise DataError(f"train_input.vocab_file {given} does not exist: set it "
                       f"to the vocabulary the model was trained with, or leave it unset to "
                       f"learn one from the training data")
-    return section["vocab_file"]
+    return given
   size = int(section.get("vocab_size") or DEFAULT_VOCAB_SIZE)
   files, kind = _files(section, True, "train_input")
-  if kind.kind == formats.TEXT or kind.compression:
+  if kind.kind in (formats.TEXT, ALIGNED) or kind.compression:
     return vocab_lib.ensure_vocab(
-        files, size, strings=lambda: _pairs(files, kind).flat_map(
+        files[0] + files[1] if kind.kind == ALIGNED else files, size, strings=lambda: _pairs(files, kind).flat_map(
             lambda en, es: tf.data.Dataset.from_tensor_slices(tf.stack([en, es]))))
   return vocab_lib.ensure_vocab(files, size)
 
 
+def _shared_vocab(section):
+  """modelzoo's src_vocab_file / tgt_vocab_file as the one shared vocabulary (or None): two
+  files must hold the same tokens."""
+  src, tgt = section.get("src_vocab_file"), section.get("tgt_vocab_file")
+  if src and tgt and src != tgt:
+    for path in (src, tgt):
+      if not tf.io.gfile.exists(path):
+        raise DataError(f"train_input vocabulary {path} does not exist: point src_vocab_file "
+                        f"and tgt_vocab_file at the vocabulary (or leave both unset to learn one)")
+    if formats.vocab_tokens(src) != formats.vocab_tokens(tgt):
+      raise DataError(f"train_input.src_vocab_file {src} and tgt_vocab_file {tgt} hold "
+                      f"different tokens: the Transformer here shares one vocabulary between "
+                      f"source and target (one embedding table); give one vocabulary")
+  return src or tgt
+
+
+ALIGNED = "aligned"  # modelzoo's src_data_dir / tgt_data_dir: two line-aligned text globs
+
+
+def _aligned(section, section_name: str):
+  """(src files, tgt files) of modelzoo's src_data_dir / tgt_data_dir globs, sorted."""
+  out = []
+  for key in ("src_data_dir", "tgt_data_dir"):
+    files = sorted(tf.io.gfile.glob(section[key]))
+    if not files:
+      raise DataError(f"{section_name}.{key} {section[key]} matches no file: point it at the "
+                      f"text files, one sentence a line")
+    out.append(files)
+  return out
+
+
 def _files(section, training, section_name: str):
   """(files, formats.FileKind of TFRecords or text): the section's pairs, sorted (every host
-  shards the same list)."""
+  shards the same list). modelzoo's src_data_dir / tgt_data_dir: (the two lists of line-aligned
+  text files, FileKind ALIGNED), unless both name the same files (of pairs)."""
+  if section.get("src_data_dir") and section.get("tgt_data_dir"):
+    src, tgt = _aligned(section, section_name)
+    if src != tgt:
+      return (src, tgt), formats.FileKind(ALIGNED, "line-aligned source and target text")
+    section = dict(section, file_pattern=section["src_data_dir"])
   if section.get("file_pattern"):
     files = sorted(tf.io.gfile.glob(section["file_pattern"]))
     kind = formats.probe_files(files, f"{section_name}.file_pattern ({section['file_pattern']})")
@@ -111,7 +152,13 @@ def _check_tsv(files):
 
 
 def _pairs(files, kind: formats.FileKind) -> tf.data.Dataset:
-  """(en, es) string pairs of TFRecords or tab-separated lines, in file order."""
+  """(en, es) string pairs of TFRecords or tab-separated lines (or of two line-aligned lists
+  of text files), in file order."""
+  if kind.kind == ALIGNED:
+    src, tgt = files
+    return tf.data.Dataset.zip((tf.data.TextLineDataset(src), tf.data.TextLineDataset(tgt))).map(
+        lambda a, b: (tf.strings.strip(a), tf.strings.strip(b)), num_parallel_calls=AUTOTUNE,
+        deterministic=True)
   if kind.kind == formats.TEXT:
     fields = tf.data.TextLineDataset(files).map(lambda line: tf.strings.split(line, "\t"),
                                                  num_parallel_calls=AUTOTUNE, deterministic=True)

@@ -60,6 +60,11 @@ class TransformerConfig:
   tie_output_projection: bool = True      # logits = h @ target_table^T
   nonlinearity: str = "relu"
   dtype: str = "float32"                  # compute dtype; bfloat16 with mixed_precision
+  # modelzoo's attention keys: biases of the q/k/v projections and of the output projection;
+  # scores scaled by 1/sqrt(D) (scaled_dot_product) or not (dot_product).
+  use_projection_bias_in_attention: bool = True
+  use_ffn_bias_in_attention: bool = True
+  scaled_attention: bool = True
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
@@ -91,6 +96,8 @@ class TransformerConfig:
       kwargs["pre_norm"] = model["norm_type"] == "pre"
     if model.get("mixed_precision"):  # float32 on a CPU without bf16 math (runtime/precision)
       kwargs["dtype"] = precision.compute_dtype(True)
+    if model.get("attention_type"):
+      kwargs["scaled_attention"] = model["attention_type"] == "scaled_dot_product"
     return cls(**kwargs)
 
 
@@ -161,10 +168,12 @@ def causal_bias(length):
   return ((1.0 - allowed) * NEG_INF)[tf.newaxis, tf.newaxis]
 
 
-def _dense3d(x, units: int, name: str, config: TransformerConfig, activation=None):
+def _dense3d(x, units: int, name: str, config: TransformerConfig, activation=None,
+             use_bias: bool = True):
   """bert's 2-D `dense` on [B, L, K] -> [B, L, units]."""
   batch, length = tf.shape(x)[0], tf.shape(x)[1]
-  y = dense(tf.reshape(x, [-1, x.shape[-1]]), units, name, config.initializer_range, activation)
+  y = dense(tf.reshape(x, [-1, x.shape[-1]]), units, name, config.initializer_range, activation,
+            use_bias=use_bias)
   out = tf.reshape(y, [batch, length, units])
   out.set_shape(x.shape[:-1].concatenate([units]))
   return out
@@ -173,7 +182,8 @@ def _dense3d(x, units: int, name: str, config: TransformerConfig, activation=Non
 def project_heads(x, name: str, config: TransformerConfig):
   """[B, L, H] -> dense -> [B, N, L, D]."""
   batch, length = tf.shape(x)[0], tf.shape(x)[1]
-  y = _dense3d(x, config.hidden_size, name, config)
+  y = _dense3d(x, config.hidden_size, name, config,
+               use_bias=config.use_projection_bias_in_attention)
   y = tf.reshape(y, [batch, length, config.num_heads, config.head_size])
   return tf.transpose(y, [0, 2, 1, 3])
 
@@ -195,14 +205,17 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
   """
   q = project_heads(query_input, "query", config)
   k, v = kv if kv is not None else key_values(query_input, config)
-  scores = tf.matmul(q, k, transpose_b=True) * (config.head_size ** -0.5)  # [B, N, Lq, Lk]
+  scores = tf.matmul(q, k, transpose_b=True)  # [B, N, Lq, Lk]
+  if config.scaled_attention:
+    scores *= config.head_size ** -0.5
   probs = tf.nn.softmax(tf.cast(scores, tf.float32) + bias)  # float32: the -1e9 bias
   probs = dropout(tf.cast(probs, v.dtype), config.attention_dropout_rate, training)
   context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])  # [B, Lq, N, D]
   batch, length = tf.shape(query_input)[0], tf.shape(query_input)[1]
   context = tf.reshape(context, [batch, length, config.hidden_size])
   context.set_shape(query_input.shape)
-  return _dense3d(context, config.hidden_size, "output", config)
+  return _dense3d(context, config.hidden_size, "output", config,
+                  use_bias=config.use_ffn_bias_in_attention)
 
 
 def feed_forward(x, config: TransformerConfig, training: bool):

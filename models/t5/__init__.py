@@ -1,0 +1,167 @@
+"""T5 (Raffel et al., 2020): an encoder-decoder Transformer with relative position bias, trained
+on the span-corruption (denoising) objective, as Cerebras modelzoo's TF T5.
+
+  modeling.py  RMS layer norm, bucketed relative position bias, encoder, decoder, tied logits
+  input.py     input_fn(params, mode): text lines -> WordPiece -> span corruption
+  model.py     model_fn: cross-entropy over real target tokens; eval accuracy and perplexity
+
+`model.name: t5` selects it, and so does a modelzoo T5 file (its `d_kv`, or its
+`T5DynamicDataProcessor`). Key names are modelzoo's (`d_model`, `d_kv`, `d_ff`,
+`use_relative_attention_bias`, `num_relative_attention_buckets`, ...); its
+`encoder_num_hidden_layers` / `decoder_num_hidden_layers`, `share_encoder_decoder_embedding` and
+`src_/tgt_max_sequence_length` arrive under the names below (cerebras_tf.modelzoo.tf_files.RENAMED).
+No TensorFlow import here.
+"""
+
+import logging
+
+from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS
+from cerebras_tf.registry import ModelSpec, register
+from cerebras_tf.schema import Field, pos_int
+
+MODEL_FN = "cerebras_models.t5.model:model_fn"
+INPUT_FN = "cerebras_models.t5.input:input_fn"
+
+log = logging.getLogger("cerebras_models.t5")
+
+# T5's denoising objective (modelzoo's T5 input fixes both): 15% of the tokens are corrupted,
+# in spans of 3 on average.
+NOISE_DENSITY = 0.15
+MEAN_NOISE_SPAN_LENGTH = 3.0
+
+ACTIVATION_CHOICES = ("relu", "gelu")
+
+
+def _rate(default, help_text):
+  return Field("float", default, help_text, low=0, high=1, high_open=True)
+
+
+SCHEMA = {
+    "model": {
+        "d_model": pos_int(512, "width of the embeddings and of every layer's residual stream"),
+        "d_kv": pos_int(64, "size of each head's query, key and value (num_heads * d_kv is the "
+                        "attention's inner width; it need not be d_model)"),
+        "num_heads": pos_int(8, "attention heads"),
+        "d_ff": pos_int(2048, "feed-forward inner width"),
+        "num_encoder_layers": pos_int(6, "encoder layers (modelzoo: encoder_num_hidden_layers)"),
+        "num_decoder_layers": pos_int(None, "decoder layers (modelzoo: "
+                                      "decoder_num_hidden_layers; null: num_encoder_layers)"),
+        "dropout_rate": _rate(0.1, "dropout of the embeddings, attention probabilities, "
+                              "sublayer outputs and the stacks' outputs (T5 has one rate)"),
+        "layer_norm_epsilon": Field("float", 1e-6, "epsilon of the RMS layer norm", low=0,
+                                    low_open=True),
+        "attention_type": Field("str", "dot_product", "dot_product: scores are q.k unscaled "
+                                "(T5: the 1/sqrt(d_kv) is in the query's initializer); "
+                                "scaled_dot_product: q.k / sqrt(d_kv)",
+                                choices=("dot_product", "scaled_dot_product")),
+        "use_relative_attention_bias": Field("bool", True, "add T5's bucketed relative "
+                                             "position bias to the self-attention scores (one "
+                                             "table per stack, shared by its layers); false: "
+                                             "no position information at all, as modelzoo"),
+        "num_relative_attention_buckets": pos_int(32, "buckets of relative distance (half per "
+                                                  "direction in the encoder)"),
+        "relative_attention_max_distance": pos_int(128, "distances from this on share the last "
+                                                   "bucket (T5's 128)"),
+        "use_ffn_bias": Field("bool", False, "biases in the feed-forward layers (T5: none)"),
+        "use_projection_bias_in_attention": Field("bool", False, "modelzoo key: T5's attention "
+                                                  "projections have no bias (built as false)"),
+        "use_ffn_bias_in_attention": Field("bool", False, "modelzoo key: T5's attention output "
+                                           "has no bias (built as false)"),
+        "encoder_nonlinearity": Field("str", "relu", "encoder feed-forward activation",
+                                      choices=ACTIVATION_CHOICES),
+        "decoder_nonlinearity": Field("str", None, "decoder feed-forward activation (null: "
+                                      "encoder_nonlinearity)", choices=ACTIVATION_CHOICES),
+        "share_embedding_weights": Field("bool", True, "one embedding table for encoder and "
+                                         "decoder (modelzoo: share_encoder_decoder_embedding); "
+                                         "the logits always use the decoder's table"),
+        "position_embedding_type": Field("str", None, "modelzoo's T5 files carry `fixed`, "
+                                         "which its T5 never reads: T5 has no absolute "
+                                         "positions (kept without effect, said in the log)",
+                                         choices=("fixed", "learned", "relative")),
+        "initializer_factor": Field("float", 1.0, "scales every default initializer's stddev "
+                                    "(mesh-TF T5's: embeddings N(0, 1), query N(0, (d_model * "
+                                    "d_kv)^-1/2), key/value N(0, d_model^-1/2), ...)", low=0,
+                                    low_open=True),
+        "use_vsl": TRANSFORMER_MODEL_FIELDS["use_vsl"],
+    },
+    "train_input": {
+        "vocab_file": Field("path", None, "WordPiece vocabulary, one token a line (null: "
+                            "<data_dir>/vocab/bert_uncased_vocab.txt, the prepared one)"),
+        "vocab_size": pos_int(None, "tokens of vocab_file that are used (null: all its lines); "
+                              "the model's vocabulary is this plus extra_ids"),
+        "extra_ids": Field("int", 100, "sentinel tokens appended to the vocabulary (the "
+                           "denoising objective's span markers)", low=1),
+        "do_lower": Field("bool", True, "lower-case text before tokenizing (the prepared "
+                          "vocabulary is uncased)"),
+        "max_source_length": pos_int(512, "encoder tokens (modelzoo: src_max_sequence_length)"),
+        "max_target_length": pos_int(114, "decoder tokens (modelzoo: tgt_max_sequence_length); "
+                                     "at least the corrupted spans of a full source"),
+    },
+}
+SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
+
+
+def corruption(raw: int, density: float = NOISE_DENSITY,
+               mean_span: float = MEAN_NOISE_SPAN_LENGTH):
+  """(noise tokens, spans) of a raw-token chunk: noise = round(raw * density) in [1, raw - 1],
+  spans = round(noise / mean_span), at least 1 (T5's random_spans_noise_mask counts)."""
+  noise = min(max(int(round(raw * density)), 1), raw - 1)
+  return noise, max(int(round(noise / mean_span)), 1)
+
+
+def raw_length(max_source_length: int):
+  """The text tokens one example corrupts so that its encoder input fills max_source_length.
+
+  Returns (raw, encoder length, decoder length, spans): the encoder sees raw - noise + spans + 1
+  tokens (a sentinel per span, an end token), the decoder noise + spans + 1.
+  (512 -> 568 raw, 512, 114, 28 spans: modelzoo's src 512 / tgt 114.)
+  """
+  def lengths(raw):
+    noise, spans = corruption(raw)
+    return raw - noise + spans + 1, noise + spans + 1, spans
+
+  raw = max(int(max_source_length), 2)
+  while lengths(raw)[0] < max_source_length:
+    raw += 1
+  while raw > 2 and lengths(raw)[0] > max_source_length:
+    raw -= 1
+  return (raw, *lengths(raw))
+
+
+def _check(out: dict, fail) -> None:
+  model = out["model"]
+  if model.get("decoder_nonlinearity") is None:
+    model["decoder_nonlinearity"] = model["encoder_nonlinearity"]
+  if model.get("num_decoder_layers") is None:
+    model["num_decoder_layers"] = model["num_encoder_layers"]
+  if model.pop("position_embedding_type", None) is not None:
+    log.info("model.position_embedding_type kept without effect: T5 has no absolute positions "
+             "(modelzoo's T5 does not read it)")
+  if (out.get("runconfig") or {}).get("mode") == "predict":
+    fail(("runconfig", "mode"), "runconfig.mode predict: the t5 model trains and evaluates "
+         "(as modelzoo's T5); use train, eval or train_and_eval")
+  for section in ("train_input", "eval_input"):
+    inp = out.get(section)
+    if not inp:
+      continue
+    src, tgt = inp.get("max_source_length"), inp.get("max_target_length")
+    if src is None or tgt is None:
+      continue
+    if src < 4:
+      fail((section, "max_source_length"), f"{section}.max_source_length {src}: the denoising "
+           f"objective needs at least 4 tokens (a kept token, a span, its sentinel, the end)")
+    raw, _, needed, spans = raw_length(src)
+    if needed > tgt:
+      fail((section, "max_target_length"), f"{section}.max_target_length {tgt} is shorter "
+           f"than the {needed} decoder tokens that corrupting {raw} text tokens into a "
+           f"{src}-token source makes; set it to at least {needed}")
+    if spans > inp["extra_ids"]:
+      fail((section, "extra_ids"), f"{section}.extra_ids {inp['extra_ids']}: a {src}-token "
+           f"source has {spans} corrupted spans, each needing its own sentinel; set at least "
+           f"{spans}")
+
+
+SPEC = register(ModelSpec(
+    name="t5", model_fn=MODEL_FN, input_fn=INPUT_FN, schema=SCHEMA, check=_check,
+    unapplied={("model", "use_projection_bias_in_attention"): False,
+               ("model", "use_ffn_bias_in_attention"): False}))
