@@ -19,11 +19,11 @@ PY = os.path.join(VENV, "bin", "python")
 STAMP = os.path.join(VENV, ".cerebras_tf_installed")
 EXTRAS = "test,data"
 
-# The demo: BERT-tiny pretraining on the real corpus (Bible, Austen and movie text), compiled
-# for the simulated CS-2. Its model_dir (runs/bert_tiny_reviews, from the YAML) is what
-# params_bert_tiny_classifier.yaml warm-starts from.
-DEMO_DATASETS = "vocab,review_pretrain"
-DEMO = ["scripts/run.py", "--params", "configs/params_bert_tiny_reviews.yaml",
+# The demo: BERT-tiny pretraining on the real corpus, compiled for the simulated CS-2.
+DEMO_DATASETS = "vocab,bert_pretrain"
+# Its model_dir (runs/bert_tiny_msl128, from the YAML) is what params_bert_tiny_classifier.yaml
+# warm-starts from.
+DEMO = ["scripts/run.py", "--params", "configs/params_bert_tiny_msl128.yaml",
         "--mode", "train_and_eval"]
 
 

@@ -7,7 +7,7 @@ process (the CLI a user runs). The majority baseline is the eval's own
 `accuracy_majority_baseline` (the best constant answer on that split, counted from its labels);
 `largest_predicted_class_share` 1.0 means the classifier answered one class for everything.
 
-    python benchmarks/bench_bert_transfer.py --pretrained runs/bert_tiny_reviews \
+    python benchmarks/bench_bert_transfer.py --pretrained runs/bert_tiny_msl128 \
         [--seeds 1,2,3] [--work /tmp/bert_transfer] [--max_steps N]
     python benchmarks/bench_bert_transfer.py --probe --pretrained DIR[,DIR...]
 """
@@ -137,7 +137,7 @@ def mean_spread(xs):
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--pretrained", default=os.path.join(ROOT, "runs", "bert_tiny_reviews"),
+  ap.add_argument("--pretrained", default=os.path.join(ROOT, "runs", "bert_tiny_msl128"),
                   help="the demo's model_dir (its latest checkpoint is the warm start; "
                        "default: where `python3 dev.py demo` writes it)")
   ap.add_argument("--quick", action="store_true", help="one seed")
