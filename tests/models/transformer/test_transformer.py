@@ -317,6 +317,11 @@ def test_train_predict_and_saved_model_translate_raw_text(data_dir, tmp_path):
   est.train(lambda: input_lib.input_fn(params, "train"), max_steps=2)
   metrics = est.evaluate(lambda: input_lib.input_fn(params, "eval"))
   assert {"bleu", "token_accuracy", "cross_entropy", "loss"} <= set(metrics)
+  # The copy baseline scores the eval split's English sources as Spanish translations.
+  import sacrebleu  # pylint: disable=import-outside-toplevel
+  test_pairs = _pairs(12, 1)
+  assert metrics["bleu_copy_baseline"] == pytest.approx(sacrebleu.corpus_bleu(
+      [en for en, _ in test_pairs], [[es for _, es in test_pairs]]).score, abs=1e-4)
   sentence = "The dog sees a small house."
   export = est.export_saved_model(str(tmp_path / "export"), model_lib.serving_input_receiver_fn)
 
