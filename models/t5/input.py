@@ -28,7 +28,7 @@ Output (features, labels), shapes static:
 """
 
 import os
-from typing import Any, Mapping, Tuple
+from typing import Tuple
 
 import tensorflow as tf
 

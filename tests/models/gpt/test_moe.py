@@ -19,7 +19,7 @@ from cerebras_tf.errors import ParamsError
 from cerebras_tf.params import load_params
 from cerebras_models.gpt import export, modeling
 from cerebras_models.gpt.model import model_fn
-from event_losses import summary_losses
+from event_losses import engine_and_plain_losses, summary_losses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__)))))
@@ -127,15 +127,7 @@ def test_moe_gpt_trains_on_the_engine_as_plain_tf_estimator(tmp_path):
   """5 SGD steps of a 2-layer MoE GPT (top-2 of 4 experts, load-balancing loss): the per-step
   losses with use_cs=True are plain tf.estimator's; it evaluates and exports."""
   params = _params(tmp_path)
-  plain = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "plain"), params=params,
-                                 config=tf.estimator.RunConfig(tf_random_seed=0,
-                                                               save_summary_steps=1))
-  plain.train(_input_fn, max_steps=5)
-  est = CerebrasEstimator(model_fn, params=params, config=CSRunConfig(
-      model_dir=str(tmp_path / "cs"), tf_random_seed=0, save_summary_steps=1,
-      cs_config=CSConfig(execution_strategy="pipelined")))
-  est.train(_input_fn, max_steps=5, use_cs=True)
-  want, got = summary_losses(plain.model_dir), summary_losses(est.model_dir)
+  want, got, est = engine_and_plain_losses(model_fn, _input_fn, tmp_path, 5, params)
   assert len(got) == 5 and got[0] > math.log(32) * 0.8, got
   np.testing.assert_allclose(got, want, rtol=1e-5)
   report = open(os.path.join(est.model_dir, "cs_compile", "report.txt"), encoding="utf-8").read()

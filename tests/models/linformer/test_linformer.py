@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.params import load_params
 from cerebras_models.bert import modeling as bert
 from cerebras_models.linformer import modeling
 from cerebras_models.linformer.model import model_fn
-from event_losses import summary_losses
+from event_losses import engine_and_plain_losses
 
 tf1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -142,15 +141,7 @@ def test_trains_on_the_engine_as_plain_tf_estimator(tmp_path):
       "optimizer: {optimizer_type: sgd, learning_rate: 0.5}\n"
       "runconfig: {max_steps: 5}\n")
   params = load_params(str(tmp_path / "p.yaml"))
-  plain = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "plain"), params=params,
-                                 config=tf.estimator.RunConfig(tf_random_seed=0,
-                                                               save_summary_steps=1))
-  plain.train(_input_fn, max_steps=5)
-  est = CerebrasEstimator(model_fn, params=params, config=CSRunConfig(
-      model_dir=str(tmp_path / "cs"), tf_random_seed=0, save_summary_steps=1,
-      cs_config=CSConfig(execution_strategy="pipelined")))
-  est.train(_input_fn, max_steps=5, use_cs=True)
-  want, got = summary_losses(plain.model_dir), summary_losses(est.model_dir)
+  want, got, est = engine_and_plain_losses(model_fn, _input_fn, tmp_path, 5, params)
   assert len(got) == 5 and abs(got[0] - np.log(V)) < 0.5, got
   np.testing.assert_allclose(got, want, rtol=1e-5)
   assert got[-1] < got[0]

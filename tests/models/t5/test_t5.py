@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import ParamsError
 from cerebras_tf.params import load_params
-from event_losses import summary_losses
+from event_losses import engine_and_plain_losses
 
 tf1 = tf.compat.v1
 STEPS = 4
@@ -147,15 +146,7 @@ def test_trains_with_use_cs_as_plain_estimator_and_evaluates(tmp_path, data_dir)
   def input_fn(params, mode="train"):
     return input_lib.input_fn(params, mode)
 
-  plain = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "plain"), params=params,
-                                 config=tf.estimator.RunConfig(tf_random_seed=0,
-                                                               save_summary_steps=1))
-  plain.train(input_fn, max_steps=STEPS)
-  est = CerebrasEstimator(model_fn, params=params, config=CSRunConfig(
-      model_dir=str(tmp_path / "cs"), tf_random_seed=0, save_summary_steps=1,
-      cs_config=CSConfig(execution_strategy="pipelined")))
-  est.train(input_fn, max_steps=STEPS, use_cs=True)
-  want, got = summary_losses(plain.model_dir), summary_losses(est.model_dir)
+  want, got, est = engine_and_plain_losses(model_fn, input_fn, tmp_path, STEPS, params)
   assert len(got) == STEPS and abs(got[0] - math.log(30622)) < 1.5, got
   np.testing.assert_allclose(got, want, rtol=1e-5)
   names = tf.train.list_variables(est.model_dir)

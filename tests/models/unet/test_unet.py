@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import DataError
 from cerebras_tf.params import load_params
 from cerebras_models.unet import input as input_lib
 from cerebras_models.unet import modeling
 from cerebras_models.unet.model import model_fn
-from event_losses import summary_losses
+from event_losses import engine_and_plain_losses
 
 tf1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -147,15 +146,7 @@ def test_trains_on_the_engine_as_plain_tf_estimator_and_evaluates(tmp_path):
   def input_fn(params):
     return input_lib.input_fn(params)
 
-  plain = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "plain"), params=params,
-                                 config=tf.estimator.RunConfig(tf_random_seed=0,
-                                                               save_summary_steps=1))
-  plain.train(input_fn, max_steps=4)
-  est = CerebrasEstimator(model_fn, params=params, config=CSRunConfig(
-      model_dir=str(tmp_path / "cs"), tf_random_seed=0, save_summary_steps=1,
-      cs_config=CSConfig(execution_strategy="pipelined")))
-  est.train(input_fn, max_steps=4, use_cs=True)
-  want, got = summary_losses(plain.model_dir), summary_losses(est.model_dir)
+  want, got, est = engine_and_plain_losses(model_fn, input_fn, tmp_path, 4, params)
   assert len(got) == 4 and abs(got[0] - np.log(2)) < 0.3, got
   np.testing.assert_allclose(got, want, rtol=1e-5)
   metrics = est.evaluate(lambda params: input_lib.input_fn(params, "eval"), steps=2,
