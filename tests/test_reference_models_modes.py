@@ -42,6 +42,8 @@ MODES = {
 # The four runs one after another in ONE fresh process (as tests/test_execution_modes.py runs
 # its host runs; the first, multi_replica, reserves the 2 logical CPUs its plan needs), instead
 # of a process each: 3 TensorFlow and tf-text start-ups fewer. Each run's output is fenced.
+# The second weight_streaming run trains on the weight server the first one launched (one
+# cluster a process, runtime/cluster.client_for), as a second run in a notebook would.
 _IN_ONE_PROCESS = """
 import json, sys
 from cerebras_tf import cli
