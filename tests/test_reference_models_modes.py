@@ -1,5 +1,5 @@
 """The reference models (BERT, Transformer) train through CerebrasEstimator in the two
-distributed modes, on the real data, as users run them: `scripts/run.py` in a fresh process.
+distributed modes, on the real data, as users run them: `scripts/run.py`'s main, the four runs in one fresh process.
 
 Cross-mode loss agreement is proved on the MLP (tests/test_execution_modes.py); here the point
 is that the real models' graphs (tf-text input pipelines, masking, bucketing, their optimizers)
@@ -7,6 +7,7 @@ go through MirroredStrategy and the weight-server cluster: the runtime line name
 losses are finite and the step counter and checkpoint reach the end.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -38,34 +39,87 @@ MODES = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("model", sorted(MODELS))
-def test_reference_model_trains_in_mode(model, mode, tmp_path):
-  from cerebras_models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
-  config, datasets, first_loss = MODELS[model]
-  try:
-    ensure_datasets(datasets)
-  except Exception as e:  # pylint: disable=broad-except
-    pytest.skip(f"{', '.join(datasets)} cannot be fetched here: {e}")
-  flags, runtime_line = MODES[mode]
+# The four runs one after another in ONE fresh process (as tests/test_execution_modes.py runs
+# its host runs; the first, multi_replica, reserves the 2 logical CPUs its plan needs), instead
+# of a process each: 3 TensorFlow and tf-text start-ups fewer. Each run's output is fenced.
+# The second weight_streaming run trains on the weight server the first one launched (one
+# cluster a process, runtime/cluster.client_for), as a second run in a notebook would.
+_IN_ONE_PROCESS = """
+import json, sys
+from cerebras_tf import cli
+for name, argv in json.loads(sys.argv[1]):
+  for stream in (sys.stdout, sys.stderr):
+    print("=== run " + name, file=stream, flush=True)
+  code = cli.main(["run.py"] + argv)
+  for stream in (sys.stdout, sys.stderr):
+    print("=== exit %d" % code, file=stream, flush=True)
+"""
+
+
+def _fenced(text):
+  """{run name: its part of `text`} between the child's markers."""
+  parts, name = {}, None
+  for line in text.splitlines(keepends=True):
+    if line.startswith("=== run "):
+      name = line[len("=== run "):].strip()
+      parts[name] = ""
+    elif name is not None:
+      parts[name] += line
+  return parts
+
+
+def _argv(model, mode, model_dir):
+  config, _, _ = MODELS[model]
+  flags, _ = MODES[mode]
   # The transformer's warm-up segment must fit in the run; a constant rate is enough here.
   lr = ["--params_override", "optimizer.learning_rate=0.0005"]
   # One layer (per stack) of the real model: the same layer code, input pipeline, heads and
   # optimizer through the mode, and a fraction of the graph to build, place and optimize (graph
   # building, once per replica, and TF's first-step optimization dominated these runs).
   layers = ["--params_override", "model.num_hidden_layers=1"]
-  cmd = [sys.executable, "scripts/run.py", "--params", config, "--mode", "train",
-         "--model_dir", str(tmp_path / "m"), "--max_steps", str(STEPS),
-         "--params_override", "train_input.batch_size=8",
-         "--params_override", "runconfig.log_step_count_steps=1",
-         "--params_override", f"runconfig.save_checkpoints_steps={STEPS}", *lr, *layers, *flags]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+  return ["--params", config, "--mode", "train", "--model_dir", str(model_dir),
+          "--max_steps", str(STEPS),
+          "--params_override", "train_input.batch_size=8",
+          "--params_override", "runconfig.log_step_count_steps=1",
+          "--params_override", f"runconfig.save_checkpoints_steps={STEPS}", *lr, *layers, *flags]
+
+
+# multi_replica first: its 2 logical CPUs are reserved before TensorFlow starts.
+RUNS = [(model, mode) for mode in ("multi_replica", "weight_streaming") for model in sorted(MODELS)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """{(model, mode): (its stdout, its stderr, its model_dir)} of RUNS, in one process."""
+  from cerebras_models.data import ensure_datasets  # pylint: disable=import-outside-toplevel
+  try:
+    ensure_datasets(sorted({d for _, datasets, _ in MODELS.values() for d in datasets}))
+  except Exception as e:  # pylint: disable=broad-except
+    pytest.skip(f"the reference data cannot be fetched here: {e}")
+  tmp = tmp_path_factory.mktemp("reference_modes")
+  argvs = [(f"{model}-{mode}", _argv(model, mode, tmp / f"{model}-{mode}"))
+           for model, mode in RUNS]
+  proc = subprocess.run([sys.executable, "-u", "-c", _IN_ONE_PROCESS, json.dumps(argvs)],
+                        cwd=ROOT, capture_output=True, text=True, timeout=1200,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert re.search(runtime_line, proc.stdout), proc.stdout[-3000:]
-  losses = losses_by_step(proc.stdout)
+  out, err = _fenced(proc.stdout), _fenced(proc.stderr)
+  assert sorted(out) == sorted(name for name, _ in argvs), proc.stderr[-3000:]
+  return {(model, mode): (out[f"{model}-{mode}"], err[f"{model}-{mode}"],
+                          tmp / f"{model}-{mode}") for model, mode in RUNS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_reference_model_trains_in_mode(model, mode, runs):
+  _, _, first_loss = MODELS[model]
+  _, runtime_line = MODES[mode]
+  stdout, stderr, model_dir = runs[(model, mode)]
+  assert stdout.rstrip().endswith("=== exit 0"), stderr[-3000:]
+  assert re.search(runtime_line, stdout), stdout[-3000:]
+  losses = losses_by_step(stdout)
   assert sorted(losses) == list(range(STEPS)), sorted(losses)
   assert losses[0] == pytest.approx(first_loss, rel=0.15), losses
   assert all(0 < l < 1.5 * first_loss for l in losses.values()), losses
-  assert os.path.exists(tmp_path / "m" / f"model.ckpt-{STEPS}.index")
+  assert os.path.exists(model_dir / f"model.ckpt-{STEPS}.index")

@@ -124,11 +124,47 @@ def _batches(family, batch, count=3):
   return got
 
 
-def _train_graph(family, mixed, batch=4):
-  """(graph, loss, train_op) of `family`'s TRAIN model_fn on _batches, repeated."""
+# Each family's (features {name: (shape after the batch, dtype)}, labels (shape, dtype)) at the
+# FAMILIES sizes, as its input_fn gives them (bert: max_sequence_length 32, 4 predictions; gpt
+# 64 tokens; the transformer 80). The graph tests only build graphs: zeros of these shapes
+# stand in for the real pipelines (tf-text vocab tables, tokenizing: seconds each).
+_I32, _F32 = np.int32, np.float32
+SYNTHETIC = {
+    "bert": ({"token_ids": ((32,), _I32), "segment_ids": ((32,), _I32),
+              "padding_mask": ((32,), _I32), "masked_lm_positions": ((4,), _I32),
+              "masked_lm_ids": ((4,), _I32), "masked_lm_weights": ((4,), _F32),
+              "next_sentence_label": ((), _I32)}, ((), _I32)),
+    "gpt": ({"token_ids": ((64,), _I32), "padding_mask": ((64,), _I32)}, ((64,), _I32)),
+    "transformer": ({"source_ids": ((80,), _I32), "source_padding_mask": ((80,), _I32),
+                     "source_lengths": ((), _I32), "target_input_ids": ((80,), _I32),
+                     "target_padding_mask": ((80,), _I32), "target_lengths": ((), _I32)},
+                    ((80,), _I32)),
+    "mlp": ({"x": ((32,), _F32)}, ((), _I32)),
+    "cnn": ({"image": ((8, 8, 1), _F32)}, ((), _I32)),
+    "vit": ({"image": ((8, 8, 1), _F32)}, ((), _I32)),
+}
+
+
+def _zeros(family, batch, count=3):
+  """`count` batches shaped as _batches's, all zeros but the masks and lengths (all tokens)."""
+  features, (label_shape, label_dtype) = SYNTHETIC[family]
+  def batch_of(name, shape, dtype):
+    if name.endswith("_lengths"):  # source_lengths: len(source_ids), every position a token
+      side = name.split("_")[0]
+      ids = next(v for k, v in features.items() if k.startswith(side) and k.endswith("_ids"))
+      return np.full((batch,), ids[0][0], dtype)
+    return np.full((batch,) + shape, 1 if name.endswith("mask") else 0, dtype)
+  one = ({k: batch_of(k, *v) for k, v in features.items()},
+         np.zeros((batch,) + label_shape, label_dtype))
+  return [one] * count
+
+
+def _train_graph(family, mixed, batch=4, synthetic=False):
+  """(graph, loss, train_op) of `family`'s TRAIN model_fn on _batches (the real input, read
+  once), or on _zeros if `synthetic`, repeated."""
   params = _params(family, mixed, batch)
   model_fn, _ = get_model(params["model"]["name"]).resolve()
-  got = _batches(family, batch)
+  got = _zeros(family, batch) if synthetic else _batches(family, batch)
   stacked = tf.nest.map_structure(lambda *xs: np.stack(xs), *got)
   graph = tf.Graph()
   with graph.as_default():
@@ -156,7 +192,7 @@ def _forward_ops(graph, loss):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_forced_bf16_computes_the_matmuls_in_bf16_on_fp32_weights(family, monkeypatch):
   monkeypatch.setenv(precision.FORCE_ENV, "1")
-  graph, loss, _ = _train_graph(family, mixed=True)
+  graph, loss, _ = _train_graph(family, mixed=True, synthetic=True)
   with graph.as_default():
     weights = tf1.trainable_variables()
   assert weights and {v.dtype.base_dtype for v in weights} == {tf.float32}, family
@@ -182,7 +218,7 @@ def test_unforced_on_this_host_the_graph_is_float32(family, monkeypatch):
   if precision.has_bf16():
     pytest.skip("this CPU has bf16 math")
   monkeypatch.delenv(precision.FORCE_ENV, raising=False)
-  graph, loss, _ = _train_graph(family, mixed=True)
+  graph, loss, _ = _train_graph(family, mixed=True, synthetic=True)
   dtypes = {op.outputs[0].dtype for op in _forward_ops(graph, loss) if op.type in _MATMULS}
   assert dtypes == {tf.float32}, (family, dtypes)
 
