@@ -11,17 +11,13 @@ from cerebras_tf.modelzoo import tf_files
 from cerebras_models.fields import (MODELZOO_INITIALIZERS, NO_SEGMENTS, TEXT_INPUT_FIELDS,
                                     TRANSFORMER_MODEL_FIELDS, check_transformer_params,
                                     schema_of)
-from cerebras_models.gpt.config import FFN as _FFN, GPTConfig
+from cerebras_models.gpt.config import FFN as _FFN, GPTConfig, moe_keys
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
 
 # model.moe's keys as modelzoo names them -> (kind, default); ours: capacity_factor.
-_MOE_KEYS = {
-    "num_experts": (int, 0), "top_k": (int, 1), "load_balancing_loss_coef": (float, 0.0),
-    "router_fp32": (bool, True), "num_shared_experts": (int, 0),
-    "expert_weighting_normalization": (bool, True), "capacity_factor": (float, None),
-}
+_MOE_KEYS = moe_keys()
 # Accepted when they name what is built (learned softmax routing); refused otherwise.
 _MOE_ONLY = {"routing_algorithm": ("learned",), "router_selection_nonlinearity": ("softmax",),
              "expert_weighting_nonlinearity": ("softmax",), "null_expert_bias": (0, 0.0),

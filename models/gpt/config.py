@@ -15,6 +15,17 @@ FFN = ("gelu", "relu", "tanh", "swiglu")
 DTYPES = ("float32", "bfloat16")
 
 
+def _moe(kind, default):
+  """A key of model.moe (modelzoo's block, flattened onto the config by the family's check)."""
+  return dataclasses.field(default=default, metadata={"moe_kind": kind})
+
+
+def moe_keys():
+  """{key: (kind, default)} of model.moe's keys, as GPTConfig declares them."""
+  return {f.name: (f.metadata["moe_kind"], f.default) for f in dataclasses.fields(GPTConfig)
+          if "moe_kind" in f.metadata}
+
+
 @dataclasses.dataclass(frozen=True)
 class GPTConfig:
   """The decoder's shape and switches (the `model` keys it builds)."""
@@ -83,13 +94,14 @@ class GPTConfig:
   initializer_specs: Optional[Mapping[str, Mapping[str, Any]]] = None
   # ... and the mixture of experts (modelzoo's `model.moe`, flattened by the family's check):
   # each FFN is num_experts expert FFNs, each token routed to top_k of them; 0: a plain FFN.
-  num_experts: int = 0
-  top_k: int = 1
-  load_balancing_loss_coef: float = 0.0
-  router_fp32: bool = True
-  num_shared_experts: int = 0
-  expert_weighting_normalization: bool = True
-  capacity_factor: Optional[float] = None    # None: dropless (an expert can take every token)
+  # Declared here once: the family's check reads model.moe's kinds and defaults from these.
+  num_experts: int = _moe(int, 0)
+  top_k: int = _moe(int, 1)
+  load_balancing_loss_coef: float = _moe(float, 0.0)
+  router_fp32: bool = _moe(bool, True)
+  num_shared_experts: int = _moe(int, 0)
+  expert_weighting_normalization: bool = _moe(bool, True)
+  capacity_factor: Optional[float] = _moe(float, None)  # None: dropless (any expert any token)
   dtype: str = "float32"  # compute dtype; model.mixed_precision picks it (runtime/precision.py)
 
   def __post_init__(self):
