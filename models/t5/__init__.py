@@ -16,7 +16,7 @@ No TensorFlow import here.
 import logging
 
 from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS, schema_of
-from cerebras_models.t5.config import T5Config
+from cerebras_models.t5.config import DECODER_FOLLOWS, T5Config
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field, pos_int
 
@@ -89,10 +89,9 @@ def raw_length(max_source_length: int):
 
 def _check(out: dict, fail) -> None:
   model = out["model"]
-  if model.get("decoder_nonlinearity") is None:
-    model["decoder_nonlinearity"] = model["encoder_nonlinearity"]
-  if model.get("num_decoder_layers") is None:
-    model["num_decoder_layers"] = model["num_encoder_layers"]
+  for key, source in DECODER_FOLLOWS.items():
+    if model.get(key) is None:
+      model[key] = model[source]
   if model.pop("position_embedding_type", None) is not None:
     log.info("model.position_embedding_type kept without effect: T5 has no absolute positions "
              "(modelzoo's T5 does not read it)")

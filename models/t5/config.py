@@ -12,6 +12,10 @@ from cerebras_tf.schema import Field, pos_int
 
 ACTIVATION_CHOICES = ("relu", "gelu")
 DTYPES = ("float32", "bfloat16")
+# A null decoder key takes the encoder's value: the one rule for the YAML (the family's check
+# fills the params dict, which the framework's analysis reads) and for T5Config.
+DECODER_FOLLOWS = {"num_decoder_layers": "num_encoder_layers",
+                   "decoder_nonlinearity": "encoder_nonlinearity"}
 
 
 def _rate(default, help_text):
@@ -71,10 +75,9 @@ class T5Config:
 
   def __post_init__(self):
     check_fields(self)
-    if self.num_decoder_layers is None:
-      object.__setattr__(self, "num_decoder_layers", self.num_encoder_layers)
-    if self.decoder_nonlinearity is None:
-      object.__setattr__(self, "decoder_nonlinearity", self.encoder_nonlinearity)
+    for key, source in DECODER_FOLLOWS.items():
+      if getattr(self, key) is None:
+        object.__setattr__(self, key, getattr(self, source))
     if self.dtype not in DTYPES:
       raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
 
