@@ -1,5 +1,9 @@
 """Params keys shared by the reference model families (text input, transformer shapes), and
-their cross-checks. No TensorFlow."""
+their cross-checks, and the two helpers that make a family's config dataclass its schema
+(`param`, `schema_of`). No TensorFlow."""
+
+import dataclasses
+from typing import Dict, Optional
 
 from cerebras_tf.schema import Field, pos_int as _pos_int
 
@@ -61,6 +65,43 @@ TRANSFORMER_MODEL_FIELDS = {
 }
 
 
+SCALAR_KINDS = ("int", "float", "bool", "str")  # the kinds Field.check rules on
+
+
+def param(field: Field):
+  """A config dataclass field declared by its params key: default, type, range and help are
+  `field`'s (schema_of reads it back, check_fields applies it)."""
+  return dataclasses.field(default=field.default, metadata={"field": field})
+
+
+def schema_of(config_cls) -> Dict[str, Field]:
+  """{key: Field} of a config dataclass's `param` fields: the family's `model` keys it builds."""
+  return {f.name: f.metadata["field"] for f in dataclasses.fields(config_cls)
+          if "field" in f.metadata}
+
+
+def check_fields(config) -> None:
+  """Applies each `param` field's Field to its value (the rule the params validator applies to
+  the YAML key) and stores the normalized value; ValueError 'model.<key> must be ...'."""
+  for f in dataclasses.fields(config):
+    field = f.metadata.get("field")
+    if field is None or field.kind not in SCALAR_KINDS:  # mappings: the family's check
+      continue
+    try:
+      value = field.check(getattr(config, f.name))
+    except ValueError as e:
+      raise ValueError(f"model.{f.name} {e}") from e
+    object.__setattr__(config, f.name, value)
+
+
+def heads_error(hidden_size, num_heads) -> Optional[str]:
+  """Why num_heads cannot split hidden_size into equal heads, or None."""
+  if isinstance(hidden_size, int) and isinstance(num_heads, int) and hidden_size % num_heads:
+    return (f"model.hidden_size {hidden_size} must be divisible by model.num_heads "
+            f"{num_heads}")
+  return None
+
+
 # modelzoo's initializer specs (create_initializer's and GPT-J's forms), built by the family
 # (tf_files.initializer_spec); null: the family's truncated normal of initializer_range.
 MODELZOO_INITIALIZERS = {
@@ -97,7 +138,6 @@ def check_transformer_params(out: dict, fail) -> None:
     if learned and isinstance(table, int) and isinstance(msl, int) and msl > table:
       fail((section, "max_sequence_length"), f"{section}.max_sequence_length {msl} must "
            f"be <= model.max_position_embeddings {table} (rows of the position table)")
-  if isinstance(model.get("hidden_size"), int) and isinstance(model.get("num_heads"), int):
-    if model["hidden_size"] % model["num_heads"]:
-      fail(("model", "num_heads"), f"model.hidden_size {model['hidden_size']} must be "
-           f"divisible by model.num_heads {model['num_heads']}")
+  error = heads_error(model.get("hidden_size"), model.get("num_heads"))
+  if error:
+    fail(("model", "num_heads"), error)

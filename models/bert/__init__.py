@@ -10,8 +10,9 @@ Its optimizer (AdamW, schedules, clipping, accumulation) is the shared `models/o
 No TensorFlow import here: the registry imports model_fn/input_fn on first use.
 """
 
-from cerebras_models.fields import (ALWAYS_BUILT, MASKED_LM_FIELDS, TEXT_INPUT_FIELDS,
-                                       TRANSFORMER_MODEL_FIELDS, check_transformer_params)
+from cerebras_models.bert.config import FIXED_OPTIONS, BertConfig
+from cerebras_models.fields import (MASKED_LM_FIELDS, TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
+                                    check_transformer_params, schema_of)
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -22,12 +23,12 @@ INPUT_FN = "cerebras_models.bert.tasks:family_input_fn"
 TASKS = ("pretraining", "classification", "token_classification", "question_answering",
          "extractive_summarization", "regression")
 
-# BERT's keys beyond cerebras_tf.params' shared transformer / text-input keys.
+# The model section: the shared transformer keys, the backbone's (BertConfig, declared there
+# once), then the heads', tasks' and modelzoo's keys.
 SCHEMA = {
     "model": {
         **TRANSFORMER_MODEL_FIELDS,
-        "vocab_size": Field("int", 30522, "vocabulary rows (word embeddings, MLM output)", low=1),
-        "type_vocab_size": Field("int", 2, "segment (token type) embedding rows", low=1),
+        **schema_of(BertConfig),
         "task": Field("str", "pretraining", "what the heads train (modelzoo's fine-tuning "
                       "tasks: tasks.py)", choices=TASKS),
         "num_classes": Field("int", 2, "classes of the classification head", low=2),
@@ -55,11 +56,6 @@ SCHEMA = {
         "cls_dropout_rate": Field("float", None, "dropout before the classifier head (null: "
                                   "dropout_rate; modelzoo's fine-tuning key)", low=0, high=1,
                                   high_open=True),
-        "pooling": Field("str", "cls", "what the pooler (and so the classifier and NSP heads) "
-                         "reads: cls, the first token's output (google-bert), or mean, the "
-                         "mean of the real tokens' outputs (a checkpoint pretrained without "
-                         "NSP never trained the first token to summarize)",
-                         choices=("cls", "mean")),
         "encoder_output_dropout_rate": Field("float", 0.1, "token_classification: dropout "
                                              "on the encoder output before the classifier "
                                              "(modelzoo key)", low=0, high=1, high_open=True),
@@ -72,8 +68,6 @@ SCHEMA = {
                              "real tokens or sentences per example)", low=0, low_open=True),
         "num_regression_values": Field("int", 1, "regression: values predicted per example "
                                        "(modelzoo key)", low=1),
-        "pooler_nonlinearity": Field("str", "tanh", "the pooler's activation (modelzoo key)",
-                                     choices=("tanh", "gelu", "relu")),
     },
     "train_input": {
         **TEXT_INPUT_FIELDS,
@@ -108,9 +102,6 @@ SCHEMA["eval_input"] = dict(SCHEMA["train_input"])
 SCHEMA["eval_input"]["split"] = Field("str", None, "TFRecord split name (null: eval, or dev "
                                       "for classification)")
 
-# What this BERT builds one way only (modeling.BertConfig.from_params holds to it too).
-FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned",
-                 ("model", "share_embedding_weights"): True}
 
 def _check(out: dict, fail) -> None:
   check_transformer_params(out, fail)

@@ -60,8 +60,8 @@ def masked_lm_head(sequence_output, positions, word_embeddings, config) -> Maske
     x = gather_positions(sequence_output, positions)
     with tf1.variable_scope("transform"):
       x = modeling.dense(x, config.hidden_size, "dense", config.initializer_range,
-                         activation=config.activation)
-      x = tf.cast(modeling.layer_norm(x, config.layer_norm_epsilon), config.compute_dtype)
+                         activation=modeling.activation(config))
+      x = tf.cast(modeling.layer_norm(x, config.layer_norm_epsilon), modeling.compute_dtype(config))
     bias = tf1.get_variable("output_bias", [config.vocab_size],
                             initializer=tf1.zeros_initializer())
     return MaskedLMHead(x, word_embeddings, bias, scope.original_name_scope)

@@ -11,99 +11,27 @@ Precision: variables are always float32. With `dtype="bfloat16"` the matmuls (an
 activations between them) run in bfloat16; softmax, LayerNorm and the losses run in float32.
 """
 
-import dataclasses
-import json
 import math
 from typing import Any, Dict, List, Mapping
 
 import tensorflow as tf
 
-from cerebras_tf.runtime import precision
 from cerebras_models import dropout as dropout_lib
-from cerebras_models.bert import FIXED_OPTIONS
+from cerebras_models.bert.config import BertConfig  # the hyper-parameters, declared there
 
 tf1 = tf.compat.v1
 
 ATTENTION_MASK_ADDER = -10000.0
 
 
-@dataclasses.dataclass(frozen=True)
-class BertConfig:
-  """Architecture hyper-parameters (the `model` section of the params YAML)."""
+def compute_dtype(config: BertConfig) -> tf.DType:
+  """The dtype the matmuls and activations run in (variables stay float32)."""
+  return tf.as_dtype(config.dtype)
 
-  vocab_size: int = 30522
-  hidden_size: int = 768
-  num_hidden_layers: int = 12
-  num_heads: int = 12
-  filter_size: int = 3072
-  max_position_embeddings: int = 512
-  type_vocab_size: int = 2
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
-  layer_norm_epsilon: float = 1e-12
-  initializer_range: float = 0.02
-  dtype: str = "float32"  # compute dtype: "float32" or "bfloat16"
-  hidden_act: str = "gelu"  # gelu (tanh form, as google-bert) | relu | tanh
-  use_segment_embedding: bool = True  # False: no token_type_embeddings (RoBERTa)
-  pooler_act: str = "tanh"  # the pooler's activation (modelzoo's cls_nonlinearity: relu, ...)
-  pooling: str = "cls"  # what the pooler reads: cls (first token) | mean (of the real tokens)
 
-  def __post_init__(self):
-    if self.hidden_size % self.num_heads:
-      raise ValueError("hidden_size %d is not a multiple of num_heads %d"
-                       % (self.hidden_size, self.num_heads))
-    if self.dtype not in ("float32", "bfloat16"):
-      raise ValueError("dtype must be float32 or bfloat16, got %r" % (self.dtype,))
-    if self.pooling not in ("cls", "mean"):
-      raise ValueError("pooling must be cls or mean, got %r" % (self.pooling,))
-    if self.hidden_act not in ACTIVATIONS:
-      raise ValueError("hidden_act must be one of %s, got %r"
-                       % (sorted(ACTIVATIONS), self.hidden_act))
-
-  @property
-  def compute_dtype(self) -> tf.DType:
-    return tf.as_dtype(self.dtype)
-
-  @property
-  def activation(self):
-    return ACTIVATIONS[self.hidden_act]
-
-  @classmethod
-  def from_params(cls, model_params: Mapping[str, Any]) -> "BertConfig":
-    """Builds a config from `params["model"]`; unknown keys (task, heads, ...) are ignored.
-
-    Shared transformer switches this BERT does not implement must keep their defaults.
-    """
-    for (_, key), wanted in FIXED_OPTIONS.items():
-      if model_params.get(key, wanted) != wanted:
-        raise ValueError("model.%s=%r is not supported by BERT (only %r)"
-                         % (key, model_params[key], wanted))
-    kwargs = {f.name: model_params[f.name] for f in dataclasses.fields(cls)
-              if model_params.get(f.name) is not None}
-    if model_params.get("encoder_nonlinearity"):
-      kwargs["hidden_act"] = model_params["encoder_nonlinearity"]
-    if model_params.get("pooler_nonlinearity"):
-      kwargs["pooler_act"] = model_params["pooler_nonlinearity"]
-    # `mixed_precision: true` is the Cerebras-style switch for bfloat16 compute (float32 on
-    # a CPU without bfloat16 math: runtime/precision.py).
-    if model_params.get("mixed_precision") and "dtype" not in kwargs:
-      kwargs["dtype"] = precision.compute_dtype(True)
-    return cls(**kwargs)
-
-  @classmethod
-  def from_google_json(cls, path: str) -> "BertConfig":
-    """Reads a google-research/bert `bert_config.json`."""
-    with tf.io.gfile.GFile(path) as f:
-      cfg = json.load(f)
-    return cls(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-               num_hidden_layers=cfg["num_hidden_layers"],
-               num_heads=cfg["num_attention_heads"], filter_size=cfg["intermediate_size"],
-               max_position_embeddings=cfg["max_position_embeddings"],
-               type_vocab_size=cfg["type_vocab_size"],
-               dropout_rate=cfg["hidden_dropout_prob"],
-               attention_dropout_rate=cfg["attention_probs_dropout_prob"],
-               initializer_range=cfg["initializer_range"],
-               hidden_act=cfg.get("hidden_act", "gelu"))
+def activation(config: BertConfig):
+  """The feed-forward activation model.encoder_nonlinearity names."""
+  return ACTIVATIONS[config.encoder_nonlinearity]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +148,7 @@ def embeddings(token_ids, segment_ids, config: BertConfig, training: bool):
     x += position_table[tf.newaxis, :tf.shape(token_ids)[1], :]
     x = layer_norm(x, config.layer_norm_epsilon)
     x = dropout(x, config.dropout_rate, training)
-  return tf.cast(x, config.compute_dtype), word_table
+  return tf.cast(x, compute_dtype(config)), word_table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,7 +202,7 @@ def add_and_norm(x, residual, config: BertConfig, training: bool):
   x = dropout(x, config.dropout_rate, training)
   y = layer_norm(tf.cast(x, tf.float32) + tf.cast(residual, tf.float32),
                  config.layer_norm_epsilon)
-  return tf.cast(y, config.compute_dtype)
+  return tf.cast(y, compute_dtype(config))
 
 
 def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool,
@@ -295,7 +223,7 @@ def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool,
     with tf1.variable_scope("output"):
       attn = add_and_norm(dense(context, config.hidden_size, "dense", r), x, config, training)
   with tf1.variable_scope("intermediate"):
-    inner = dense(attn, config.filter_size, "dense", r, activation=config.activation)
+    inner = dense(attn, config.filter_size, "dense", r, activation=activation(config))
   with tf1.variable_scope("output"):
     return add_and_norm(dense(inner, config.hidden_size, "dense", r), attn, config, training)
 
@@ -337,7 +265,7 @@ def pooler(sequence_output, config: BertConfig, padding_mask=None):
     else:
       summary = sequence_output[:, 0, :]
     return dense(summary, config.hidden_size, "dense", config.initializer_range,
-                 activation=ACTIVATIONS[config.pooler_act])
+                 activation=ACTIVATIONS[config.pooler_nonlinearity])
 
 
 def bert_model(token_ids, segment_ids, padding_mask, config: BertConfig,

@@ -9,19 +9,15 @@ No TensorFlow import here.
 
 from cerebras_tf.modelzoo import tf_files
 from cerebras_models.fields import (MODELZOO_INITIALIZERS, NO_SEGMENTS, TEXT_INPUT_FIELDS,
-                                       TRANSFORMER_MODEL_FIELDS, check_transformer_params)
+                                    TRANSFORMER_MODEL_FIELDS, check_transformer_params,
+                                    schema_of)
+from cerebras_models.gpt.config import FFN as _FFN, GPTConfig, moe_keys
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
-_FFN = ("gelu", "relu", "tanh", "swiglu")
-
 
 # model.moe's keys as modelzoo names them -> (kind, default); ours: capacity_factor.
-_MOE_KEYS = {
-    "num_experts": (int, 0), "top_k": (int, 1), "load_balancing_loss_coef": (float, 0.0),
-    "router_fp32": (bool, True), "num_shared_experts": (int, 0),
-    "expert_weighting_normalization": (bool, True), "capacity_factor": (float, None),
-}
+_MOE_KEYS = moe_keys()
 # Accepted when they name what is built (learned softmax routing); refused otherwise.
 _MOE_ONLY = {"routing_algorithm": ("learned",), "router_selection_nonlinearity": ("softmax",),
              "expert_weighting_nonlinearity": ("softmax",), "null_expert_bias": (0, 0.0),
@@ -123,47 +119,13 @@ SCHEMA = {
         **TRANSFORMER_MODEL_FIELDS,
         **NO_SEGMENTS,
         **MODELZOO_INITIALIZERS,
-        "embedding_initializer_range": Field("float", None, "stddev of the embeddings' "
-                                             "truncated-normal init (null: initializer_range)",
-                                             low=0, low_open=True),
-        "output_layer_initializer_range": Field("float", None, "stddev of attention's output "
-                                                "and the FFN's fc_out init (GPT-2's scaled "
-                                                "init: 0.02/sqrt(2 * layers); null: "
-                                                "initializer_range)", low=0, low_open=True),
-        "vocab_size": Field("int", 50257, "vocabulary rows", low=1),
-        "position_embedding_type": Field("str", "learned", "learned (GPT-2/3) or rotary (GPT-J)",
-                                         choices=("learned", "rotary")),
-        "rotary_dim": Field("int", 64, "features per head that rotary rotates", low=2),
-        "parallel_attention": Field("bool", False, "GPT-J: attention and FFN in parallel"),
+        **schema_of(GPTConfig),  # the backbone's keys, declared there once
         "loss_scaling": Field("str", "num_tokens", "the loss is the token loss summed and "
                               "divided by the real tokens (num_tokens) or by the batch size "
                               "(batch_size), as modelzoo's key", choices=("num_tokens",
                                                                           "batch_size")),
-        "layer_norm_epsilon": Field("float", 1e-5, "layer norm epsilon", low=0, low_open=True),
-        "dropout_rate": Field("float", 0.0, "dropout", low=0, high=1, high_open=True),
-        "attention_dropout_rate": Field("float", 0.0, "attention dropout", low=0, high=1,
-                                        high_open=True),
-        # LLaMA's variations, under modelzoo's names.
-        "encoder_nonlinearity": Field("str", "gelu", "feed-forward activation; swiglu: a gated "
-                                      "FFN (LLaMA)", choices=_FFN),
         "nonlinearity": Field("str", None, "modelzoo GPT's name for encoder_nonlinearity",
                               choices=_FFN),
-        "norm_type": Field("str", "layernorm", "layernorm, or rmsnorm (LLaMA)",
-                           choices=("layernorm", "rmsnorm")),
-        "num_kv_groups": Field("int", None, "K/V heads of grouped-query attention (null: "
-                               "num_heads)", low=1),
-        "rope_theta": Field("float", 10000.0, "base of the rotary frequencies", low=0,
-                            low_open=True),
-        "use_ffn_bias_in_attention": Field("bool", True, "a bias in the attention's output "
-                                           "projection (use_projection_bias_in_attention is "
-                                           "query, key and value's)"),
-        "use_bias_in_output": Field("bool", None, "a bias in the LM head (null: an untied "
-                                    "head has one, a tied head none; true: a tied head too, as "
-                                    "modelzoo's GPT-J)"),
-        "use_untied_layer_norm": Field("bool", False, "GPT-NeoX: a parallel block normalizes "
-                                       "the FFN's input with its own norm (ln_2)"),
-        "embedding_dropout_rate": Field("float", None, "dropout after the embeddings (null: "
-                                        "dropout_rate)", low=0, high=1, high_open=True),
         "loss_weight": Field("float", 1.0, "with loss_scaling batch_size, the loss is "
                              "multiplied by it (modelzoo; 1/max_sequence_length is usual)",
                              low=0, low_open=True),
@@ -176,17 +138,10 @@ SCHEMA = {
         "extra_attention_params": Field("numbers", None, "modelzoo's place for num_kv_groups"),
         "embedding_layer_norm": Field("bool", False, "a norm after the embeddings (modelzoo "
                                       "key; not built)"),
-        "pos_scaling_factor": Field("float", 1.0, "rotary context extension: frequencies "
-                                    "divided by it (linear) or per band (llama3)", low=0,
-                                    low_open=True),
-        "pos_scaling_type": Field("str", "linear", "how pos_scaling_factor applies",
-                                  choices=("linear", "llama3")),
         "moe": Field("mapping", None, "mixture of experts, as modelzoo's model.moe: "
                      "num_experts, top_k, load_balancing_loss_coef, router_fp32, "
                      "num_shared_experts, expert_weighting_normalization, and "
                      "capacity_factor (ours; null: dropless)"),
-        "pos_scaling_extra_args": Field("numbers", None, "llama3 scaling: low_freq_factor, "
-                                        "high_freq_factor, original_max_position_embeddings"),
     },
     "train_input": {**TEXT_INPUT_FIELDS,
                     "max_sequence_length": Field("int", None, "tokens per example (null: the "

@@ -19,100 +19,17 @@ from typing import Any, Mapping, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from cerebras_tf.runtime import precision
 from cerebras_models import losses
 from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
                                                layer_norm)
+from cerebras_models.gpt.config import GPTConfig  # the hyper-parameters, declared there
 
 tf1 = tf.compat.v1
 
 
-@dataclasses.dataclass(frozen=True)
-class GPTConfig:
-  vocab_size: int = 50257
-  hidden_size: int = 768
-  num_hidden_layers: int = 12
-  num_heads: int = 12
-  filter_size: int = 3072
-  max_position_embeddings: int = 1024
-  position_embedding_type: str = "learned"   # "learned" (GPT-2/3) or "rotary" (GPT-J)
-  rotary_dim: int = 64
-  parallel_attention: bool = False           # GPT-J: x + attn(ln(x)) + mlp(ln(x))
-  use_untied_layer_norm: bool = False        # NeoX: x + attn(ln_1(x)) + mlp(ln_2(x)) (parallel)
-  use_position_embedding: bool = True        # False: no learned position table (modelzoo key)
-  share_embedding_weights: bool = True       # GPT-2/3 tie the LM head; GPT-J does not
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  layer_norm_epsilon: float = 1e-5
-  initializer_range: float = 0.02
-  # modelzoo's embedding_initializer / output_layer_initializer (truncated normal stddevs);
-  # None: initializer_range. The output layers are attention's `output` and the FFN's fc_out.
-  embedding_initializer_range: Optional[float] = None
-  output_layer_initializer_range: Optional[float] = None
-  # modelzoo's initializer specs by group (layers, embedding, output), which win over the
-  # ranges above: {name, args} (tf_files.initializer_spec).
-  initializer_specs: Optional[Mapping[str, Mapping[str, Any]]] = None
-  norm_type: str = "layernorm"               # or "rmsnorm" (LLaMA)
-  encoder_nonlinearity: str = "gelu"         # relu, tanh, or "swiglu" (a gated FFN, LLaMA)
-  num_kv_groups: Optional[int] = None        # K/V heads (grouped-query); None: num_heads
-  rope_theta: float = 10000.0
-  use_ffn_bias: bool = True
-  use_projection_bias_in_attention: bool = True   # query, key, value
-  use_ffn_bias_in_attention: bool = True          # the attention's output projection
-  use_bias_in_output: Optional[bool] = None  # an untied LM head's bias; None: it has one
-  embedding_dropout_rate: Optional[float] = None  # None: dropout_rate
-  pos_scaling_factor: float = 1.0            # rotary context extension (see rotary_frequencies)
-  pos_scaling_type: str = "linear"
-  pos_scaling_extra_args: Optional[Mapping[str, float]] = None
-  # Mixture of experts (modelzoo's `model.moe`, flattened by the family's check): each FFN
-  # is num_experts expert FFNs, each token routed to top_k of them; 0 experts: a plain FFN.
-  num_experts: int = 0
-  top_k: int = 1
-  load_balancing_loss_coef: float = 0.0
-  router_fp32: bool = True
-  num_shared_experts: int = 0
-  expert_weighting_normalization: bool = True
-  capacity_factor: Optional[float] = None    # None: dropless (an expert can take every token)
-  compute_dtype: Any = tf.float32
-
-  @classmethod
-  def from_params(cls, model: Mapping[str, Any]) -> "GPTConfig":
-    fields = {f.name for f in dataclasses.fields(cls)} - {"compute_dtype"}
-    kw = {k: model[k] for k in fields if model.get(k) is not None}
-    # bfloat16 with mixed_precision, float32 on a CPU without bf16 math (runtime/precision.py)
-    dtype = tf.as_dtype(precision.compute_dtype(model.get("mixed_precision")))
-    return cls(compute_dtype=dtype, **kw)
-
-  def init(self, group: str):
-    """The initializer of a group ("layers", "embedding", "output"): a stddev or a spec,
-    for bert.modeling.initializer."""
-    specs = self.initializer_specs or {}
-    layers = specs.get("layers") or self.initializer_range
-    if group == "embedding":
-      return specs.get("embedding") or self.embedding_initializer_range or layers
-    if group == "output":
-      return specs.get("output") or self.output_layer_initializer_range or layers
-    return layers
-
-  @property
-  def output_range(self):
-    return self.init("output")
-
-  @property
-  def kv_heads(self) -> int:
-    return self.num_kv_groups or self.num_heads
-
-  @property
-  def head_bias(self) -> bool:
-    """Whether the LM head has a bias: an untied one unless use_bias_in_output is false; a
-    tied one only when it is true (modelzoo's GPT-J: the shared table plus a bias)."""
-    if self.share_embedding_weights:
-      return self.use_bias_in_output is True
-    return self.use_bias_in_output is not False
-
-  @property
-  def learned_positions(self) -> bool:
-    return self.position_embedding_type == "learned" and self.use_position_embedding
+def compute_dtype(config: GPTConfig) -> tf.DType:
+  """The dtype the matmuls run in (variables stay float32)."""
+  return tf.as_dtype(config.dtype)
 
 
 def causal_bias(padding_mask, seq: int):
@@ -318,7 +235,7 @@ def rms_norm(x, epsilon: float, name: str):
 
 def _ln(x, name, config):
   norm = rms_norm if config.norm_type == "rmsnorm" else layer_norm
-  return tf.cast(norm(x, config.layer_norm_epsilon, name), config.compute_dtype)
+  return tf.cast(norm(x, config.layer_norm_epsilon, name), compute_dtype(config))
 
 
 # The load-balancing losses of the MoE layers built in this graph, already weighted by
@@ -390,7 +307,7 @@ def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hi
         x += pos[tf.newaxis, :seq]
       rate = config.dropout_rate if config.embedding_dropout_rate is None \
           else config.embedding_dropout_rate
-      x = dropout(tf.cast(x, config.compute_dtype), rate, training)
+      x = dropout(tf.cast(x, compute_dtype(config)), rate, training)
     bias = causal_bias(padding_mask, seq)
     h = tf.reshape(x, [batch * seq, config.hidden_size])
     with tf1.variable_scope("decoder"):

@@ -15,7 +15,8 @@ No TensorFlow import here.
 
 import logging
 
-from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS
+from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS, schema_of
+from cerebras_models.t5.config import DECODER_FOLLOWS, T5Config
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field, pos_int
 
@@ -29,59 +30,17 @@ log = logging.getLogger("cerebras_models.t5")
 NOISE_DENSITY = 0.15
 MEAN_NOISE_SPAN_LENGTH = 3.0
 
-ACTIVATION_CHOICES = ("relu", "gelu")
-
-
-def _rate(default, help_text):
-  return Field("float", default, help_text, low=0, high=1, high_open=True)
-
-
 SCHEMA = {
     "model": {
-        "d_model": pos_int(512, "width of the embeddings and of every layer's residual stream"),
-        "d_kv": pos_int(64, "size of each head's query, key and value (num_heads * d_kv is the "
-                        "attention's inner width; it need not be d_model)"),
-        "num_heads": pos_int(8, "attention heads"),
-        "d_ff": pos_int(2048, "feed-forward inner width"),
-        "num_encoder_layers": pos_int(6, "encoder layers (modelzoo: encoder_num_hidden_layers)"),
-        "num_decoder_layers": pos_int(None, "decoder layers (modelzoo: "
-                                      "decoder_num_hidden_layers; null: num_encoder_layers)"),
-        "dropout_rate": _rate(0.1, "dropout of the embeddings, attention probabilities, "
-                              "sublayer outputs and the stacks' outputs (T5 has one rate)"),
-        "layer_norm_epsilon": Field("float", 1e-6, "epsilon of the RMS layer norm", low=0,
-                                    low_open=True),
-        "attention_type": Field("str", "dot_product", "dot_product: scores are q.k unscaled "
-                                "(T5: the 1/sqrt(d_kv) is in the query's initializer); "
-                                "scaled_dot_product: q.k / sqrt(d_kv)",
-                                choices=("dot_product", "scaled_dot_product")),
-        "use_relative_attention_bias": Field("bool", True, "add T5's bucketed relative "
-                                             "position bias to the self-attention scores (one "
-                                             "table per stack, shared by its layers); false: "
-                                             "no position information at all, as modelzoo"),
-        "num_relative_attention_buckets": pos_int(32, "buckets of relative distance (half per "
-                                                  "direction in the encoder)"),
-        "relative_attention_max_distance": pos_int(128, "distances from this on share the last "
-                                                   "bucket (T5's 128)"),
-        "use_ffn_bias": Field("bool", False, "biases in the feed-forward layers (T5: none)"),
+        **schema_of(T5Config),  # the backbone's keys, declared there once
         "use_projection_bias_in_attention": Field("bool", False, "modelzoo key: T5's attention "
                                                   "projections have no bias (built as false)"),
         "use_ffn_bias_in_attention": Field("bool", False, "modelzoo key: T5's attention output "
                                            "has no bias (built as false)"),
-        "encoder_nonlinearity": Field("str", "relu", "encoder feed-forward activation",
-                                      choices=ACTIVATION_CHOICES),
-        "decoder_nonlinearity": Field("str", None, "decoder feed-forward activation (null: "
-                                      "encoder_nonlinearity)", choices=ACTIVATION_CHOICES),
-        "share_embedding_weights": Field("bool", True, "one embedding table for encoder and "
-                                         "decoder (modelzoo: share_encoder_decoder_embedding); "
-                                         "the logits always use the decoder's table"),
         "position_embedding_type": Field("str", None, "modelzoo's T5 files carry `fixed`, "
                                          "which its T5 never reads: T5 has no absolute "
                                          "positions (kept without effect, said in the log)",
                                          choices=("fixed", "learned", "relative")),
-        "initializer_factor": Field("float", 1.0, "scales every default initializer's stddev "
-                                    "(mesh-TF T5's: embeddings N(0, 1), query N(0, (d_model * "
-                                    "d_kv)^-1/2), key/value N(0, d_model^-1/2), ...)", low=0,
-                                    low_open=True),
         "use_vsl": TRANSFORMER_MODEL_FIELDS["use_vsl"],
     },
     "train_input": {
@@ -130,10 +89,9 @@ def raw_length(max_source_length: int):
 
 def _check(out: dict, fail) -> None:
   model = out["model"]
-  if model.get("decoder_nonlinearity") is None:
-    model["decoder_nonlinearity"] = model["encoder_nonlinearity"]
-  if model.get("num_decoder_layers") is None:
-    model["num_decoder_layers"] = model["num_encoder_layers"]
+  for key, source in DECODER_FOLLOWS.items():
+    if model.get(key) is None:
+      model[key] = model[source]
   if model.pop("position_embedding_type", None) is not None:
     log.info("model.position_embedding_type kept without effect: T5 has no absolute positions "
              "(modelzoo's T5 does not read it)")

@@ -26,61 +26,17 @@ V vocabulary (words + sentinels). Compute is float32, or bfloat16 (mixed_precisi
 stay float32 and are cast where used; norms, softmax and the position bias are float32.
 """
 
-import dataclasses
 import math
-from typing import Any, Mapping
 
 import tensorflow as tf
 
-from cerebras_tf.runtime import precision
-
 from cerebras_models.dropout import dropout as _dropout
+from cerebras_models.t5.config import T5Config  # the hyper-parameters, declared there
 
 tf1 = tf.compat.v1
 
 NEG_INF = -1e9
 ACTIVATIONS = {"relu": tf.nn.relu, "gelu": lambda x: tf.nn.gelu(x, approximate=True)}
-
-
-@dataclasses.dataclass(frozen=True)
-class T5Config:
-  """The `model` section's architecture (models/t5/__init__.py SCHEMA)."""
-
-  vocab_size: int = 32128
-  d_model: int = 512
-  d_kv: int = 64
-  num_heads: int = 8
-  d_ff: int = 2048
-  num_encoder_layers: int = 6
-  num_decoder_layers: int = 6
-  dropout_rate: float = 0.1
-  layer_norm_epsilon: float = 1e-6
-  scaled_attention: bool = False
-  use_relative_attention_bias: bool = True
-  num_relative_attention_buckets: int = 32
-  relative_attention_max_distance: int = 128
-  use_ffn_bias: bool = False
-  encoder_nonlinearity: str = "relu"
-  decoder_nonlinearity: str = "relu"
-  share_embedding_weights: bool = True
-  initializer_factor: float = 1.0
-  dtype: str = "float32"
-
-  @property
-  def inner(self) -> int:
-    return self.num_heads * self.d_kv
-
-  @classmethod
-  def from_params(cls, model: Mapping[str, Any], vocab_size: int) -> "T5Config":
-    kwargs = {f.name: model[f.name] for f in dataclasses.fields(cls)
-              if model.get(f.name) is not None}
-    kwargs["vocab_size"] = int(vocab_size)
-    kwargs["scaled_attention"] = model.get("attention_type") == "scaled_dot_product"
-    kwargs.setdefault("num_decoder_layers", kwargs.get("num_encoder_layers", 6))
-    kwargs.setdefault("decoder_nonlinearity", kwargs.get("encoder_nonlinearity", "relu"))
-    if model.get("mixed_precision"):  # float32 on a CPU without bf16 math (runtime/precision)
-      kwargs["dtype"] = precision.compute_dtype(True)
-    return cls(**kwargs)
 
 
 def _normal(stddev: float, config: T5Config):

@@ -12,7 +12,9 @@
 """
 
 from cerebras_models.fields import (TEXT_INPUT_FIELDS, TRANSFORMER_MODEL_FIELDS,
-                                       check_transformer_params, ALWAYS_BUILT, NO_SEGMENTS)
+                                    check_transformer_params, ALWAYS_BUILT, NO_SEGMENTS,
+                                    schema_of)
+from cerebras_models.transformer.config import ACTIVATION_NAMES, TransformerConfig
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -28,26 +30,10 @@ SCHEMA = {
     "model": {
         **TRANSFORMER_MODEL_FIELDS,
         **NO_SEGMENTS,
-        "vocab_size": _pos_int(None, "vocabulary rows (null: the vocabulary file's size)"),
-        "hidden_size": _pos_int(512, "d_model"),
-        "num_hidden_layers": _pos_int(6, "encoder and decoder layers (unless set apart)"),
-        "num_encoder_layers": _pos_int(None, "encoder layers (null: num_hidden_layers)"),
-        "num_decoder_layers": _pos_int(None, "decoder layers (null: num_hidden_layers)"),
-        "num_heads": _pos_int(8, "attention heads; must divide hidden_size"),
-        "filter_size": _pos_int(2048, "feed-forward inner width"),
-        "layer_norm_epsilon": Field("float", 1e-6, "layer norm epsilon", low=0, low_open=True),
-        "position_embedding_type": Field("str", "fixed", "fixed (sinusoids, as the paper) or "
-                                         "learned", choices=("fixed", "learned")),
-        "encoder_nonlinearity": Field("str", "relu", "feed-forward activation",
-                                      choices=("relu", "gelu", "tanh")),
+        **schema_of(TransformerConfig),  # the backbone's keys, declared there once
         "decoder_nonlinearity": Field("str", None, "modelzoo key: the decoder's feed-forward "
                                       "activation; one activation is built for both (null: "
-                                      "encoder_nonlinearity)", choices=("relu", "gelu", "tanh")),
-        "norm_type": Field("str", "post", "post-norm (the paper) or pre-norm residual blocks",
-                           choices=("post", "pre")),
-        "share_embedding_weights": Field("bool", True, "one embedding table for source and "
-                                         "target (the vocabulary is shared)"),
-        "tie_output_projection": Field("bool", True, "logits use the target embedding table"),
+                                      "encoder_nonlinearity)", choices=ACTIVATION_NAMES),
         "label_smoothing": Field("float", 0.1, "label smoothing of the training loss", low=0,
                                  high=1, high_open=True),
         "beam_width": _pos_int(4, "beams for predict and eval BLEU (1: greedy)"),
@@ -58,13 +44,6 @@ SCHEMA = {
         "trim_padding": Field("bool", True, "on the host, compute each batch at its longest real "
                               "length (the engine compiles the static padded shapes)"),
         "eval_bleu": Field("bool", True, "decode the eval split and report BLEU"),
-        "attention_type": Field("str", "scaled_dot_product", "modelzoo key: scores scaled by "
-                                "1/sqrt(head size) (scaled_dot_product) or not (dot_product)",
-                                choices=("scaled_dot_product", "dot_product")),
-        "use_projection_bias_in_attention": Field("bool", True, "biases of the attention's "
-                                                  "query, key and value projections"),
-        "use_ffn_bias_in_attention": Field("bool", True, "modelzoo key: a bias in the "
-                                           "attention's output projection"),
     },
     "train_input": {
         **TEXT_INPUT_FIELDS,

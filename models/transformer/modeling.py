@@ -24,81 +24,23 @@ are built from those masks only, so padded positions never change a real token's
 an engine with VTS can skip them.
 """
 
-import dataclasses
 import math
-from typing import Any, Dict, Mapping
+from typing import Dict
 
 import tensorflow as tf
 
-from cerebras_tf.runtime import precision
 from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
                                                layer_norm)
+from cerebras_models.transformer.config import TransformerConfig  # declared there
 
 tf1 = tf.compat.v1
 
 NEG_INF = -1e9
 
 
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-  """Architecture hyper-parameters (the `model` section of the params YAML)."""
-
-  vocab_size: int = 8000
-  hidden_size: int = 512
-  num_encoder_layers: int = 6
-  num_decoder_layers: int = 6
-  num_heads: int = 8
-  filter_size: int = 2048
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
-  layer_norm_epsilon: float = 1e-6
-  initializer_range: float = 0.02
-  max_position_embeddings: int = 512
-  position_embedding_type: str = "fixed"  # fixed (sinusoids, as the paper) | learned
-  pre_norm: bool = False                  # False: the paper's post-norm; True: pre-norm
-  share_embedding_weights: bool = True    # one table for source and target
-  tie_output_projection: bool = True      # logits = h @ target_table^T
-  nonlinearity: str = "relu"
-  dtype: str = "float32"                  # compute dtype; bfloat16 with mixed_precision
-  # modelzoo's attention keys: biases of the q/k/v projections and of the output projection;
-  # scores scaled by 1/sqrt(D) (scaled_dot_product) or not (dot_product).
-  use_projection_bias_in_attention: bool = True
-  use_ffn_bias_in_attention: bool = True
-  scaled_attention: bool = True
-
-  def __post_init__(self):
-    if self.hidden_size % self.num_heads:
-      raise ValueError("hidden_size %d is not a multiple of num_heads %d"
-                       % (self.hidden_size, self.num_heads))
-    if self.position_embedding_type not in ("fixed", "learned"):
-      raise ValueError("position_embedding_type must be fixed or learned")
-    if self.nonlinearity not in ACTIVATIONS:
-      raise ValueError("nonlinearity must be one of %s" % sorted(ACTIVATIONS))
-
-  @property
-  def compute_dtype(self) -> tf.DType:
-    return tf.as_dtype(self.dtype)
-
-  @property
-  def head_size(self) -> int:
-    return self.hidden_size // self.num_heads
-
-  @classmethod
-  def from_params(cls, model: Mapping[str, Any]) -> "TransformerConfig":
-    kwargs = {f.name: model[f.name] for f in dataclasses.fields(cls)
-              if model.get(f.name) is not None}
-    if model.get("num_hidden_layers") is not None:
-      kwargs.setdefault("num_encoder_layers", model["num_hidden_layers"])
-      kwargs.setdefault("num_decoder_layers", model["num_hidden_layers"])
-    if model.get("encoder_nonlinearity"):
-      kwargs["nonlinearity"] = model["encoder_nonlinearity"]
-    if model.get("norm_type"):
-      kwargs["pre_norm"] = model["norm_type"] == "pre"
-    if model.get("mixed_precision"):  # float32 on a CPU without bf16 math (runtime/precision)
-      kwargs["dtype"] = precision.compute_dtype(True)
-    if model.get("attention_type"):
-      kwargs["scaled_attention"] = model["attention_type"] == "scaled_dot_product"
-    return cls(**kwargs)
+def compute_dtype(config: TransformerConfig) -> tf.DType:
+  """The dtype the matmuls run in (variables stay float32)."""
+  return tf.as_dtype(config.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,7 +84,7 @@ def embed(ids, table, config: TransformerConfig, training: bool, start=0):
     [B, L, H] in the compute dtype.
   """
   length = tf.shape(ids)[1]
-  dtype = config.compute_dtype
+  dtype = compute_dtype(config)
   x = tf.cast(tf.gather(table, ids), dtype) * (config.hidden_size ** 0.5)
   if config.position_embedding_type == "fixed":
     pos = sinusoids(length, config.hidden_size, start)
@@ -221,7 +163,7 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
 def feed_forward(x, config: TransformerConfig, training: bool):
   """[B, L, H] -> relu(x W1 + b1) W2 + b2 -> [B, L, H]."""
   h = _dense3d(x, config.filter_size, "intermediate", config,
-               activation=ACTIVATIONS[config.nonlinearity])
+               activation=ACTIVATIONS[config.encoder_nonlinearity])
   h = dropout(h, config.dropout_rate, training)
   return _dense3d(h, config.hidden_size, "output", config)
 
@@ -229,7 +171,7 @@ def feed_forward(x, config: TransformerConfig, training: bool):
 def sublayer(x, fn, config: TransformerConfig, training: bool):
   """Residual block: post-norm LN(x + drop(fn(x))) or pre-norm x + drop(fn(LN(x)))."""
   eps = config.layer_norm_epsilon
-  dtype = config.compute_dtype
+  dtype = compute_dtype(config)
   if config.pre_norm:
     return x + dropout(fn(tf.cast(layer_norm(x, eps), dtype)), config.dropout_rate, training)
   return tf.cast(layer_norm(x + dropout(fn(x), config.dropout_rate, training), eps), dtype)
@@ -239,7 +181,7 @@ def final_norm(x, config: TransformerConfig):
   """Pre-norm stacks end with a LayerNorm; post-norm outputs are normalized already."""
   if not config.pre_norm:
     return x
-  return tf.cast(layer_norm(x, config.layer_norm_epsilon, "final_norm"), config.compute_dtype)
+  return tf.cast(layer_norm(x, config.layer_norm_epsilon, "final_norm"), compute_dtype(config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,8 +272,8 @@ def init_cache(batch, max_length: int, config: TransformerConfig) -> Dict[str, t
   shape = [batch, config.num_heads, max_length, config.head_size]
   cache = {}
   for i in range(config.num_decoder_layers):
-    cache["layer_%d/k" % i] = tf.zeros(shape, config.compute_dtype)
-    cache["layer_%d/v" % i] = tf.zeros(shape, config.compute_dtype)
+    cache["layer_%d/k" % i] = tf.zeros(shape, compute_dtype(config))
+    cache["layer_%d/v" % i] = tf.zeros(shape, compute_dtype(config))
   return cache
 
 
@@ -353,7 +295,7 @@ def decode_step(ids, step, cache, cross_kv, cross_bias, config: TransformerConfi
   positions = tf.range(max_length)
   self_bias = tf.where(positions <= step, 0.0, NEG_INF)[tf.newaxis, tf.newaxis, tf.newaxis, :]
   write = tf.cast(tf.equal(positions, step),
-                  config.compute_dtype)[tf.newaxis, tf.newaxis, :, tf.newaxis]
+                  compute_dtype(config))[tf.newaxis, tf.newaxis, :, tf.newaxis]
   new_cache = dict(cache)
   with tf1.variable_scope("decoder", reuse=tf1.AUTO_REUSE):
     for i in range(config.num_decoder_layers):

@@ -139,7 +139,7 @@ class CheckpointCompatibilityTest(base.BertTestCase):
     got = self.evaluate(modeling.gelu(tf.constant(x)))
     self.assertAllClose(got, tanh_form, atol=1e-6, rtol=0)
     self.assertGreater(np.max(np.abs(got - erf_form)), 1e-4)
-    self.assertIs(modeling.BertConfig().activation, modeling.gelu)
+    self.assertIs(modeling.activation(modeling.BertConfig()), modeling.gelu)
 
 
 class HeadsAndTrainingTest(base.BertTestCase):

@@ -37,5 +37,5 @@ def test_mean_pooling_averages_the_real_tokens_only_and_cls_reads_the_first():
 
 
 def test_an_unknown_pooling_is_refused_by_name():
-  with pytest.raises(ValueError, match="pooling must be cls or mean"):
+  with pytest.raises(ValueError, match="model.pooling must be one of cls, mean"):
     modeling.BertConfig(pooling="max")

@@ -84,8 +84,9 @@ def _tiny_config(**kw):
 @pytest.mark.parametrize("pre_norm,positions,tied", [(False, "fixed", True),
                                                      (True, "learned", False)])
 def test_cached_decoder_step_matches_full_forward(pre_norm, positions, tied):
-  config = _tiny_config(pre_norm=pre_norm, position_embedding_type=positions,
-                        tie_output_projection=tied, share_embedding_weights=tied)
+  config = _tiny_config(norm_type="pre" if pre_norm else "post",
+                        position_embedding_type=positions, tie_output_projection=tied,
+                        share_embedding_weights=tied)
   rng = np.random.RandomState(0)
   batch, src_len, tgt_len = 3, 5, 4
   src = rng.randint(4, 20, size=[batch, src_len]).astype(np.int32)
@@ -346,14 +347,14 @@ def test_mixed_precision_is_accepted_and_computes_in_bfloat16(data_dir, pre_norm
   monkeypatch.setenv(precision.FORCE_ENV, "1")
   p = _params(data_dir, mixed_precision=True)
   config = modeling.TransformerConfig.from_params(p["model"])
-  assert config.compute_dtype == tf.bfloat16
+  assert modeling.compute_dtype(config) == tf.bfloat16
   rng = np.random.RandomState(0)
   src, tgt = rng.randint(4, 20, [2, 6]), rng.randint(4, 20, [2, 5])
   logits = {}
   for dtype in ("float32", "bfloat16"):
     with tf.Graph().as_default():
       tf1.set_random_seed(3)
-      cfg = _tiny_config(pre_norm=pre_norm, dtype=dtype)
+      cfg = _tiny_config(norm_type="pre" if pre_norm else "post", dtype=dtype)
       out = modeling.transformer(tf.constant(src), tf.ones([2, 6], tf.int32), tf.constant(tgt),
                                  cfg, training=True)
       assert out["logits"].dtype == tf.float32
