@@ -94,6 +94,20 @@ def check_fields(config) -> None:
     object.__setattr__(config, f.name, value)
 
 
+DTYPES = ("float32", "bfloat16")  # a config's compute dtype (runtime/precision picks it)
+
+
+def check_config(config, heads: bool = True) -> None:
+  """A family config's own checks, the same for every family: its params Fields
+  (check_fields), hidden_size % num_heads when `heads`, and its compute dtype."""
+  check_fields(config)
+  error = heads_error(config.hidden_size, config.num_heads) if heads else None
+  if error:
+    raise ValueError(error)
+  if config.dtype not in DTYPES:
+    raise ValueError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
+
+
 def heads_error(hidden_size, num_heads) -> Optional[str]:
   """Why num_heads cannot split hidden_size into equal heads, or None."""
   if isinstance(hidden_size, int) and isinstance(num_heads, int) and hidden_size % num_heads:

@@ -7,12 +7,11 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from cerebras_models.fields import (ALWAYS_BUILT, TRANSFORMER_MODEL_FIELDS as _T, check_fields,
-                                    heads_error, param)
+from cerebras_models.fields import (ALWAYS_BUILT, TRANSFORMER_MODEL_FIELDS as _T, check_config,
+                                    param)
 from cerebras_tf.runtime import precision
 from cerebras_tf.schema import Field
 
-DTYPES = ("float32", "bfloat16")
 # The shared switches this BERT builds one way only (the registry refuses another value; so
 # does from_params).
 FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned",
@@ -48,12 +47,7 @@ class BertConfig:
   dtype: str = "float32"
 
   def __post_init__(self):
-    check_fields(self)
-    error = heads_error(self.hidden_size, self.num_heads)
-    if error:
-      raise ValueError(error)
-    if self.dtype not in DTYPES:
-      raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+    check_config(self)
 
   @classmethod
   def from_params(cls, model_params: Mapping[str, Any]) -> "BertConfig":

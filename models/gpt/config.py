@@ -6,13 +6,11 @@ the YAML. No TensorFlow (the family's __init__ imports this; modeling.py builds 
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from cerebras_models.fields import (TRANSFORMER_MODEL_FIELDS as _T, check_fields, heads_error,
-                                    param)
+from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS as _T, check_config, param
 from cerebras_tf.runtime import precision
 from cerebras_tf.schema import Field
 
 FFN = ("gelu", "relu", "tanh", "swiglu")
-DTYPES = ("float32", "bfloat16")
 
 
 def _moe(kind, default):
@@ -105,12 +103,7 @@ class GPTConfig:
   dtype: str = "float32"  # compute dtype; model.mixed_precision picks it (runtime/precision.py)
 
   def __post_init__(self):
-    check_fields(self)
-    error = heads_error(self.hidden_size, self.num_heads)
-    if error:
-      raise ValueError(error)
-    if self.dtype not in DTYPES:
-      raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+    check_config(self)
 
   @classmethod
   def from_params(cls, model: Mapping[str, Any]) -> "GPTConfig":

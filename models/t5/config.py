@@ -6,12 +6,11 @@ the YAML. No TensorFlow (the family's __init__ imports this; modeling.py builds 
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from cerebras_models.fields import check_fields, param
+from cerebras_models.fields import check_config, param
 from cerebras_tf.runtime import precision
 from cerebras_tf.schema import Field, pos_int
 
 ACTIVATION_CHOICES = ("relu", "gelu")
-DTYPES = ("float32", "bfloat16")
 # A null decoder key takes the encoder's value: the one rule for the YAML (the family's check
 # fills the params dict, which the framework's analysis reads) and for T5Config.
 DECODER_FOLLOWS = {"num_decoder_layers": "num_encoder_layers",
@@ -74,12 +73,10 @@ class T5Config:
   dtype: str = "float32"
 
   def __post_init__(self):
-    check_fields(self)
     for key, source in DECODER_FOLLOWS.items():
       if getattr(self, key) is None:
         object.__setattr__(self, key, getattr(self, source))
-    if self.dtype not in DTYPES:
-      raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+    check_config(self, heads=False)
 
   @property
   def inner(self) -> int:

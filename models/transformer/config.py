@@ -7,12 +7,10 @@ it)."""
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from cerebras_models.fields import (TRANSFORMER_MODEL_FIELDS as _T, check_fields, heads_error,
-                                    param)
+from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS as _T, check_config, param
 from cerebras_tf.runtime import precision
 from cerebras_tf.schema import Field
 
-DTYPES = ("float32", "bfloat16")
 ACTIVATION_NAMES = ("relu", "gelu", "tanh")
 
 
@@ -64,15 +62,10 @@ class TransformerConfig:
   dtype: str = "float32"  # compute dtype; model.mixed_precision picks it (runtime/precision.py)
 
   def __post_init__(self):
-    check_fields(self)
     for side in ("num_encoder_layers", "num_decoder_layers"):  # null: num_hidden_layers
       if getattr(self, side) is None:
         object.__setattr__(self, side, self.num_hidden_layers)
-    error = heads_error(self.hidden_size, self.num_heads)
-    if error:
-      raise ValueError(error)
-    if self.dtype not in DTYPES:
-      raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+    check_config(self)
 
   @property
   def pre_norm(self) -> bool:
