@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from progress_log import losses_by_step
+from fenced_runs import fenced
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 24
@@ -92,18 +93,6 @@ RUNS = {"pipelined": ("--execution_strategy", "pipelined", *ACCUMULATING),
         "pipelined256": ("--execution_strategy", "pipelined", *BATCH_256)}
 
 
-def _fenced(text):
-  """{run name: its part of `text`} between the child's markers."""
-  parts, name = {}, None
-  for line in text.splitlines(keepends=True):
-    if line.startswith("=== run "):
-      name = line[len("=== run "):].strip()
-      parts[name] = ""
-    elif name is not None:
-      parts[name] += line
-  return parts
-
-
 @pytest.fixture(scope="module")
 def host_runs(tmp_path_factory):
   """{run name: (losses [STEPS], its stdout + stderr)} of RUNS, in one process."""
@@ -113,7 +102,7 @@ def host_runs(tmp_path_factory):
                         cwd=ROOT, capture_output=True, text=True, timeout=900,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  out, err = _fenced(proc.stdout), _fenced(proc.stderr)
+  out, err = fenced(proc.stdout), fenced(proc.stderr)
   assert sorted(out) == sorted(RUNS), proc.stderr[-3000:]
   for name in RUNS:
     assert out[name].rstrip().endswith("=== exit 0"), (name, err[name][-3000:])

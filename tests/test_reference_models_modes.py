@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from progress_log import losses_by_step
+from fenced_runs import fenced
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 6
@@ -56,18 +57,6 @@ for name, argv in json.loads(sys.argv[1]):
 """
 
 
-def _fenced(text):
-  """{run name: its part of `text`} between the child's markers."""
-  parts, name = {}, None
-  for line in text.splitlines(keepends=True):
-    if line.startswith("=== run "):
-      name = line[len("=== run "):].strip()
-      parts[name] = ""
-    elif name is not None:
-      parts[name] += line
-  return parts
-
-
 def _argv(model, mode, model_dir):
   config, _, _ = MODELS[model]
   flags, _ = MODES[mode]
@@ -103,7 +92,7 @@ def runs(tmp_path_factory):
                         cwd=ROOT, capture_output=True, text=True, timeout=1200,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  out, err = _fenced(proc.stdout), _fenced(proc.stderr)
+  out, err = fenced(proc.stdout), fenced(proc.stderr)
   assert sorted(out) == sorted(name for name, _ in argvs), proc.stderr[-3000:]
   return {(model, mode): (out[f"{model}-{mode}"], err[f"{model}-{mode}"],
                           tmp / f"{model}-{mode}") for model, mode in RUNS}
