@@ -14,8 +14,7 @@ from cerebras_tf.schema import Field
 
 # The shared switches this BERT builds one way only (the registry refuses another value; so
 # does from_params).
-FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned",
-                 ("model", "share_embedding_weights"): True}
+FIXED_OPTIONS = {**ALWAYS_BUILT, ("model", "position_embedding_type"): "learned"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +35,10 @@ class BertConfig:
   initializer_range: float = param(_T["initializer_range"])
   encoder_nonlinearity: str = param(_T["encoder_nonlinearity"])  # gelu: google-bert's tanh form
   use_segment_embedding: bool = param(_T["use_segment_embedding"])  # false: RoBERTa
+  # false: the masked-LM output layer gets its own [V, H] matrix (cls/predictions/
+  # output_weights), so a word seen only as a wrong answer in pretraining keeps its random
+  # input embedding (issue 44: tied, such rows collapsed to one direction, cosine 0.95).
+  share_embedding_weights: bool = param(_T["share_embedding_weights"])
   pooler_nonlinearity: str = param(Field("str", "tanh", "the pooler's activation (modelzoo key)",
                                          choices=("tanh", "gelu", "relu")))
   pooling: str = param(Field("str", "cls", "what the pooler (and so the classifier and NSP "

@@ -2,7 +2,8 @@
 
   cls/predictions/transform/dense/{kernel,bias}        masked-LM transform (dense + GELU)
   cls/predictions/transform/LayerNorm/{gamma,beta}
-  cls/predictions/output_bias [V]                      output matrix = tied word embeddings
+  cls/predictions/output_bias [V]                      output matrix = tied word embeddings,
+  cls/predictions/output_weights [V, H]                or this with share_embedding_weights: false
   cls/seq_relationship/output_{weights [2, H], bias [2]}  next-sentence prediction
   cls/classifier/output_{weights [C, H], bias [C]}     sequence classification (fine-tuning)
 
@@ -42,7 +43,7 @@ def gather_positions(sequence_output, positions):
 class MaskedLMHead(NamedTuple):
   """The masked-LM head before its output layer: what the logits and the loss are made of."""
   x: tf.Tensor          # [B*P, H] compute dtype: transformed hidden states at the positions
-  table: tf.Tensor      # [V, H] float32: the tied word embeddings
+  table: tf.Tensor      # [V, H] float32: the tied word embeddings, or the head's own matrix
   bias: tf.Variable     # [V] float32: cls/predictions/output_bias
   scope: str            # "cls/predictions/": the output layer's ops belong to this layer
 
@@ -53,7 +54,8 @@ def masked_lm_head(sequence_output, positions, word_embeddings, config) -> Maske
   Args:
     sequence_output: [B, S, H] compute dtype.
     positions: [B, P] int32 (`masked_lm_positions`).
-    word_embeddings: [V, H] float32 variable from the backbone (tied output matrix).
+    word_embeddings: [V, H] float32 variable from the backbone (the output matrix when
+      config.share_embedding_weights; else the head makes `output_weights` of that shape).
     config: modeling.BertConfig.
   """
   with tf1.variable_scope("cls/predictions") as scope:
@@ -62,9 +64,13 @@ def masked_lm_head(sequence_output, positions, word_embeddings, config) -> Maske
       x = modeling.dense(x, config.hidden_size, "dense", config.initializer_range,
                          activation=modeling.activation(config))
       x = tf.cast(modeling.layer_norm(x, config.layer_norm_epsilon), modeling.compute_dtype(config))
+    table = word_embeddings
+    if not config.share_embedding_weights:
+      table = tf1.get_variable("output_weights", [config.vocab_size, config.hidden_size],
+                               initializer=modeling.initializer(config.initializer_range))
     bias = tf1.get_variable("output_bias", [config.vocab_size],
                             initializer=tf1.zeros_initializer())
-    return MaskedLMHead(x, word_embeddings, bias, scope.original_name_scope)
+    return MaskedLMHead(x, table, bias, scope.original_name_scope)
 
 
 def masked_lm_logits(head: MaskedLMHead):

@@ -67,7 +67,6 @@ def test_the_keras_cnn_refuses_what_its_optimizer_cannot_apply(tmp_path):
     ("params_gpt_tiny.yaml", "model.use_segment_embedding=true", "false"),
     ("params_gpt_tiny.yaml", "model.attention_type=dot_product", "scaled_dot_product"),
     ("params_transformer_tiny.yaml", "model.use_position_embedding=false", "true"),
-    ("params_bert_tiny_msl128.yaml", "model.share_embedding_weights=false", "true"),
     ("params_bert_tiny_msl128.yaml", "model.position_embedding_type=fixed", "learned"),
 ])
 def test_a_key_the_model_does_not_apply_is_refused_when_set(config, override, built):

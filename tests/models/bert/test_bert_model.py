@@ -121,6 +121,37 @@ class CheckpointCompatibilityTest(base.BertTestCase):
     self.assertEqual(got, expected)
 
   @needs_fixture
+  def test_untied_mlm_output_leaves_the_rows_of_words_not_in_the_input_alone(self):
+    """share_embedding_weights: false (issue 44): the masked-LM output gets its own [V, H]
+    matrix, so the loss's gradient reaches an input-embedding row only for the tokens in the
+    batch. Tied, every row is pushed as a wrong answer (the collapse of rare words)."""
+    features, _ = load_fixture()
+    in_input = np.unique(features["token_ids"])
+
+    def grad_rows(tied):
+      def build():
+        feats = {k: tf.constant(v) for k, v in features.items()}
+        spec = model.model_fn(feats, None, EVAL, google_tiny_params(
+            init_checkpoint=None, share_embedding_weights=tied))
+        table, = [v for v in tf1.trainable_variables() if "word_embeddings" in v.name]
+        names = {v.op.name: v.shape.as_list() for v in tf1.trainable_variables()}
+        return tf.convert_to_tensor(tf.gradients(spec.loss, table)[0]), names
+      sess, (grad, names) = self.run_graph(build)
+      moved = np.flatnonzero(np.abs(sess.run(grad)).sum(axis=1))
+      return moved, names
+
+    moved, names = grad_rows(tied=False)
+    vocab = names["bert/embeddings/word_embeddings"][0]
+    self.assertEqual(names["cls/predictions/output_weights"],
+                     names["bert/embeddings/word_embeddings"])
+    # Only the input's rows (a token seen only under the padding mask gets none either).
+    self.assertTrue(set(moved) <= set(in_input), set(moved) - set(in_input))
+    self.assertGreater(len(moved), len(in_input) // 2)
+    moved_tied, names_tied = grad_rows(tied=True)
+    self.assertNotIn("cls/predictions/output_weights", names_tied)
+    self.assertEqual(len(moved_tied), vocab)  # the softmax touches every row
+
+  @needs_fixture
   def test_bfloat16_keeps_float32_weights_and_stays_close(self):
     # bfloat16 forced: a CPU without bf16 math computes float32 (tests/models/test_bf16.py).
     with mock.patch.dict(os.environ, {precision.FORCE_ENV: "1"}):
