@@ -38,7 +38,7 @@ from cerebras_tf.input_pipeline import batch_size_for_mode
 from cerebras_tf.model_fn_wrapper import CallContext, EngineRun
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, input_fns, logs,
-                                 strategies, tf_config)
+                                 precision, strategies, tf_config)
 from cerebras_tf.runtime.hooks import BatchProgressHook, GracefulInterrupt
 from cerebras_tf.runtime.input_fns import call_with_supported_args
 
@@ -612,7 +612,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     del mode  # The engine compiles the training graph; eval/predict reuse it.
     host = strategies.host_devices(self.cs_config)  # before anything starts TF's runtime
     global_batch = batch_size_for_mode(self.params, ModeKeys.TRAIN)
-    with self._during(model_fn_batch=global_batch):
+    # The engine computes in 16 bits on any host; so does its trace (runtime/precision.py).
+    with self._during(model_fn_batch=global_batch), precision.tracing_for_engine():
       result = self._compiler.compile(
           model_fn=self._user_model_fn,
           call_input_fn=lambda: self._call_input_fn(

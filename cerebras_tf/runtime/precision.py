@@ -8,6 +8,8 @@ once. `CEREBRAS_TF_FORCE_BF16=1` computes in bfloat16 on any CPU (the tests of t
 on hosts without it; slow). No TensorFlow here.
 """
 
+import contextlib
+import contextvars
 import logging
 import os
 from typing import FrozenSet, Optional
@@ -16,6 +18,19 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU with fa
 FORCE_ENV = "CEREBRAS_TF_FORCE_BF16"
 
 _said = set()  # the fallback lines logged in this process (each once)
+# Set while the compiler traces the model_fn for the engine, which computes in 16 bits on
+# any host: the trace (activation bytes, kernels) must not depend on the host's CPU.
+_for_engine = contextvars.ContextVar("cerebras_tf_trace_for_engine", default=False)
+
+
+@contextlib.contextmanager
+def tracing_for_engine():
+  """Within it, `mixed_precision: true` builds bfloat16 whatever the CPU (nothing runs)."""
+  token = _for_engine.set(True)
+  try:
+    yield
+  finally:
+    _for_engine.reset(token)
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> FrozenSet[str]:
@@ -50,7 +65,7 @@ def compute_dtype(mixed_precision, flags: Optional[FrozenSet[str]] = None,
   logged (`log`, TensorFlow's logger at WARNING by default) once per process."""
   if not mixed_precision:
     return "float32"
-  if forced() or has_bf16(flags):
+  if forced() or _for_engine.get() or has_bf16(flags):
     return "bfloat16"
   line = (f"model.mixed_precision: this CPU has no bfloat16 math ({' or '.join(BF16_FLAGS)} "
           f"not in /proc/cpuinfo), where bfloat16 is slower than float32, so the model trains "

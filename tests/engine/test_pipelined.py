@@ -275,9 +275,10 @@ def _traced(tmp_path, params, *overrides) -> ir.LayerGraph:
   for o in overrides:
     cmd += ["--params_override", o]
   # The analytic graphs are the 16-bit models the configs describe (mixed_precision: true);
-  # on a CPU without bf16 math the host builds them in float32 unless told to build bf16.
+  # the compiler traces that model on any host (runtime/precision.tracing_for_engine).
+  env = {k: v for k, v in os.environ.items() if k != "CEREBRAS_TF_FORCE_BF16"}
   out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CEREBRAS_TF_FORCE_BF16="1"))
+                       env=dict(env, TF_CPP_MIN_LOG_LEVEL="3"))
   assert out.returncode == 0, out.stderr[-2000:]
   doc = json.load(open(tmp_path / "cd" / "plan.json"))
   return ir.LayerGraph.from_dict({k: doc["graph"][k] for k in (
