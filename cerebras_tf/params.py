@@ -540,9 +540,9 @@ class _Validator:
         self.bad(path, field, value)
       return self.default(path, field)  # `key:` with no value keeps the default
     kind = field.kind
-    if kind in ("bool", "int", "float"):
+    if kind in ("bool", "int", "float", "int_list"):
       try:
-        return field.check(value)  # the one rule of the key (CSConfig applies it too)
+        return field.check(value)  # the one rule of the key (CSConfig, configs apply it too)
       except schema.PastInt64 as e:
         self.fail(path, f"{_dotted(path)} {e}")
       except ValueError:
@@ -580,10 +580,6 @@ class _Validator:
       if len(numbers) != 2 or any(n is None or not schema.in_range(n, field) for n in numbers):
         self.bad(path, field, value)
       return numbers
-    if kind == "int_list":
-      if not isinstance(value, list) or any(schema.as_int(v) is None for v in value):
-        self.bad(path, field, value)
-      return [schema.as_int(v) for v in value]
     if kind == "loss_scale":
       if isinstance(value, str) and value.strip().lower() == "dynamic":
         return "dynamic"
