@@ -11,9 +11,18 @@ import dataclasses
 import difflib
 import math
 import re
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from cerebras_tf.core import plans
+
+
+def dotted(path: Sequence) -> str:
+  """A key path as an error message names it: ('optimizer', 'learning_rate', 1, 'steps') ->
+  optimizer.learning_rate[1].steps."""
+  out = ""
+  for p in path:
+    out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+  return out
 
 
 def show(value) -> str:
