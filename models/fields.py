@@ -1,6 +1,7 @@
 """Params keys shared by the reference model families (text input, transformer shapes), and
-their cross-checks, and the two helpers that make a family's config dataclass its schema
-(`param`, `schema_of`). No TensorFlow."""
+their cross-checks, and the helpers that make a family's config dataclass its schema
+(`param`, `schema_of`), check it by the schema's rules (`check_config`) and build it from
+params (`params_kwargs`). No TensorFlow."""
 
 import dataclasses
 from typing import Any, Dict, Mapping, Optional
