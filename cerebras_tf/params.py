@@ -28,7 +28,7 @@ from cerebras_tf.core import plans
 from cerebras_tf.cs_config import parse_cs_ip
 from cerebras_tf.errors import ConfigError, ParamsError
 from cerebras_tf import schema
-from cerebras_tf.schema import show as _show
+from cerebras_tf.schema import dotted as _dotted, show as _show
 from cerebras_tf.schema import (ENGINES, EVAL_INPUT_DEFAULTS, INPUT_FIELDS, MODEL_FIELDS,
                                 OPTIMIZER_FIELDS, REQUIRED, REQUIRED_SECTIONS, SCHEDULERS,
                                 SCHEMA, Field)
@@ -50,21 +50,6 @@ class Override(NamedTuple):
 OPTIMIZER_KEYS = {"weight_decay_rate": ("adamw",), "correct_bias": ("adamw",),
                   "momentum": ("momentum",), "beta1": ("adam", "adamw"),
                   "beta2": ("adam", "adamw"), "epsilon": ("adam", "adamw")}
-
-# modelzoo's model names -> the family here that builds them (GPT builds LLaMA's shape from
-# its keys: norm_type, nonlinearity, num_kv_groups, the bias switches).
-MODELZOO_FAMILIES = tf_files.MODEL_NAMES
-
-# modelzoo's name -> the key here that owns the quantity (same section): GPT's nonlinearity,
-# and the PyTorch releases' names.
-MODELZOO_NAMES = {("model", "nonlinearity"): "encoder_nonlinearity",
-                  ("runconfig", "log_steps"): "log_step_count_steps",
-                  ("runconfig", "checkpoint_steps"): "save_checkpoints_steps",
-                  ("runconfig", "seed"): "tf_random_seed",
-                  ("optimizer", "eps"): "epsilon",
-                  ("optimizer", "weight_decay"): "weight_decay_rate",
-                  ("train_input", "num_workers"): "num_parallel_calls",
-                  ("eval_input", "num_workers"): "num_parallel_calls"}
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*"
 _KEY_RE = re.compile(rf"^{_NAME}(\.{_NAME})+$")
@@ -464,8 +449,8 @@ class _Validator:
                 "family (no modelzoo data_processor or model key of one); set model.name or "
                 "run.py --model, one of " + ", ".join(_available_models()))
     name = self.value(path, name, MODEL_FIELDS["name"])
-    if name.lower() in MODELZOO_FAMILIES and name not in _available_models():
-      name = model["name"] = MODELZOO_FAMILIES[name.lower()]  # modelzoo's model name, our family
+    if translate.family_name(name) != name:  # modelzoo's model name: our family's
+      name = model["name"] = translate.family_name(name)
     try:
       spec = registry.get_model(name)
     except ParamsError as e:
@@ -503,14 +488,9 @@ class _Validator:
     self.fail((section, key), message)
 
   def unknown_key(self, section: str, key, fields) -> str:
-    if key in tf_files.NOT_BUILT:
-      family = self.spec.name if self.spec else "this"
-      return (f"{section}.{key} ({tf_files.NOT_BUILT[key]}) is not built by the {family} "
-              f"model here; remove it")
-    if key in tf_files.MODELZOO_KEYS and not any(key in f for f in SCHEMA.values()):
-      family = self.spec.name if self.spec else "this"
-      return (f"{section}.{key} is a modelzoo key that the {family} model here does not build "
-              f"(docs/modelzoo_migration.md); remove it")
+    unbuilt = translate.unbuilt_key(section, key, self.spec.name if self.spec else "this")
+    if unbuilt:
+      return unbuilt
     hint = schema.suggest(key, fields)
     if not hint:  # a key that belongs to another section (modelzoo moved some around)
       homes = [s for s, f in SCHEMA.items() if key in f and s != section]
@@ -540,9 +520,9 @@ class _Validator:
         self.bad(path, field, value)
       return self.default(path, field)  # `key:` with no value keeps the default
     kind = field.kind
-    if kind in ("bool", "int", "float"):
+    if kind in ("bool", "int", "float", "int_list"):
       try:
-        return field.check(value)  # the one rule of the key (CSConfig applies it too)
+        return field.check(value)  # the one rule of the key (CSConfig, configs apply it too)
       except schema.PastInt64 as e:
         self.fail(path, f"{_dotted(path)} {e}")
       except ValueError:
@@ -580,10 +560,6 @@ class _Validator:
       if len(numbers) != 2 or any(n is None or not schema.in_range(n, field) for n in numbers):
         self.bad(path, field, value)
       return numbers
-    if kind == "int_list":
-      if not isinstance(value, list) or any(schema.as_int(v) is None for v in value):
-        self.bad(path, field, value)
-      return [schema.as_int(v) for v in value]
     if kind == "loss_scale":
       if isinstance(value, str) and value.strip().lower() == "dynamic":
         return "dynamic"
@@ -639,7 +615,7 @@ class _Validator:
         self.fail(spath, f"{_dotted(spath)} must be a mapping with a scheduler, got {_show(seg)}")
       if "scheduler" not in seg:
         self.fail(spath, f"{_dotted(spath)} needs a scheduler: one of {', '.join(SCHEDULERS)}")
-      seg = self.pytorch_segment(spath, seg)
+      seg = translate.pytorch_segment(self, spath, seg)
       sched_field = Field("str", REQUIRED, "", choices=tuple(SCHEDULERS))
       sched = self.value(spath + ("scheduler",), seg["scheduler"], sched_field)
       fields = SCHEDULERS[sched]
@@ -657,84 +633,6 @@ class _Validator:
       segments.append(out)
     return segments
 
-  def pytorch_segment(self, spath: tuple, seg: dict) -> dict:
-    """A schedule segment in modelzoo's PyTorch-release names (`total_iters`, `CosineDecay`,
-    `LinearLR`) in the names here (`steps`, `Cosine`, `Linear`)."""
-    seg = dict(seg)
-    if "total_iters" in seg:
-      if "steps" in seg and seg["steps"] != seg["total_iters"]:
-        self.fail(spath + ("total_iters",), f"{_dotted(spath)}: total_iters (modelzoo's name "
-                  f"for steps) {_show(seg['total_iters'])} conflicts with steps "
-                  f"{_show(seg['steps'])}; keep one of them")
-      seg["steps"] = seg.pop("total_iters")
-      self.origins.setdefault(spath + ("steps",), self.where(spath + ("total_iters",)))
-    name = seg["scheduler"]
-    if isinstance(name, str) and name.strip().lower() in ("cosine", "cosinedecay") and (
-        "alpha" in seg or "decay_steps" in seg):
-      seg, conflict = tf_files.as_segment_of_tf_cosine(seg)
-      if conflict:
-        self.fail(spath + ("alpha",), f"{_dotted(spath)}: {conflict}")
-      for key, source in (("end_learning_rate", "alpha"), ("steps", "decay_steps")):
-        if (spath + (source,)) in self.origins:
-          self.origins.setdefault(spath + (key,), self.origins[spath + (source,)])
-    if isinstance(name, str):
-      plain = re.sub(r"(?i)lr$", "", name.strip())
-      plain = {"cosinedecay": "Cosine"}.get(plain.lower(), plain)
-      if plain.lower() in {k.lower() for k in SCHEDULERS}:
-        seg["scheduler"] = plain
-    return seg
-
-  def renamed(self, out: dict, raw: dict, old: tuple, new: tuple, value) -> None:
-    """Moves a modelzoo-named value onto the key that owns it here; both given and different
-    is one error."""
-    section, key = new
-    other = self.moved.get(new) or (new if key in (raw.get(section) or {}) else None)
-    if other is not None and out[section][key] != value:
-      self.fail(old, f"{_dotted(old)} {_show(value)} (modelzoo's name for {section}.{key}) "
-                f"conflicts with {_dotted(other)} {_show(out[section][key])}; keep one of them")
-    out[section][key] = value
-    self.moved[new] = old
-    self.origins[new] = self.where(old)
-
-  def pytorch_keys(self, out: dict, raw: dict) -> None:
-    """modelzoo's configs (the PyTorch releases, R1.9 on, most of all) name some quantities
-    differently; each is moved onto its one owner here, and a switch set to what does not
-    happen here is refused."""
-    for (section, old), new in MODELZOO_NAMES.items():
-      value = out.get(section, {}).pop(old, None)
-      if value is not None:
-        if old == "num_workers":
-          value = max(value, 1)  # PyTorch's 0: loaded in the main process, one at a time
-        self.renamed(out, raw, (section, old), (section, new), value)
-    micro = [(s, out[s].pop("micro_batch_size")) for s in ("train_input", "eval_input")
-             if s in out]
-    for section, value in micro:  # modelzoo's place for it; one value for the run here
-      if value is not None:
-        self.renamed(out, raw, (section, "micro_batch_size"), ("csconfig", "micro_batch_size"),
-                     value)
-    betas = out["optimizer"].pop("betas")
-    if betas is not None:
-      for key, value in zip(("beta1", "beta2"), betas):
-        self.renamed(out, raw, ("optimizer", "betas"), ("optimizer", key), value)
-    for section, key, what in (
-        ("train_input", "persistent_workers", "the input pipeline lives for the whole run"),
-        ("eval_input", "persistent_workers", "the input pipeline lives for the whole run"),
-        ("runconfig", "save_initial_checkpoint", "a checkpoint of the initial weights is "
-         "written when training starts (tf.estimator's CheckpointSaverHook)")):
-      if out.get(section, {}).pop(key, None) is False:
-        self.fail((section, key), f"{section}.{key}: false is not what happens here: {what}; "
-                  f"remove the key")
-    if out["model"].get("fp16_type") == "float16":
-      self.fail(("model", "fp16_type"), "model.fp16_type: float16 is not computed here: "
-                "mixed precision is bfloat16 (float32's exponent range, no loss scaling); set "
-                "bfloat16 or cbfloat16")
-    opt = out["optimizer"]
-    for key in ("initial_loss_scale", "max_loss_scale"):
-      if opt[key] is not None and opt["loss_scaling_factor"] != "dynamic":
-        self.fail(("optimizer", key), f"optimizer.{key} sets dynamic loss scaling, but "
-                  f"optimizer.loss_scaling_factor is {_show(opt['loss_scaling_factor'])}: set "
-                  f"it to dynamic or remove the key")
-
   def optimizer_applies(self, opt: dict, raw: dict) -> None:
     """An optimizer key the chosen optimizer_type does not apply, given anyway, is refused
     (modelzoo's `Adam: {weight_decay: 0.1}` is L2 decay, which `adam` here does not have)."""
@@ -748,31 +646,8 @@ class _Validator:
                   f"optimizer_type {kind} (it is by {', '.join(kinds)}): change the type or "
                   f"remove the key")
 
-  def modelzoo_keys(self, out: dict, raw: dict) -> None:
-    """Keys modelzoo configs carry elsewhere or under older names, mapped onto their one owner
-    here, so a modelzoo file runs as it is."""
-    self.pytorch_keys(out, raw)
-    cs, rc = out["csconfig"], out["runconfig"]
-    if rc.pop("multireplica"):
-      cs["multireplica"] = True
-    rc.pop("num_workers_per_csx", None)
-    servers = rc.pop("num_wgt_servers", None)
-    if servers is not None:
-      self.renamed(out, raw, ("runconfig", "num_wgt_servers"), ("csconfig", "max_wgt_servers"),
-                   servers)
-    if rc.pop("enable_distributed"):
-      self.fail(("runconfig", "enable_distributed"), "runconfig.enable_distributed: true is "
-                "modelzoo's multi-GPU switch; a cluster here is the TF_CONFIG environment "
-                "variable (docs/distributed.md): remove the key")
-    model = out["model"]
-    if model.get("use_vsl"):  # modelzoo's variable sequence length is VTS here
-      if (raw.get("csconfig") or {}).get("vts") is False:
-        self.fail(("model", "use_vsl"), "model.use_vsl: true (modelzoo's name for csconfig.vts) "
-                  "conflicts with csconfig.vts: false; keep one of them")
-      cs["vts"] = True
-
   def cross_checks(self, out: dict, raw: dict):
-    self.modelzoo_keys(out, raw)
+    translate.owned_keys(self, out, raw)
     cs, rc = out["csconfig"], out["runconfig"]
     strategy_given = "execution_strategy" in (raw.get("csconfig") or {})
     replicas = cs["num_replicas"]
@@ -835,11 +710,6 @@ class _Validator:
 # ---------------------------------------------------------------------------------------------
 # Helpers.
 
-def _dotted(path: Sequence) -> str:
-  out = ""
-  for p in path:
-    out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-  return out
 
 
 

@@ -11,9 +11,18 @@ import dataclasses
 import difflib
 import math
 import re
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from cerebras_tf.core import plans
+
+
+def dotted(path: Sequence) -> str:
+  """A key path as an error message names it: ('optimizer', 'learning_rate', 1, 'steps') ->
+  optimizer.learning_rate[1].steps."""
+  out = ""
+  for p in path:
+    out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+  return out
 
 
 def show(value) -> str:
@@ -114,7 +123,8 @@ class Field:
   def check(self, value):
     """The value normalized (e.g. `'1e-5'` -> 1e-05), or ValueError('must be ...').
 
-    The one rule for a key of a scalar kind: the params validator and CSConfig both apply it.
+    The one rule for a key of a scalar kind or an int_list: the params validator, CSConfig
+    and the model families' config dataclasses all apply it.
     """
     if value is None and self.nullable:
       return None
@@ -133,6 +143,9 @@ class Field:
     elif self.kind == "engine" and isinstance(value, str) and value.strip():
       v = value.strip()
       ok = v.lower() if v.lower() in ENGINES else v
+    elif self.kind == "int_list" and isinstance(value, (list, tuple)):
+      ints = [as_int(v) for v in value]  # a Python config may hold a tuple
+      ok = ints if None not in ints else None
     if ok is None:
       raise ValueError(f"must be {self.describe()}, got {value!r}")
     if self.kind == "int" and self.high is None and not -INT64_MAX - 1 <= ok <= INT64_MAX:

@@ -1,10 +1,12 @@
 """Params keys shared by the reference model families (text input, transformer shapes), and
-their cross-checks, and the two helpers that make a family's config dataclass its schema
-(`param`, `schema_of`). No TensorFlow."""
+their cross-checks, and the helpers that make a family's config dataclass its schema
+(`param`, `schema_of`), check it by the schema's rules (`check_config`) and build it from
+params (`params_kwargs`). No TensorFlow."""
 
 import dataclasses
-from typing import Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
+from cerebras_tf.runtime import precision
 from cerebras_tf.schema import Field, pos_int as _pos_int
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, named here without importing TensorFlow
@@ -65,13 +67,15 @@ TRANSFORMER_MODEL_FIELDS = {
 }
 
 
-SCALAR_KINDS = ("int", "float", "bool", "str")  # the kinds Field.check rules on
+CHECKED_KINDS = ("int", "float", "bool", "str", "int_list")  # the kinds Field.check rules on
 
 
 def param(field: Field):
   """A config dataclass field declared by its params key: default, type, range and help are
-  `field`'s (schema_of reads it back, check_fields applies it)."""
-  return dataclasses.field(default=field.default, metadata={"field": field})
+  `field`'s (schema_of reads it back, check_fields applies it). A list default (the YAML's)
+  is the frozen config's tuple."""
+  default = tuple(field.default) if isinstance(field.default, list) else field.default
+  return dataclasses.field(default=default, metadata={"field": field})
 
 
 def schema_of(config_cls) -> Dict[str, Field]:
@@ -82,19 +86,30 @@ def schema_of(config_cls) -> Dict[str, Field]:
 
 def check_fields(config) -> None:
   """Applies each `param` field's Field to its value (the rule the params validator applies to
-  the YAML key) and stores the normalized value; ValueError 'model.<key> must be ...'."""
+  the YAML key) and stores the normalized value (an int list as a tuple); ValueError
+  'model.<key> must be ...'."""
   for f in dataclasses.fields(config):
     field = f.metadata.get("field")
-    if field is None or field.kind not in SCALAR_KINDS:  # mappings: the family's check
+    if field is None or field.kind not in CHECKED_KINDS:  # mappings, specs: the family's check
       continue
     try:
       value = field.check(getattr(config, f.name))
     except ValueError as e:
       raise ValueError(f"model.{f.name} {e}") from e
-    object.__setattr__(config, f.name, value)
+    object.__setattr__(config, f.name, tuple(value) if isinstance(value, list) else value)
 
 
 DTYPES = ("float32", "bfloat16")  # a config's compute dtype (runtime/precision picks it)
+
+
+def params_kwargs(config_cls, model: Mapping[str, Any]) -> Dict[str, Any]:
+  """A config dataclass's keyword arguments from `params["model"]`: each of its fields the
+  section gives (null: the field's default), and the compute dtype model.mixed_precision asks
+  for (runtime/precision: bfloat16 only where the CPU has bf16 math, else float32)."""
+  kwargs = {f.name: model[f.name] for f in dataclasses.fields(config_cls)
+            if f.name != "dtype" and model.get(f.name) is not None}
+  kwargs["dtype"] = precision.compute_dtype(model.get("mixed_precision"))
+  return kwargs
 
 
 def check_config(config, heads: bool = True) -> None:

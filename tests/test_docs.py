@@ -1,6 +1,9 @@
-"""The docs say what the code does: the generated references are current."""
+"""The docs say what the code does: the generated references are current, and
+docs/architecture.md names every module of the package and no other."""
 
+import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -73,3 +76,56 @@ def test_doc_code_runs(where, line, code, tmp_path):
   proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env,
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, f"{where}:{line}: {proc.stderr[-3000:]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/architecture.md is the map of the package: what it names exists, and it names all of it.
+
+PACKAGE = os.path.join(ROOT, "cerebras_tf")
+# A module path as the map writes it: cerebras_tf/x.py, or a subpackage's own path
+# (runtime/peers.py, engine/specs/, compiler/plan/) with or without the cerebras_tf/ prefix.
+# A name must end in .py, .yaml or / to count (`engine/report.input_line` is a function).
+_SUBPACKAGES = sorted(d for d in os.listdir(PACKAGE)
+                      if os.path.isfile(os.path.join(PACKAGE, d, "__init__.py")))
+_MODULE_PATH = re.compile(
+    r"(?<![\w/.])(?:cerebras_tf/)?((?:%s)(?:/[\w*]+)*(?:\.py|\.yaml|/)|"
+    r"(?<=cerebras_tf/)[\w]+\.py)" % "|".join(_SUBPACKAGES))
+
+
+def map_problems(text: str, package: str = PACKAGE):
+  """What is wrong with a map of the package: the module paths it names that do not exist
+  (globs must match something), and the package's modules and subpackages it does not
+  name. -> (missing, unnamed), sorted lists of paths relative to the package."""
+  named = set()
+  for path in _MODULE_PATH.findall(text):
+    matches = glob.glob(os.path.join(package, path.rstrip("/")))
+    named.update(os.path.relpath(m, package) for m in matches)
+    if not matches:
+      named.add("?" + path)
+  missing = sorted(p[1:] for p in named if p.startswith("?"))
+  unnamed = []
+  for here, dirs, files in os.walk(package):
+    dirs[:] = [d for d in dirs if os.path.isfile(os.path.join(here, d, "__init__.py"))]
+    rel = os.path.relpath(here, package)
+    if rel != "." and rel not in named:
+      unnamed.append(rel + "/")
+    for f in files:
+      path = os.path.normpath(os.path.join(rel, f))
+      if f.endswith(".py") and f != "__init__.py" and path not in named:
+        unnamed.append(path)
+  return missing, sorted(unnamed)
+
+
+def test_architecture_names_every_module_and_only_those_that_exist():
+  text = open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8").read()
+  missing, unnamed = map_problems(text)
+  assert not missing, f"docs/architecture.md names cerebras_tf modules that do not exist: {missing}"
+  assert not unnamed, f"docs/architecture.md does not name these cerebras_tf modules: {unnamed}"
+
+
+def test_the_map_check_sees_a_stale_and_an_omitted_module():
+  text = open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8").read()
+  missing, unnamed = map_problems(text.replace("`runtime/peers.py`", "`runtime/gone.py`"))
+  assert missing == ["runtime/gone.py"] and unnamed == ["runtime/peers.py"]
+  _, unnamed = map_problems(text.replace("compiler/plan/", "compiler/plans_x/"))
+  assert "compiler/plan/" in unnamed

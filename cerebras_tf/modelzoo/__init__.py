@@ -6,7 +6,8 @@
   specs, TF's Cosine form, list-valued `data_dir`.
 - `trainer_files`: the trainer format (R2.3 on: `trainer.init` / `trainer.fit`) moved onto the
   flat sections, lines kept.
-- `translate`: the validator's steps on a raw file that use those tables (params.py calls them).
+- `translate`: the validator's steps that use those tables (params.py calls them): the family,
+  modelzoo names moved onto their owners here, PyTorch schedule names, unbuilt keys.
 
 What each key does here: docs/modelzoo_migration.md. No TensorFlow.
 """

@@ -12,6 +12,7 @@ A trainer key with no owner here is named, with its line, in one error. No Tenso
 from typing import Any, Dict, List, Optional, Tuple
 
 from cerebras_tf.errors import ParamsError
+from cerebras_tf.schema import dotted as _dotted
 
 Path = Tuple[Any, ...]
 
@@ -91,10 +92,6 @@ class _Mover:
         self.unread.append(base + (key,))
       elif mapping[key] is not None:
         self.put(base + (key,), mapping[key], v)
-
-
-def _dotted(path: Path) -> str:
-  return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
 
 
 def _named(value) -> Optional[Tuple[str, Any]]:

@@ -6,8 +6,8 @@ the YAML. No TensorFlow (the family's __init__ imports this; modeling.py builds 
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS as _T, check_config, param
-from cerebras_tf.runtime import precision
+from cerebras_models.fields import (TRANSFORMER_MODEL_FIELDS as _T, check_config, param,
+                                    params_kwargs)
 from cerebras_tf.schema import Field
 
 FFN = ("gelu", "relu", "tanh", "swiglu")
@@ -107,10 +107,7 @@ class GPTConfig:
 
   @classmethod
   def from_params(cls, model: Mapping[str, Any]) -> "GPTConfig":
-    fields = {f.name for f in dataclasses.fields(cls)} - {"dtype"}
-    kw = {k: model[k] for k in fields if model.get(k) is not None}
-    # bfloat16 with mixed_precision, float32 on a CPU without bf16 math (runtime/precision.py)
-    return cls(dtype=precision.compute_dtype(model.get("mixed_precision")), **kw)
+    return cls(**params_kwargs(cls, model))
 
   def init(self, group: str):
     """The initializer of a group ("layers", "embedding", "output"): a stddev or a spec,

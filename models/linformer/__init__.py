@@ -2,6 +2,8 @@
 layer's keys and values projected along the sequence, from S positions to k = projected_dims,
 so attention costs S x k, not S x S. modelzoo's TF `linformer` (its RoBERTa-style files).
 
+  config.py        LinformerConfig: BertConfig's keys with its defaults, projected_dims and
+                   attention_style (the schema's model section is built from it)
   modeling.py      the projected self-attention, plugged into models/bert's encoder
   model.py         model_fn(features, labels, mode, params): masked LM (+ NSP unless disabled)
   input.py         input_fn: models/bert's pretraining input (modelzoo's Linformer reads BERT's
@@ -13,32 +15,24 @@ layer, shared by the heads) or `linformer-shared-kv` (E = F). No TensorFlow impo
 """
 
 from cerebras_models import bert as bert_family
+from cerebras_models.fields import schema_of
+from cerebras_models.linformer.config import LinformerConfig
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
 MODEL_FN = "cerebras_models.linformer.model:model_fn"
 INPUT_FN = "cerebras_models.linformer.input:input_fn"
 
-STYLES = ("linformer-shared-heads", "linformer-shared-kv")
-
-# BERT's keys without its fine-tuning task keys, and Linformer's.
+# BERT's keys without its fine-tuning task keys, then LinformerConfig's (its defaults and its
+# projection's keys, declared there once) and modelzoo's debugging switch.
 _BERT_ONLY = ("task", "num_classes", "cls_dropout_rate", "predict_all_outputs")
 SCHEMA = {
     "model": {
         **{k: f for k, f in bert_family.SCHEMA["model"].items() if k not in _BERT_ONLY},
-        "projected_dims": Field("int", 256, "k: the sequence positions keys and values are "
-                                "projected to (modelzoo's key)", low=1),
-        "attention_style": Field("str", "linformer-shared-heads", "linformer-shared-heads: a "
-                                 "key projection E and a value projection F per layer, shared "
-                                 "by the heads; linformer-shared-kv: one projection for both",
-                                 choices=STYLES),
+        **schema_of(LinformerConfig),
         "disable_attention": Field("bool", False, "modelzoo's debugging switch (attention "
                                    "replaced by q * q); read by none of its TF code: built as "
                                    "false"),
-        "use_segment_embedding": Field("bool", False, "segment (token type) embeddings "
-                                       "(modelzoo's Linformer: none unless given)"),
-        "layer_norm_epsilon": Field("float", 1e-8, "layer norm epsilon (modelzoo's Linformer "
-                                    "default)", low=0, low_open=True),
     },
     "train_input": bert_family.SCHEMA["train_input"],
     "eval_input": bert_family.SCHEMA["eval_input"],

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from cerebras_models import optimization
 from cerebras_models.bert import heads
-from cerebras_models.bert import modeling as bert
 from cerebras_models.linformer import modeling
+from cerebras_models.linformer.config import LinformerConfig
 from cerebras_tf.runtime import checkpoints
 
 tf1 = tf.compat.v1
@@ -45,12 +45,11 @@ def model_fn(features, labels, mode, params, config=None):
   """tf.estimator model_fn (labels unused: the masked-LM targets are features)."""
   del labels
   model_params = params["model"]
-  bert_config = bert.BertConfig.from_params(model_params)
+  linformer_config = LinformerConfig.from_params(model_params)
   training = mode == tf.estimator.ModeKeys.TRAIN
   nsp = not model_params.get("disable_nsp")
-  outputs = modeling.linformer_model(features, model_params, bert_config, training,
-                                     with_pooler=nsp)
-  loss, t = _losses(features, outputs, bert_config, training, nsp,
+  outputs = modeling.linformer_model(features, linformer_config, training, with_pooler=nsp)
+  loss, t = _losses(features, outputs, linformer_config, training, nsp,
                     model_params.get("mlm_loss_weight"))
   init = model_params.get("init_checkpoint")
   model_dir = getattr(config, "model_dir", None)

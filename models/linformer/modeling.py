@@ -9,7 +9,8 @@ Padding: keys and values of padded positions are zeroed before the projection, s
 position adds nothing to k' and v' (modelzoo's TF Linformer passes no mask at all; on full
 sequences, as its pretraining data are, the two agree).
 
-Shapes: B batch, S sequence, H hidden, N heads, D = H / N, K = projected_dims.
+Shapes: B batch, S sequence, H hidden, N heads, D = H / N, K = projected_dims. The
+hyper-parameters are config.py's LinformerConfig (BERT's, and projected_dims, attention_style).
 """
 
 import functools
@@ -18,6 +19,7 @@ import math
 import tensorflow as tf
 
 from cerebras_models.bert import modeling as bert
+from cerebras_models.linformer.config import LinformerConfig
 
 tf1 = tf.compat.v1
 
@@ -31,9 +33,10 @@ def project_sequence(x, projected_dims: int, name: str, initializer_range):
   return tf.transpose(tf.reshape(projected, [-1, width, projected_dims]), [0, 2, 1])
 
 
-def linformer_attention(x, bias, batch, seq, config: bert.BertConfig, training: bool, *,
-                        padding_mask, projected_dims: int, shared_kv: bool):
-  """Multi-head attention over projected keys and values (the scope `self`).
+def linformer_attention(x, bias, batch, seq, config: LinformerConfig, training: bool, *,
+                        padding_mask):
+  """Multi-head attention over projected keys and values (the scope `self`); K is
+  config.projected_dims, one projection for both when config.shared_kv.
 
   Args:
     x: [B*S, H] compute dtype.
@@ -43,7 +46,7 @@ def linformer_attention(x, bias, batch, seq, config: bert.BertConfig, training: 
     [B*S, H] context vectors, heads concatenated (BERT's self_attention's output).
   """
   del bias
-  width, n = config.hidden_size, config.num_heads
+  width, n, projected_dims = config.hidden_size, config.num_heads, config.projected_dims
   d = width // n
   s_static = padding_mask.shape[1]
   if s_static is None:
@@ -56,7 +59,7 @@ def linformer_attention(x, bias, batch, seq, config: bert.BertConfig, training: 
     v = tf.reshape(bert.dense(x, width, "value", r), [batch, s_static, width])
     keep = tf.cast(padding_mask, x.dtype)[:, :, tf.newaxis]            # [B, S, 1]
     k, v = k * keep, v * keep
-    if shared_kv:  # one projection E for both: project [k | v] at once
+    if config.shared_kv:  # one projection E for both: project [k | v] at once
       kv = project_sequence(tf.concat([k, v], axis=-1), projected_dims, "E_projection", r)
       k, v = kv[:, :, :width], kv[:, :, width:]                        # [B, K, H] each
     else:
@@ -72,23 +75,16 @@ def linformer_attention(x, bias, batch, seq, config: bert.BertConfig, training: 
     return tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch * seq, width])
 
 
-def attention_for(model_params, padding_mask):
-  """models/bert's `attention` hook for the params' Linformer."""
-  return functools.partial(linformer_attention, padding_mask=padding_mask,
-                           projected_dims=int(model_params["projected_dims"]),
-                           shared_kv=model_params["attention_style"] == "linformer-shared-kv")
-
-
-def linformer_model(features, model_params, config: bert.BertConfig, training: bool,
-                    with_pooler: bool):
+def linformer_model(features, config: LinformerConfig, training: bool, with_pooler: bool):
   """BERT's backbone (scope `bert`) with Linformer attention; bert.bert_model's outputs."""
+  attention = functools.partial(linformer_attention, padding_mask=features["padding_mask"])
   return bert.bert_model(features["token_ids"], features["segment_ids"],
                          features["padding_mask"], config, training, with_pooler=with_pooler,
-                         attention=attention_for(model_params, features["padding_mask"]))
+                         attention=attention)
 
 
-def num_parameters(config: bert.BertConfig, seq: int, projected_dims: int,
-                   shared_kv: bool) -> int:
+def num_parameters(config: LinformerConfig, seq: int) -> int:
   """BERT's backbone plus, per layer, E (and F): (S * K + K) each."""
-  per_layer = (1 if shared_kv else 2) * (seq * projected_dims + projected_dims)
+  k = config.projected_dims
+  per_layer = (1 if config.shared_kv else 2) * (seq * k + k)
   return bert.num_parameters(config) + config.num_hidden_layers * per_layer

@@ -6,8 +6,7 @@ the YAML. No TensorFlow (the family's __init__ imports this; modeling.py builds 
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from cerebras_models.fields import check_config, param
-from cerebras_tf.runtime import precision
+from cerebras_models.fields import check_config, param, params_kwargs
 from cerebras_tf.schema import Field, pos_int
 
 ACTIVATION_CHOICES = ("relu", "gelu")
@@ -88,9 +87,4 @@ class T5Config:
 
   @classmethod
   def from_params(cls, model: Mapping[str, Any], vocab_size: int) -> "T5Config":
-    kwargs = {f.name: model[f.name] for f in dataclasses.fields(cls)
-              if model.get(f.name) is not None}
-    kwargs["vocab_size"] = int(vocab_size)
-    if model.get("mixed_precision"):  # float32 on a CPU without bf16 math (runtime/precision)
-      kwargs["dtype"] = precision.compute_dtype(True)
-    return cls(**kwargs)
+    return cls(**dict(params_kwargs(cls, model), vocab_size=int(vocab_size)))

@@ -7,8 +7,8 @@ it)."""
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from cerebras_models.fields import TRANSFORMER_MODEL_FIELDS as _T, check_config, param
-from cerebras_tf.runtime import precision
+from cerebras_models.fields import (TRANSFORMER_MODEL_FIELDS as _T, check_config, param,
+                                    params_kwargs)
 from cerebras_tf.schema import Field
 
 ACTIVATION_NAMES = ("relu", "gelu", "tanh")
@@ -81,8 +81,4 @@ class TransformerConfig:
 
   @classmethod
   def from_params(cls, model: Mapping[str, Any]) -> "TransformerConfig":
-    kwargs = {f.name: model[f.name] for f in dataclasses.fields(cls)
-              if model.get(f.name) is not None}
-    if model.get("mixed_precision"):  # float32 on a CPU without bf16 math (runtime/precision)
-      kwargs["dtype"] = precision.compute_dtype(True)
-    return cls(**kwargs)
+    return cls(**params_kwargs(cls, model))

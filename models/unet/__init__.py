@@ -1,6 +1,8 @@
 """UNet: modelzoo's TF 2D UNet for binary defect segmentation (its vision/tf/unet files,
 DAGM 2007 and Severstal), `model.name: unet` or a modelzoo file's `encoder_filters`.
 
+  config.py        UNetConfig: the architecture's keys, declared once (the schema's model
+                   section is built from it)
   modeling.py      the UNet (encoder blocks, max-pools, bottleneck, transposed-conv decoder
                    with skip connections, 1x1 output conv), shapes in its docstrings
   model.py         model_fn: per-pixel sigmoid cross-entropy; eval mIOU, DSC, MPCA, Acc
@@ -12,6 +14,8 @@ eval_batch_size, ...) and evaluates on train_input's data set: an eval_input tha
 give a data key takes train_input's. No TensorFlow import here.
 """
 
+from cerebras_models.fields import schema_of
+from cerebras_models.unet.config import UNetConfig, architecture_error
 from cerebras_tf.registry import ModelSpec, register
 from cerebras_tf.schema import Field
 
@@ -21,12 +25,6 @@ INPUT_FN = "cerebras_models.unet.input:input_fn"
 DATASETS = ("DAGM2007Dataset", "DAGM2007TFRecordsDataset", "SeverstalDataset",
             "SeverstalTFRecordsDataset")
 METRICS = ("mIOU", "DSC", "MPCA", "Acc")
-CONV_KINDS = ("3x3_conv", "1x1_conv")
-NONLINEARITIES = ("ReLU", "LeakyReLU", "ELU", "relu", "leaky_relu", "elu")
-# Keras initializer names modelzoo's UNet takes, built as tf.compat.v1's (modeling.py).
-INITIALIZERS = ("glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "lecun_uniform",
-                "lecun_normal", "zeros", "ones", "constant", "random_normal", "random_uniform",
-                "truncated_normal")
 
 INPUT = {
     "dataset": Field("str", "DAGM2007Dataset", "modelzoo's input class (the data set it "
@@ -54,33 +52,11 @@ INPUT = {
     "description": Field("str", None, "modelzoo's note on the input (kept as a note)"),
 }
 
+# The model section: the architecture (UNetConfig, declared there once), then what the
+# model_fn reads besides it.
 SCHEMA = {
     "model": {
-        "encoder_filters": Field("int_list", [32, 64, 128, 256], "filters of each encoder "
-                                 "block, the last one the bottleneck's"),
-        "decoder_filters": Field("int_list", [128, 64, 32], "filters of each decoder block "
-                                 "(one fewer than encoder_filters)"),
-        "convs_per_block": Field("spec", ["3x3_conv", "3x3_conv"], "the convolutions of a "
-                                 "block, each 3x3_conv or 1x1_conv"),
-        "skip_connect": Field("bool", True, "concatenate each encoder block's output to the "
-                              "decoder block of its size"),
-        "enable_bias": Field("bool", True, "biases in the convolutions"),
-        "data_format": Field("str", "channels_first", "the images' layout: channels_first "
-                             "[B, C, H, W] (modelzoo's default) or channels_last; computed "
-                             "NHWC here", choices=("channels_first", "channels_last")),
-        "downscale_method": Field("str", "max_pool", "encoder downsampling: a 2x2 max-pool",
-                                  choices=("max_pool",)),
-        "nonlinearity": Field("str", "ReLU", "activation after each convolution (a Keras "
-                              "layer name)", choices=NONLINEARITIES),
-        "nonlinearity_params": Field("mapping", None, "its arguments: alpha (LeakyReLU, ELU)"),
-        "initializer": Field("str", "glorot_uniform", "kernels' Keras initializer",
-                             choices=INITIALIZERS),
-        "initializer_params": Field("mapping", None, "the initializer's arguments"),
-        "bias_initializer": Field("str", "zeros", "biases' Keras initializer",
-                                  choices=INITIALIZERS),
-        "bias_initializer_params": Field("mapping", None, "the bias initializer's arguments"),
-        "initial_conv_filters": Field("int", None, "a 3x3 ReLU convolution of this many "
-                                      "filters before the encoder (null: none)", low=1),
+        **schema_of(UNetConfig),
         "eval_metrics": Field("spec", list(METRICS), "eval metrics: mIOU (mean IoU), DSC "
                               "(Dice), MPCA (mean per-class accuracy), Acc (pixel accuracy)"),
         "log_image_summaries": Field("bool", False, "image summaries of inputs and masks: "
@@ -110,19 +86,17 @@ def _check(out: dict, fail) -> None:
     for key in SHARED_INPUT_KEYS:
       if target.get(key) == INPUT[key].default and train.get(key) != INPUT[key].default:
         target[key] = train[key]
-  enc, dec = model["encoder_filters"], model["decoder_filters"]
-  if len(enc) != len(dec) + 1 or min(enc + dec) < 1:
-    fail(("model", "decoder_filters"), f"model.decoder_filters {dec} must have one entry "
-         f"fewer than model.encoder_filters {enc} (its last is the bottleneck), all positive")
-  if not _list_of(model["convs_per_block"], CONV_KINDS):
-    fail(("model", "convs_per_block"), f"model.convs_per_block must be a list of "
-         f"{' / '.join(CONV_KINDS)}, got {model['convs_per_block']!r}")
+  error = architecture_error(model["encoder_filters"], model["decoder_filters"],
+                             model["convs_per_block"])
+  if error:
+    fail(("model", error[0]), error[1])
   if not _list_of(model["eval_metrics"], METRICS):
     fail(("model", "eval_metrics"), f"model.eval_metrics must be a list of "
          f"{', '.join(METRICS)}, got {model['eval_metrics']!r}")
   if model["log_image_summaries"]:
     fail(("model", "log_image_summaries"), "model.log_image_summaries: true is not built "
          "here (image summaries); remove it or set it to false")
+  enc = model["encoder_filters"]
   scale = 2 ** (len(enc) - 1)
   for section in ("train_input", "eval_input", "predict_input"):
     shape = (out.get(section) or {}).get("image_shape")

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from cerebras_models import optimization
 from cerebras_models.unet import modeling
+from cerebras_models.unet.config import UNetConfig
 
 tf1 = tf.compat.v1
 
@@ -53,7 +54,7 @@ def model_fn(features, labels, mode, params, config=None):
   del config
   model_params = params["model"]
   images = features["image"] if isinstance(features, dict) else features
-  logits = modeling.unet(images, modeling.UNetConfig.from_params(model_params))
+  logits = modeling.unet(images, UNetConfig.from_params(model_params))
   if mode == tf.estimator.ModeKeys.PREDICT:
     probs = tf.sigmoid(logits[..., 0])
     preds = {"probabilities": probs, "mask": tf.cast(logits[..., 0] > 0, tf.int32)}

@@ -13,60 +13,16 @@ tf.compat.v1 variable scopes.
 Shapes: B batch, H x W image, C channels; the model computes in NHWC (TensorFlow's CPU
 kernels have no NCHW convolution): an NCHW input (data_format channels_first) is transposed
 first. Variables are float32; with mixed_precision the convolutions run in bfloat16 and the
-logits are float32.
+logits are float32. The hyper-parameters are config.py's UNetConfig.
 """
 
-import dataclasses
-from typing import Any, Mapping, Optional, Tuple
+from typing import Mapping
 
 import tensorflow as tf
 
+from cerebras_models.unet.config import CONV_KINDS, UNetConfig
+
 tf1 = tf.compat.v1
-
-CONV_KINDS = {"3x3_conv": 3, "1x1_conv": 1}
-
-
-@dataclasses.dataclass(frozen=True)
-class UNetConfig:
-  """The `model` section's architecture keys (modelzoo's names)."""
-
-  encoder_filters: Tuple[int, ...] = (32, 64, 128, 256)
-  decoder_filters: Tuple[int, ...] = (128, 64, 32)
-  convs_per_block: Tuple[str, ...] = ("3x3_conv", "3x3_conv")
-  skip_connect: bool = True
-  enable_bias: bool = True
-  nonlinearity: str = "ReLU"
-  nonlinearity_alpha: Optional[float] = None   # LeakyReLU's slope, ELU's alpha
-  initializer: Any = "glorot_uniform"          # a Keras initializer name or {name, ...}
-  bias_initializer: Any = "zeros"
-  initial_conv_filters: Optional[int] = None
-  channels_first: bool = True                  # the input's layout (modelzoo's data_format)
-  dtype: str = "float32"
-
-  @classmethod
-  def from_params(cls, model: Mapping[str, Any]) -> "UNetConfig":
-    alpha = (model.get("nonlinearity_params") or {}).get("alpha")
-    # params.py moves modelzoo's model.nonlinearity onto encoder_nonlinearity (GPT's name).
-    act = model.get("encoder_nonlinearity") or model.get("nonlinearity") or "ReLU"
-    return cls(encoder_filters=tuple(model["encoder_filters"]),
-               decoder_filters=tuple(model["decoder_filters"]),
-               convs_per_block=tuple(model["convs_per_block"]),
-               skip_connect=bool(model["skip_connect"]), enable_bias=bool(model["enable_bias"]),
-               nonlinearity=act, nonlinearity_alpha=alpha,
-               initializer=_with_params(model["initializer"], model.get("initializer_params")),
-               bias_initializer=_with_params(model["bias_initializer"],
-                                             model.get("bias_initializer_params")),
-               initial_conv_filters=model.get("initial_conv_filters"),
-               channels_first=model["data_format"] == "channels_first",
-               dtype="bfloat16" if model.get("mixed_precision") else "float32")
-
-  @property
-  def downsamplings(self) -> int:
-    return len(self.encoder_filters) - 1
-
-
-def _with_params(name, extra):
-  return {"name": name, **extra} if extra else name
 
 
 # Keras initializer names (modelzoo's UNet takes them) -> tf.compat.v1 initializers, which
@@ -108,7 +64,7 @@ def activation(x, config: UNetConfig):
 def _bias(y, filters, config):
   if not config.enable_bias:
     return y
-  bias = tf1.get_variable("bias", [filters], initializer=initializer(config.bias_initializer))
+  bias = tf1.get_variable("bias", [filters], initializer=initializer(config.bias_init))
   return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
 
 
@@ -117,7 +73,7 @@ def conv(x, filters: int, size: int, name: str, config: UNetConfig):
   filters], bias).  [B, H, W, Cin] -> [B, H, W, filters]."""
   with tf1.variable_scope(name):
     kernel = tf1.get_variable("kernel", [size, size, x.shape[-1], filters],
-                              initializer=initializer(config.initializer))
+                              initializer=initializer(config.kernel_init))
     return _bias(tf.nn.conv2d(x, tf.cast(kernel, x.dtype), 1, "SAME"), filters, config)
 
 
@@ -125,7 +81,7 @@ def up_conv(x, filters: int, name: str, config: UNetConfig):
   """2x2 transposed convolution, stride 2: [B, H, W, Cin] -> [B, 2H, 2W, filters]."""
   with tf1.variable_scope(name):
     kernel = tf1.get_variable("kernel", [2, 2, filters, x.shape[-1]],
-                              initializer=initializer(config.initializer))
+                              initializer=initializer(config.kernel_init))
     batch = tf.shape(x)[0]
     out_shape = tf.stack([batch, 2 * x.shape[1], 2 * x.shape[2], filters])
     y = tf.nn.conv2d_transpose(x, tf.cast(kernel, x.dtype), out_shape, 2, "SAME")

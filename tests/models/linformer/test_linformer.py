@@ -16,8 +16,11 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf.params import load_params
+from cerebras_models import linformer as linformer_family
 from cerebras_models.bert import modeling as bert
+from cerebras_models.fields import schema_of
 from cerebras_models.linformer import modeling
+from cerebras_models.linformer.config import LinformerConfig
 from cerebras_models.linformer.model import model_fn
 from event_losses import engine_and_plain_losses
 
@@ -33,22 +36,21 @@ def _registered(monkeypatch):
 
 
 def _config(**kw):
-  return bert.BertConfig(vocab_size=V, hidden_size=H, num_hidden_layers=2, num_heads=N,
+  return LinformerConfig(vocab_size=V, hidden_size=H, num_hidden_layers=2, num_heads=N,
                          filter_size=32, max_position_embeddings=S, dropout_rate=0.0,
                          attention_dropout_rate=0.0, use_segment_embedding=False, **kw)
 
 
 def test_identity_projections_give_berts_attention():
   """k = S with E = F = I and zero biases: E^T k = k, so every score and context is BERT's."""
-  config = _config()
+  config = _config(projected_dims=S)
   rng = np.random.RandomState(0)
   with tf.Graph().as_default():
     x = tf.constant(rng.randn(B * S, H).astype(np.float32))
     mask = tf.ones([B, S], tf.int32)
     with tf1.variable_scope("layer", reuse=tf1.AUTO_REUSE):
       want = bert.self_attention(x, bert.attention_bias(mask), B, S, config, False)
-      got = modeling.linformer_attention(x, None, B, S, config, False, padding_mask=mask,
-                                         projected_dims=S, shared_kv=False)
+      got = modeling.linformer_attention(x, None, B, S, config, False, padding_mask=mask)
     (e,) = [v for v in tf1.global_variables() if "E_projection/kernel" in v.name]
     (f,) = [v for v in tf1.global_variables() if "F_projection/kernel" in v.name]
     with tf1.Session() as sess:
@@ -62,8 +64,7 @@ def test_identity_projections_give_berts_attention():
     # E [8, 3] + bias [3] and F alike: 2 * (24 + 3) = 54 a layer; shared k/v: E only, 27.
     ("linformer-shared-heads", 54), ("linformer-shared-kv", 27)])
 def test_projections_per_layer_and_padding_does_not_reach_real_tokens(style, per_layer):
-  config = _config()
-  params = {"projected_dims": 3, "attention_style": style}
+  config = _config(projected_dims=3, attention_style=style)
   rng = np.random.RandomState(1)
   ids = rng.randint(5, V, size=(B, S)).astype(np.int32)
   pad = np.ones((B, S), np.int32)
@@ -74,7 +75,7 @@ def test_projections_per_layer_and_padding_does_not_reach_real_tokens(style, per
     tokens = tf1.placeholder(tf.int32, [B, S])
     features = {"token_ids": tokens, "segment_ids": tf.zeros([B, S], tf.int32),
                 "padding_mask": tf.constant(pad)}
-    out = modeling.linformer_model(features, params, config, False, with_pooler=False)
+    out = modeling.linformer_model(features, config, False, with_pooler=False)
     names = {v.name: v.shape.as_list() for v in tf1.trainable_variables()}
     lin = sum(int(np.prod(s)) for n, s in names.items() if "_projection" in n)
     assert lin == 2 * per_layer
@@ -83,7 +84,7 @@ def test_projections_per_layer_and_padding_does_not_reach_real_tokens(style, per
         style == "linformer-shared-heads")
     # bert.num_parameters counts the pooler, which a masked-LM-only Linformer has not.
     total = sum(int(np.prod(s)) for s in names.values())
-    assert total == modeling.num_parameters(config, S, 3, style.endswith("kv")) - (H * H + H)
+    assert total == modeling.num_parameters(config, S) - (H * H + H)
     with tf1.Session() as sess:
       sess.run(tf1.global_variables_initializer())
       a = sess.run(out["sequence_output"], {tokens: ids})
@@ -110,6 +111,24 @@ def test_modelzoo_linformer_keys_load(tmp_path):
   assert params["model"]["projected_dims"] == 4
   assert params["model"]["attention_style"] == "linformer-shared-kv"
   assert params["model"]["mlm_loss_weight"] is None  # the mean over the masked positions
+  config = LinformerConfig.from_params(params["model"])
+  assert (config.projected_dims, config.shared_kv, config.layer_norm_epsilon) == (4, True, 1e-5)
+
+
+def test_the_config_is_the_schema_and_checks_python_by_its_rules():
+  """LinformerConfig declares the model keys: the schema's Fields are its fields', its
+  defaults modelzoo's Linformer's (not BERT's), and a Python value is refused by the rule the
+  YAML's is."""
+  model = linformer_family.SCHEMA["model"]
+  assert all(model[k] is f for k, f in schema_of(LinformerConfig).items())
+  config = LinformerConfig()
+  assert (config.use_segment_embedding, config.layer_norm_epsilon) == (False, 1e-8)
+  assert (config.projected_dims, config.shared_kv) == (256, False)
+  with pytest.raises(ValueError, match="^model.attention_style must be one of "
+                     "linformer-shared-heads, linformer-shared-kv, got 'shared'$"):
+    LinformerConfig(attention_style="shared")
+  with pytest.raises(ValueError, match="^model.projected_dims must be an int >= 1, got 0$"):
+    LinformerConfig(projected_dims=0)
 
 
 def _input_fn(params, repeat=True):
