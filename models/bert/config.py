@@ -8,8 +8,7 @@ import json
 from typing import Any, Mapping
 
 from cerebras_models.fields import (ALWAYS_BUILT, TRANSFORMER_MODEL_FIELDS as _T, check_config,
-                                    param)
-from cerebras_tf.runtime import precision
+                                    param, params_kwargs)
 from cerebras_tf.schema import Field
 
 # The shared switches this BERT builds one way only (the registry refuses another value; so
@@ -62,13 +61,7 @@ class BertConfig:
       if model_params.get(key, wanted) != wanted:
         raise ValueError(f"model.{key}={model_params[key]!r} is not supported by BERT "
                          f"(only {wanted!r})")
-    kwargs = {f.name: model_params[f.name] for f in dataclasses.fields(cls)
-              if model_params.get(f.name) is not None}
-    # `mixed_precision: true` is the Cerebras-style switch for bfloat16 compute (float32 on
-    # a CPU without bfloat16 math: runtime/precision.py).
-    if model_params.get("mixed_precision") and "dtype" not in kwargs:
-      kwargs["dtype"] = precision.compute_dtype(True)
-    return cls(**kwargs)
+    return cls(**params_kwargs(cls, model_params))
 
   @classmethod
   def from_google_json(cls, path: str) -> "BertConfig":
