@@ -693,7 +693,27 @@ def ws_weight_buffer_bytes(graph: ir.LayerGraph, sparsity: float = 0.0) -> float
   return 2.0 * max((l.num_params * per for l in graph.layers), default=0.0)
 
 
-def _ws_layer(l, graph, engine, options, m, recompute, vts):
+@dataclasses.dataclass(frozen=True)
+class _WSLayerTerms:
+  """A layer's weight-streaming costs that do not depend on the micro-batch: what `ws_cost`
+  prices each candidate micro-batch m from (built once per `ws_cost` call, not per candidate).
+
+  compute(m) = m * flops / rate + partial_sum_s + m * cnn_extra_s, with `flops` the kept
+  FLOPs per sample (`flops_redo` when the layer's block is recomputed in backward).
+  """
+
+  name: str
+  flops: float           # per sample, sparsity- and VTS-scaled
+  flops_redo: float      # the same with the block's forward FLOPs again (recompute)
+  rate: float            # FLOP/s of the whole grid at the calibrated efficiency
+  partial_sum_s: float   # per micro-batch
+  cnn_extra_s: float     # per sample (halo exchange, norm reductions); 0 for non-image layers
+  is_cnn: bool
+  stream_in_s: float
+  grad_out_s: float
+
+
+def _ws_layer_terms(l, graph, engine, options, vts) -> _WSLayerTerms:
   rate = (engine.usable_cores * engine.flops_per_core_per_s *
           engine.weight_streaming_efficiency)
   sp = options.sparsity
@@ -701,18 +721,18 @@ def _ws_layer(l, graph, engine, options, m, recompute, vts):
   fs, _ = vts_scale(l, options, vts)
   g = gemm_fraction(l, graph)
   keep = g * (1.0 - sp) + (1.0 - g)
-  redo = l.fwd_flops if (recompute and block_of(l.name) is not None) else 0.0
-  flops = (layer_flops(l, options) + redo) * fs * keep
+  redo = l.fwd_flops if block_of(l.name) is not None else 0.0
+  lf = layer_flops(l, options)
   passes = WS_PASSES if train else 1
   ps = passes * math.sqrt(l.num_params) * engine.sparsity_partial_sum_cycles \
       if g >= 0.5 else 0.0
-  flop_s = m * flops / rate
   cnn = conv.layer_cost(l, engine.usable_cores, engine, graph.dtype_bytes, train)
-  compute = flop_s + ps / engine.clock_hz + (m * cnn.time_extra_s if cnn else 0.0)
   bw = engine.memoryx_bandwidth_bytes_per_s
   stream_in = (2.0 if train else 1.0) * l.num_params * ws_streamed_bytes_per_param(graph, sp) / bw
   grad = (l.grad_bytes * ((1.0 - sp) if sp > 0 else 1.0) / bw) if train else 0.0
-  return WSLayerCost(l.name, compute, stream_in, 0.0, grad, "", flop_s=flop_s)
+  return _WSLayerTerms(l.name, (lf + 0.0) * fs * keep, (lf + redo) * fs * keep, rate,
+                       ps / engine.clock_hz, cnn.time_extra_s if cnn else 0.0, cnn is not None,
+                       stream_in, grad)
 
 
 def _has_work(l: ir.Layer) -> bool:
@@ -776,26 +796,32 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
     room = sram - wbuf
     return min(b, int(room // (per_sample + act.working))) if per_sample + act.working > 0 else b
 
+  # The layers' micro-batch-free terms, once: every candidate micro-batch below reuses them.
+  terms = [_ws_layer_terms(l, graph, engine, options, vts) for l in graph.layers]
+
   def schedule(m, recompute):
     m = max(1, min(m, b))
     k = math.ceil(b / m)
     m_eff = b / k  # equal micro-batches
-    layers = tuple(_ws_layer(l, graph, engine, options, m_eff, recompute, vts)
-                   for l in graph.layers)
     by = {"compute": 0.0, "stream-in": 0.0, "stream-out": 0.0, "swarmx latency": 0.0}
     total, out = 0.0, []
-    for c in layers:
-      mid = max(c.compute_s, c.stream_in_s, c.stream_out_s)
-      last = max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s)
-      bound = ("compute" if c.compute_s >= max(c.stream_in_s, c.stream_out_s + c.grad_out_s)
-               else "stream-in" if c.stream_in_s >= c.stream_out_s + c.grad_out_s
+    for t in terms:
+      # This loop runs for every layer of every candidate of every plan (the calibration
+      # fit's searches run it ~10^6 times): plain floats, one WSLayerCost built per layer.
+      flop_s = m_eff * (t.flops_redo if recompute else t.flops) / t.rate
+      compute = flop_s + t.partial_sum_s + (m_eff * t.cnn_extra_s if t.is_cnn else 0.0)
+      s_in, s_out, g_out = t.stream_in_s, 0.0, t.grad_out_s
+      mid = max(compute, s_in, s_out)
+      last = max(compute, s_in, s_out + g_out)
+      bound = ("compute" if compute >= max(s_in, s_out + g_out)
+               else "stream-in" if s_in >= s_out + g_out
                else "stream-out")
-      for count, terms in ((k - 1, (c.compute_s, c.stream_in_s, c.stream_out_s)),
-                           (1, (c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s))):
-        name = ("compute", "stream-in", "stream-out")[terms.index(max(terms))]
-        by[name] += count * max(terms)
+      for count, terms3 in ((k - 1, (compute, s_in, s_out)),
+                            (1, (compute, s_in, s_out + g_out))):
+        top = max(terms3)
+        by[("compute", "stream-in", "stream-out")[terms3.index(top)]] += count * top
       total += (k - 1) * mid + last
-      out.append(dataclasses.replace(c, bound=bound))
+      out.append(WSLayerCost(t.name, compute, s_in, s_out, g_out, bound, flop_s))
     passes = 2 if training(options) else 1
     lat = len(graph.layers) * hop * (passes * k + (1 if training(options) else 0))
     # Forward-only steps pay it too: the published eval runs (BERT-Large at 1,024 on CS-3,
