@@ -141,7 +141,8 @@ def batch_barrier(layer: ir.Layer, options: Optional[plans.PlanOptions] = None) 
 def batch_segments(graph: ir.LayerGraph, options: Optional[plans.PlanOptions] = None
                    ) -> List[range]:
   """The layers' indices cut after each batch barrier: segments that run one after another."""
-  cuts = [i + 1 for i, l in enumerate(graph.layers) if batch_barrier(l, options)]
+  # = the layers where batch_barrier(layer, options) holds, read off the graph's cached list.
+  cuts = [i + 1 for i in graph.batch_norm_indices] if training(options) else []
   bounds = [0] + [c for c in cuts if c < len(graph.layers)] + [len(graph.layers)]
   return [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
@@ -224,7 +225,7 @@ def in_flight_samples(times: Sequence[float], graph: ir.LayerGraph, engine,
   if not training(options):
     return [1] * n
   # Up to the last batch barrier, no backward starts before the whole batch went forward.
-  held = max((i + 1 for i, l in enumerate(graph.layers) if batch_barrier(l, options)), default=0)
+  held = graph.batch_norm_indices[-1] + 1 if graph.batch_norm_indices else 0
   interval = max([t for t in times if math.isfinite(t)], default=0.0)
   if interval <= 0:
     return [int(batch) if i < held else 1 for i in range(n)]
@@ -764,8 +765,29 @@ def _micro_batch_limit(act: WSActivations, wbuf: float, engine, per_system: int)
   return int((float(engine.usable_sram_bytes) - wbuf) // act.working)
 
 
+# `ws_cost` is pure and a plan's step is priced more than once (the planner, then `simulate`,
+# the report): the last results are kept, by the graph's identity (a LayerGraph is immutable;
+# the entry holds the graph, so no other graph can take its id) and the other arguments.
+_WS_RECENT: Dict[tuple, Tuple[ir.LayerGraph, "WSCost"]] = {}
+_WS_RECENT_MAX = 32
+
+
 def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
             micro_batch: Optional[int] = None, keep_batch_norm: bool = True) -> WSCost:
+  """The weight-streaming step (see `_ws_cost`), remembered for the last few arguments."""
+  key = (id(graph), engine, options, vts, micro_batch, keep_batch_norm)
+  hit = _WS_RECENT.get(key)
+  if hit is not None and hit[0] is graph:
+    return hit[1]
+  cost = _ws_cost(graph, engine, options, vts, micro_batch, keep_batch_norm)
+  while len(_WS_RECENT) >= _WS_RECENT_MAX:
+    _WS_RECENT.pop(next(iter(_WS_RECENT)))
+  _WS_RECENT[key] = (graph, cost)
+  return cost
+
+
+def _ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
+             micro_batch: Optional[int] = None, keep_batch_norm: bool = True) -> WSCost:
   """The weight-streaming step (see the comment block above). Pure.
 
   Micro-batching: the per-system batch b runs as k = ceil(b / m) equal micro-batches
