@@ -243,3 +243,24 @@ def test_a_changed_pipeline_or_python_code_in_it_is_timed_again(tmp_path, monkey
   for name in ("d", "e"):
     _estimator(tmp_path, name).train(_slow, max_steps=1, use_cs=True)
   assert len(timed) == 5
+
+
+def test_a_pipeline_s_fingerprint_survives_a_rebuild_but_not_a_changed_file(tmp_path):
+  # TensorFlow names each build's dataset functions and lookup tables anew; the fingerprint
+  # must not see that, and must see the contents of a file the pipeline reads (a vocabulary
+  # named by a constant, not a dataset source).
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("a\nb\nc\n")
+
+  def build():
+    with tf.Graph().as_default() as g:
+      table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+          str(vocab), tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
+          tf.lookup.TextFileIndex.LINE_NUMBER), -1)
+      tf.data.Dataset.from_tensor_slices(["a", "c", "z"]).map(table.lookup).batch(2)
+    return capture.input_fingerprint(g, (), 7)
+
+  first = build()
+  assert build() == first
+  vocab.write_text("a\nb\nc\nd\n")
+  assert build() != first
