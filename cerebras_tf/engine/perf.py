@@ -1,6 +1,7 @@
 """The analytical performance model: Plan -> Performance (samples/s, utilization, bottleneck).
 
-Pure function of (plan, graph, engine, options); no TensorFlow, no state.
+Pure function of (plan, graph, engine, options); no TensorFlow, no state (beyond `ws_cost`'s memo
+of its last results).
 
 Pipelined mode (one replica, layers side by side, samples streamed through):
   * layer i on c_i cores spends, per sample,
