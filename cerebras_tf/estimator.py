@@ -190,7 +190,8 @@ class _CerebrasMethods:
                                     self._train_distribution) if batch else input_fn
     try:
       rate = capture_lib.measure_input_rate(lambda: self._call_input_fn(fn, ModeKeys.TRAIN),
-                                            batch_size=batch, seed=self.config.tf_random_seed)
+                                            batch_size=batch, seed=self.config.tf_random_seed,
+                                            built=getattr(result, "built_input", None))
     except tf.errors.OpError as e:
       # Training runs the same pipeline next and reports what is wrong with it in full.
       tf.compat.v1.logging.info("cerebras_tf: input not timed: %s", tf_error_text(e))
@@ -202,6 +203,8 @@ class _CerebrasMethods:
       return None
     text = report.input_line(rate.samples_per_sec, rate.batches, rate.seconds, result.plan,
                              result.performance)
+    if rate.timed_before:
+      text += " (as timed earlier in this process: the same pipeline, files and seed)"
     short = rate.samples_per_sec < result.performance.samples_per_sec
     (tf.compat.v1.logging.warning if short else tf.compat.v1.logging.info)(
         "cerebras_tf: input: %s", text)

@@ -189,3 +189,78 @@ def test_a_generator_is_not_timed_since_it_may_be_one_pass(tmp_path, caplog):
   assert est.get_variable_value("global_step") == 6
   assert any("input not timed: it reads Dataset.from_generator" in r.getMessage()
              for r in caplog.records)
+
+
+def _fast(params):
+  return mlp_input_fn(params, tf.estimator.ModeKeys.TRAIN)
+
+
+def test_the_same_pipeline_is_timed_once_a_process_and_still_judged(tmp_path, caplog,
+                                                                    monkeypatch):
+  # Two estimators train the MLP's pipeline, built afresh each time (TensorFlow numbers its
+  # dataset functions anew): one timing, the second run reuses it and says so. The line is
+  # judged against each run's own plan: a rate of 1 sample/s (set below) is short of both.
+  timed = []
+  real = capture._measure_input_rate  # pylint: disable=protected-access
+  def slow_host(*args):
+    timed.append(1)
+    rate = real(*args)
+    return capture.InputRate(1, 1, 1.0) if rate else rate
+  monkeypatch.setattr(capture, "_measure_input_rate", slow_host)
+  monkeypatch.setattr(capture, "_RATES", {})
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    for name in ("one", "two"):
+      _estimator(tmp_path, name).train(_fast, max_steps=1, use_cs=True)
+  said = [r for r in caplog.records if "cerebras_tf: input:" in r.getMessage()]
+  assert len(timed) == 1 and len(said) == 2
+  assert [r.levelno for r in said] == [logging.WARNING, logging.WARNING]
+  assert "timed earlier in this process" not in said[0].getMessage()
+  assert "(as timed earlier in this process: the same pipeline, files and seed)" in \
+      said[1].getMessage()
+
+
+def test_a_changed_pipeline_or_python_code_in_it_is_timed_again(tmp_path, monkeypatch):
+  timed = []
+  real = capture._measure_input_rate  # pylint: disable=protected-access
+  monkeypatch.setattr(capture, "_measure_input_rate", lambda *a: timed.append(1) or real(*a))
+  monkeypatch.setattr(capture, "_RATES", {})
+  _estimator(tmp_path, "a").train(_fast, max_steps=1, use_cs=True)
+  assert len(timed) == 1
+  # Another batch size: another pipeline.
+  est = CerebrasEstimator(mlp_model_fn, params=dict(PARAMS, batch_size=8), config=CSRunConfig(
+      model_dir=str(tmp_path / "b"), tf_random_seed=7,
+      cs_config=CSConfig(execution_strategy="pipelined")))
+  est.train(_fast, max_steps=1, use_cs=True)
+  assert len(timed) == 2
+  # Another graph seed: its random ops draw differently.
+  est = CerebrasEstimator(mlp_model_fn, params=PARAMS, config=CSRunConfig(
+      model_dir=str(tmp_path / "c"), tf_random_seed=8,
+      cs_config=CSConfig(execution_strategy="pipelined")))
+  est.train(_fast, max_steps=1, use_cs=True)
+  assert len(timed) == 3
+  # A pipeline running Python (tf.numpy_function) is timed on every build: the Python may
+  # have changed under the same graph.
+  for name in ("d", "e"):
+    _estimator(tmp_path, name).train(_slow, max_steps=1, use_cs=True)
+  assert len(timed) == 5
+
+
+def test_a_pipeline_s_fingerprint_survives_a_rebuild_but_not_a_changed_file(tmp_path):
+  # TensorFlow names each build's dataset functions and lookup tables anew; the fingerprint
+  # must not see that, and must see the contents of a file the pipeline reads (a vocabulary
+  # named by a constant, not a dataset source).
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("a\nb\nc\n")
+
+  def build():
+    with tf.Graph().as_default() as g:
+      table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+          str(vocab), tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
+          tf.lookup.TextFileIndex.LINE_NUMBER), -1)
+      tf.data.Dataset.from_tensor_slices(["a", "c", "z"]).map(table.lookup).batch(2)
+    return capture.input_fingerprint(g, (), 7)
+
+  first = build()
+  assert build() == first
+  vocab.write_text("a\nb\nc\nd\n")
+  assert build() != first

@@ -18,6 +18,7 @@ in `ASSUMED` with their reasons, and printed beside the figure.
 """
 
 import collections
+import copy
 import dataclasses
 import functools
 import json
@@ -144,7 +145,16 @@ RATIO_KINDS = ("scaling_ratio", "system_ratio", "release_ratio")
 
 
 def load(path: str = REGISTRY) -> Tuple[dict, ...]:
-  """The figures of the registry (a tuple of dicts, in file order)."""
+  """The figures of the registry (a tuple of dicts, in file order; the caller's own copy)."""
+  st = os.stat(path)
+  return copy.deepcopy(_parsed(os.path.abspath(path), st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(path: str, mtime_ns: int, size: int) -> Tuple[dict, ...]:
+  """The registry parsed once per version of the file (the fits and tests read it often;
+  the pure-Python YAML parser takes most of a second)."""
+  del mtime_ns, size  # the cache key: an edited file is parsed again
   with open(path) as fh:
     return tuple(yaml.safe_load(fh)["figures"])
 
@@ -164,6 +174,17 @@ def _shape(fig: dict) -> dict:
 
 
 def graph_for(model: dict, batch: int) -> ir.LayerGraph:
+  """`_graph_for`, built once per (model, batch): the fits predict each figure hundreds of
+  times, and a LayerGraph is immutable, so the same one serves every call."""
+  return _graph_cached(json.dumps(model, sort_keys=True), batch)
+
+
+@functools.lru_cache(maxsize=512)
+def _graph_cached(model_json: str, batch: int) -> ir.LayerGraph:
+  return _graph_for(json.loads(model_json), batch)
+
+
+def _graph_for(model: dict, batch: int) -> ir.LayerGraph:
   """The analytic graph of a registry `model` entry (family, layers, hidden, heads, ffn, and
   where given kv_heads, ffn_type, norm, position, rotary_dim, encoder/decoder layers).
 

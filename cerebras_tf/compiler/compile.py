@@ -55,6 +55,8 @@ class CompileResult:
     seconds: wall time of this compile call.
     validate_only: True when only capture + validation ran (plan/performance are None).
     input_signature: the traced input's names, dtypes and shapes (capture.input_signature).
+    built_input: the input pipeline the capture built (capture.BuiltInput), for timing it
+      without building it again; never cached (a tf.Graph of this process).
   """
 
   graph: Optional[ir.LayerGraph]
@@ -66,6 +68,7 @@ class CompileResult:
   seconds: float
   validate_only: bool = False
   input_signature: str = ""
+  built_input: Optional[capture.BuiltInput] = None
 
   @property
   def fits(self) -> bool:
@@ -282,7 +285,7 @@ class Compiler:
       cs_config: the CSConfig (strategy, engine, systems, replicas, sparsity, vts).
       global_batch: the global batch the params name (None: the dataset's static batch).
       host: {"num_workers": ..., "host_devices": ...}: what the host runtime can run.
-      seed: graph-level seed for the VTS sample.
+      seed: graph-level seed for the VTS sample and the input pipeline the capture builds.
       validate_only: stop after checking every op against the engine's kernels.
 
     Raises:
@@ -293,7 +296,7 @@ class Compiler:
     t0 = now()
     remove_stale_tmp(self.compile_dir)
     engine = spec_lib.load_engine(cs_config.engine)
-    captured = capture.capture(call_input_fn, call_model_fn, global_batch or 0)
+    captured = capture.capture(call_input_fn, call_model_fn, global_batch or 0, seed)
     if not captured.batch_size:
       raise CompileError("cannot tell the batch size: batch the dataset with drop_remainder=True, "
                          "or name the global batch in params (params={'batch_size': N} in "
@@ -310,7 +313,8 @@ class Compiler:
         hit = self.memo[key] = result_from_entry(entry, self.cache, 0.0)
         self._kept[key] = entry["report_paths"]
     if hit is not None:
-      return dataclasses.replace(hit, cached=True, seconds=now() - t0, input_signature=signature)
+      return dataclasses.replace(hit, cached=True, seconds=now() - t0, input_signature=signature,
+                                 built_input=captured.built_input)
 
     fwd = lower.forward_ops(captured)
     listing = os.path.join(self.compile_dir, "unsupported_ops.tsv")
@@ -352,7 +356,7 @@ class Compiler:
     if not cs.vts:
       self.memo[key] = result
       self._kept[key] = kept
-    return result
+    return dataclasses.replace(result, built_input=captured.built_input)
 
 
 def token_fractions(call_input_fn, captured, sources, seed) -> dict:
@@ -368,7 +372,7 @@ def token_fractions(call_input_fn, captured, sources, seed) -> dict:
                        f"looked for {tokens.LOOKED_FOR} among the inputs ({names}); add a "
                        f"padding mask or a length feature to the input_fn, or set "
                        f"csconfig.vts false")
-  stats = capture.measure_tokens(call_input_fn, sources, seed=seed)
+  stats = capture.measure_tokens(call_input_fn, sources, seed=seed, built=captured.built_input)
   if not stats[0].sequences:
     raise CompileError(f"csconfig.vts is true but the training input_fn gave no batch to "
                        f"measure sequence lengths on (read {sources[0].feature}); check "

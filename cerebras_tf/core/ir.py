@@ -6,6 +6,7 @@ is divided out), so a planner can price any batch size.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 from typing import Optional, Tuple
@@ -203,7 +204,13 @@ class LayerGraph:
   @property
   def batch_norm_layers(self) -> Tuple[str, ...]:
     """Layers holding a batch norm (their statistics come from a replica's samples)."""
-    return tuple(l.name for l in self.layers if l.has_batch_norm)
+    return tuple(self.layers[i].name for i in self.batch_norm_indices)
+
+  @functools.cached_property
+  def batch_norm_indices(self) -> Tuple[int, ...]:
+    """Indices of the layers holding a batch norm (once per graph: the planners' searches ask
+    for them at every candidate; the graph is immutable)."""
+    return tuple(i for i, l in enumerate(self.layers) if l.has_batch_norm)
 
   def layer(self, name: str) -> Layer:
     for l in self.layers:

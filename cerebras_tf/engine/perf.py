@@ -1,6 +1,7 @@
 """The analytical performance model: Plan -> Performance (samples/s, utilization, bottleneck).
 
-Pure function of (plan, graph, engine, options); no TensorFlow, no state.
+Pure function of (plan, graph, engine, options); no TensorFlow, no state (beyond `ws_cost`'s memo
+of its last results).
 
 Pipelined mode (one replica, layers side by side, samples streamed through):
   * layer i on c_i cores spends, per sample,
@@ -141,7 +142,8 @@ def batch_barrier(layer: ir.Layer, options: Optional[plans.PlanOptions] = None) 
 def batch_segments(graph: ir.LayerGraph, options: Optional[plans.PlanOptions] = None
                    ) -> List[range]:
   """The layers' indices cut after each batch barrier: segments that run one after another."""
-  cuts = [i + 1 for i, l in enumerate(graph.layers) if batch_barrier(l, options)]
+  # = the layers where batch_barrier(layer, options) holds, read off the graph's cached list.
+  cuts = [i + 1 for i in graph.batch_norm_indices] if training(options) else []
   bounds = [0] + [c for c in cuts if c < len(graph.layers)] + [len(graph.layers)]
   return [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
@@ -224,7 +226,7 @@ def in_flight_samples(times: Sequence[float], graph: ir.LayerGraph, engine,
   if not training(options):
     return [1] * n
   # Up to the last batch barrier, no backward starts before the whole batch went forward.
-  held = max((i + 1 for i, l in enumerate(graph.layers) if batch_barrier(l, options)), default=0)
+  held = graph.batch_norm_indices[-1] + 1 if graph.batch_norm_indices else 0
   interval = max([t for t in times if math.isfinite(t)], default=0.0)
   if interval <= 0:
     return [int(batch) if i < held else 1 for i in range(n)]
@@ -693,7 +695,27 @@ def ws_weight_buffer_bytes(graph: ir.LayerGraph, sparsity: float = 0.0) -> float
   return 2.0 * max((l.num_params * per for l in graph.layers), default=0.0)
 
 
-def _ws_layer(l, graph, engine, options, m, recompute, vts):
+@dataclasses.dataclass(frozen=True)
+class _WSLayerTerms:
+  """A layer's weight-streaming costs that do not depend on the micro-batch: what `ws_cost`
+  prices each candidate micro-batch m from (built once per `ws_cost` call, not per candidate).
+
+  compute(m) = m * flops / rate + partial_sum_s + m * cnn_extra_s, with `flops` the kept
+  FLOPs per sample (`flops_redo` when the layer's block is recomputed in backward).
+  """
+
+  name: str
+  flops: float           # per sample, sparsity- and VTS-scaled
+  flops_redo: float      # the same with the block's forward FLOPs again (recompute)
+  rate: float            # FLOP/s of the whole grid at the calibrated efficiency
+  partial_sum_s: float   # per micro-batch
+  cnn_extra_s: float     # per sample (halo exchange, norm reductions); 0 for non-image layers
+  is_cnn: bool
+  stream_in_s: float
+  grad_out_s: float
+
+
+def _ws_layer_terms(l, graph, engine, options, vts) -> _WSLayerTerms:
   rate = (engine.usable_cores * engine.flops_per_core_per_s *
           engine.weight_streaming_efficiency)
   sp = options.sparsity
@@ -701,18 +723,18 @@ def _ws_layer(l, graph, engine, options, m, recompute, vts):
   fs, _ = vts_scale(l, options, vts)
   g = gemm_fraction(l, graph)
   keep = g * (1.0 - sp) + (1.0 - g)
-  redo = l.fwd_flops if (recompute and block_of(l.name) is not None) else 0.0
-  flops = (layer_flops(l, options) + redo) * fs * keep
+  redo = l.fwd_flops if block_of(l.name) is not None else 0.0
+  lf = layer_flops(l, options)
   passes = WS_PASSES if train else 1
   ps = passes * math.sqrt(l.num_params) * engine.sparsity_partial_sum_cycles \
       if g >= 0.5 else 0.0
-  flop_s = m * flops / rate
   cnn = conv.layer_cost(l, engine.usable_cores, engine, graph.dtype_bytes, train)
-  compute = flop_s + ps / engine.clock_hz + (m * cnn.time_extra_s if cnn else 0.0)
   bw = engine.memoryx_bandwidth_bytes_per_s
   stream_in = (2.0 if train else 1.0) * l.num_params * ws_streamed_bytes_per_param(graph, sp) / bw
   grad = (l.grad_bytes * ((1.0 - sp) if sp > 0 else 1.0) / bw) if train else 0.0
-  return WSLayerCost(l.name, compute, stream_in, 0.0, grad, "", flop_s=flop_s)
+  return _WSLayerTerms(l.name, (lf + 0.0) * fs * keep, (lf + redo) * fs * keep, rate,
+                       ps / engine.clock_hz, cnn.time_extra_s if cnn else 0.0, cnn is not None,
+                       stream_in, grad)
 
 
 def _has_work(l: ir.Layer) -> bool:
@@ -744,8 +766,29 @@ def _micro_batch_limit(act: WSActivations, wbuf: float, engine, per_system: int)
   return int((float(engine.usable_sram_bytes) - wbuf) // act.working)
 
 
+# `ws_cost` is pure and a plan's step is priced more than once (the planner, then `simulate`,
+# the report): the last results are kept, by the graph's identity (a LayerGraph is immutable;
+# the entry holds the graph, so no other graph can take its id) and the other arguments.
+_WS_RECENT: Dict[tuple, Tuple[ir.LayerGraph, "WSCost"]] = {}
+_WS_RECENT_MAX = 32
+
+
 def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
             micro_batch: Optional[int] = None, keep_batch_norm: bool = True) -> WSCost:
+  """The weight-streaming step (see `_ws_cost`), remembered for the last few arguments."""
+  key = (id(graph), engine, options, vts, micro_batch, keep_batch_norm)
+  hit = _WS_RECENT.get(key)
+  if hit is not None and hit[0] is graph:
+    return hit[1]
+  cost = _ws_cost(graph, engine, options, vts, micro_batch, keep_batch_norm)
+  while len(_WS_RECENT) >= _WS_RECENT_MAX:
+    _WS_RECENT.pop(next(iter(_WS_RECENT)))
+  _WS_RECENT[key] = (graph, cost)
+  return cost
+
+
+def _ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool = True,
+             micro_batch: Optional[int] = None, keep_batch_norm: bool = True) -> WSCost:
   """The weight-streaming step (see the comment block above). Pure.
 
   Micro-batching: the per-system batch b runs as k = ceil(b / m) equal micro-batches
@@ -776,26 +819,32 @@ def ws_cost(graph: ir.LayerGraph, engine, options: plans.PlanOptions, vts: bool 
     room = sram - wbuf
     return min(b, int(room // (per_sample + act.working))) if per_sample + act.working > 0 else b
 
+  # The layers' micro-batch-free terms, once: every candidate micro-batch below reuses them.
+  terms = [_ws_layer_terms(l, graph, engine, options, vts) for l in graph.layers]
+
   def schedule(m, recompute):
     m = max(1, min(m, b))
     k = math.ceil(b / m)
     m_eff = b / k  # equal micro-batches
-    layers = tuple(_ws_layer(l, graph, engine, options, m_eff, recompute, vts)
-                   for l in graph.layers)
     by = {"compute": 0.0, "stream-in": 0.0, "stream-out": 0.0, "swarmx latency": 0.0}
     total, out = 0.0, []
-    for c in layers:
-      mid = max(c.compute_s, c.stream_in_s, c.stream_out_s)
-      last = max(c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s)
-      bound = ("compute" if c.compute_s >= max(c.stream_in_s, c.stream_out_s + c.grad_out_s)
-               else "stream-in" if c.stream_in_s >= c.stream_out_s + c.grad_out_s
+    for t in terms:
+      # This loop runs for every layer of every candidate of every plan (the calibration
+      # fit's searches run it ~10^6 times): plain floats, one WSLayerCost built per layer.
+      flop_s = m_eff * (t.flops_redo if recompute else t.flops) / t.rate
+      compute = flop_s + t.partial_sum_s + (m_eff * t.cnn_extra_s if t.is_cnn else 0.0)
+      s_in, s_out, g_out = t.stream_in_s, 0.0, t.grad_out_s
+      mid = max(compute, s_in, s_out)
+      last = max(compute, s_in, s_out + g_out)
+      bound = ("compute" if compute >= max(s_in, s_out + g_out)
+               else "stream-in" if s_in >= s_out + g_out
                else "stream-out")
-      for count, terms in ((k - 1, (c.compute_s, c.stream_in_s, c.stream_out_s)),
-                           (1, (c.compute_s, c.stream_in_s, c.stream_out_s + c.grad_out_s))):
-        name = ("compute", "stream-in", "stream-out")[terms.index(max(terms))]
-        by[name] += count * max(terms)
+      for count, terms3 in ((k - 1, (compute, s_in, s_out)),
+                            (1, (compute, s_in, s_out + g_out))):
+        top = max(terms3)
+        by[("compute", "stream-in", "stream-out")[terms3.index(top)]] += count * top
       total += (k - 1) * mid + last
-      out.append(dataclasses.replace(c, bound=bound))
+      out.append(WSLayerCost(t.name, compute, s_in, s_out, g_out, bound, flop_s))
     passes = 2 if training(options) else 1
     lat = len(graph.layers) * hop * (passes * k + (1 if training(options) else 0))
     # Forward-only steps pay it too: the published eval runs (BERT-Large at 1,024 on CS-3,

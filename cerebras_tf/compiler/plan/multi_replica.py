@@ -24,6 +24,7 @@ rows), "batch norm" (a replica would see fewer than 16 samples) or "no gain".
 
 import dataclasses
 import math
+from typing import Tuple
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import batching, plans
@@ -42,8 +43,29 @@ def replica_need(graph, engine, options, r) -> int:
   return int(sum(pipelined.layer_memory_bytes(graph, engine, options, per, slab)))
 
 
-def _plan_r(graph, engine, options, r, need=None):
-  """The Plan with r replicas, or a not-fitting Plan with the reason."""
+def _copies(placed, r: int, slab_w: int) -> Tuple[plans.LayerPlacement, ...]:
+  """Replica 0's placements and their copies: replica k is replica 0 moved k slabs right."""
+  out = list(placed)
+  for k in range(1, r):
+    for p in placed:
+      g = p.region
+      out.append(plans.LayerPlacement(**{**p.__dict__, "replica": k, "region": plans.Region(
+          g.x + k * slab_w, g.y, g.w, g.h)}))
+  return tuple(out)
+
+
+def _with_copies(plan: plans.Plan, engine) -> plans.Plan:
+  """A Plan from `_plan_r(..., copies=False)` with its other replicas' placements added."""
+  r = plan.num_replicas
+  if not plan.fits or r <= 1 or any(p.replica for p in plan.layers):
+    return plan
+  return dataclasses.replace(plan, layers=_copies(plan.layers, r, engine.grid_width // r))
+
+
+def _plan_r(graph, engine, options, r, need=None, copies=True):
+  """The Plan with r replicas, or a not-fitting Plan with the reason. With copies=False a
+  fitting plan holds replica 0's placements only (all a rate needs: the replicas run alike;
+  the search prices every R so, and `_with_copies` completes the one it takes)."""
   split = batching.split(int(options.batch_size), engine_replicas=r)
   slab_w = engine.grid_width // r
   slab_bytes = slab_w * engine.grid_height * engine.sram_per_core_bytes
@@ -62,8 +84,7 @@ def _plan_r(graph, engine, options, r, need=None):
     placed, why = pipelined.place_pipeline(graph, engine, options, split.per_engine_replica,
                                            slab_w, engine.grid_height)
     if placed:
-      placements = [dataclasses.replace(p, replica=k, region=dataclasses.replace(
-          p.region, x=p.region.x + k * slab_w)) for k in range(r) for p in placed]
+      placements = list(_copies(placed, r if copies else 1, slab_w))
     else:
       refusal = plans.Refusal(plans.LAYOUT, need, slab_bytes)
   fits = bool(placements)
@@ -74,7 +95,7 @@ def _plan_r(graph, engine, options, r, need=None):
                                       flops=perf.layer_flops(l, options) *
                                       split.per_engine_replica, time_s=0.0)
                   for l, m in zip(graph.layers, mem)]
-  used = sum(p.cores for p in placements)
+  used = sum(p.cores for p in placements if not p.replica) * (r if fits else 1)
   reason = (f"fits: {r} replica(s) of {plans.fmt_gb(need)} SRAM each, per-replica batch "
             f"{split.per_engine_replica}, on {used:,} of {engine.usable_cores:,} cores"
             if fits else why)
@@ -132,7 +153,7 @@ class MultiReplicaPlanner(base.Planner):
                              f"{batching.BATCH_NORM_MIN_SAMPLES} (and so for any larger R; "
                              f"csconfig.num_replicas forces it)"))
           break
-        p = _plan_r(graph, engine, options, r)
+        p = _plan_r(graph, engine, options, r, copies=False)
         s = rate(p)
         if not p.fits:
           refused.append((r, f"{_KIND_WORD[p.refusal.kind]}: {p.reason}"))
@@ -156,6 +177,7 @@ class MultiReplicaPlanner(base.Planner):
                    f"{batch} that fits{', keeps batch norm its samples' if norms else ''} "
                    f"and still gains >= {MIN_GAIN:.0%} (wafer samples/s, "
                    f"without the host's per-step overhead: {', '.join(tried)})")
+      chosen = _with_copies(chosen, engine)
       larger = [f"R={r} {why}" for r, why in refused if r > chosen.num_replicas]
       if larger:
         notes.append("larger R rejected: " + "; ".join(larger))
