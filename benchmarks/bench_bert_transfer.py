@@ -51,7 +51,8 @@ def cli(args, log):
   return out.stdout
 
 
-def fine_tune(start: str, pretrained: str, seed: int, work: str, max_steps) -> dict:
+def fine_tune(start: str, pretrained: str, seed: int, work: str, max_steps,
+              extra=()) -> dict:
   """One fine-tuning run; returns {"dev": metrics, "test": metrics, "seconds": s}. A run
   already finished in `work` (its result file) is read back, not repeated."""
   model_dir = os.path.join(work, f"{start}-seed{seed}")
@@ -63,6 +64,7 @@ def fine_tune(start: str, pretrained: str, seed: int, work: str, max_steps) -> d
   overrides = [f"model.init_checkpoint={init}", f"runconfig.tf_random_seed={seed}"]
   if max_steps:
     overrides.append(f"runconfig.max_steps={max_steps}")
+  overrides += list(extra)  # the recipe changed for both starts alike
   flags = ["--model_dir", model_dir] + [f for o in overrides for f in ("--params_override", o)]
   log = model_dir + ".log"
   t0 = time.perf_counter()
@@ -150,6 +152,9 @@ def main():
                        "use a new --work for a new checkpoint)")
   ap.add_argument("--max_steps", type=int, default=None, help="default: the YAML's")
   ap.add_argument("--starts", default="scratch,pretrained")
+  ap.add_argument("--params_override", action="append", default=[],
+                  help="KEY=VALUE for the fine-tuning recipe of every run (repeatable), e.g. "
+                       "another learning-rate schedule; use a new --work with it")
   args = ap.parse_args()
   for ckpt in args.pretrained.split(","):
     if not checkpoint_exists(ckpt):
@@ -167,7 +172,8 @@ def main():
   rows = []
   for seed in seeds:
     for start in starts:
-      r = fine_tune(start, args.pretrained, seed, args.work, args.max_steps)
+      r = fine_tune(start, args.pretrained, seed, args.work, args.max_steps,
+                    args.params_override)
       results[start].append(r)
       rows.append([start, seed, f"{100 * r['dev']['accuracy']:.1f}",
                    f"{100 * r['test']['accuracy']:.1f}", f"{r['dev']['f1']:.3f}",
@@ -176,6 +182,7 @@ def main():
       print("  " + " | ".join(str(c) for c in rows[-1]), flush=True)
   print(f"\nhost: {machine()}; recipe {os.path.relpath(PARAMS, ROOT)}"
         + (f", max_steps {args.max_steps}" if args.max_steps else "")
+        + "".join(f", {o}" for o in args.params_override)
         + f"; warm start {args.pretrained}")
   print_table("BERT-tiny on Rotten Tomatoes, each run", ["start", "seed", "dev acc %",
               "test acc %", "dev F1", "dev largest predicted class share", "train s"], rows)
