@@ -10,6 +10,7 @@ process (the CLI a user runs). The majority baseline is the eval's own
     python benchmarks/bench_bert_transfer.py --pretrained runs/bert_tiny_msl128 \
         [--seeds 1,2,3] [--work /tmp/bert_transfer] [--max_steps N]
     python benchmarks/bench_bert_transfer.py --probe --pretrained DIR[,DIR...]
+    python benchmarks/bench_bert_transfer.py --linear_probe --pretrained DIR[,DIR...]
 """
 
 import argparse
@@ -125,6 +126,64 @@ def probe(checkpoint, sentences: int = 256) -> list:
            *spread(first), f"{norm:.3g}"]]
 
 
+def linear_probe(checkpoint, lambdas=(0.1, 1.0, 10.0, 100.0, 1000.0)) -> list:
+  """How much about a sentence's polarity the checkpoint's features hold, before fine-tuning:
+  the mean over real tokens of the embedding output and of every layer's output (the
+  classifier's `pooling: mean` input and what lies under it), standardized, a ridge
+  classifier fit on the train split, the best dev accuracy over `lambdas`. checkpoint None:
+  random init. Returns one table row."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from common import quiet_tf  # pylint: disable=import-outside-toplevel
+  tf = quiet_tf()
+  from cerebras_tf import params as params_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.bert import modeling  # pylint: disable=import-outside-toplevel
+  from cerebras_models.bert import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import checkpoints  # pylint: disable=import-outside-toplevel
+  tf1 = tf.compat.v1
+
+  def features(split):
+    params = params_lib.load_params(PARAMS, overrides=["model.init_checkpoint=null"])
+    params["eval_input"].update(split=split, batch_size=256)
+    with tf1.Graph().as_default():
+      tf1.set_random_seed(1)
+      it = tf1.data.make_initializable_iterator(
+          input_lib.input_fn(params, tf.estimator.ModeKeys.EVAL))
+      feats, labels = it.get_next()
+      out = modeling.bert_model(feats["token_ids"], feats["segment_ids"], feats["padding_mask"],
+                                modeling.BertConfig.from_params(params["model"]), training=False)
+      mask = tf.cast(feats["padding_mask"], tf.float32)[..., tf.newaxis]
+      pooled = [tf.reduce_sum(x * mask, 1) / tf.reduce_sum(mask, 1)
+                for x in [out["embedding_output"], *out["all_encoder_layers"]]]
+      if checkpoint:
+        checkpoints.init_matching(checkpoint)
+      xs, ys = [], []
+      with tf1.Session() as sess:
+        sess.run([tf1.global_variables_initializer(), tf1.tables_initializer(), it.initializer])
+        while True:
+          try:
+            x, y = sess.run([tf.concat(pooled, 1), labels])
+          except tf.errors.OutOfRangeError:
+            break
+          xs.append(x)
+          ys.append(y)
+    return np.concatenate(xs), np.concatenate(ys)
+
+  (x_train, y_train), (x_dev, y_dev) = features("train"), features("dev")
+  mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
+  a = np.c_[(x_train - mu) / sd, np.ones(len(x_train))]
+  b = np.c_[(x_dev - mu) / sd, np.ones(len(x_dev))]
+  accuracy = {lam: float(np.mean((b @ np.linalg.solve(a.T @ a + lam * np.eye(a.shape[1]),
+                                                       a.T @ (2.0 * y_train - 1)) > 0) == y_dev))
+              for lam in lambdas}
+  best = max(accuracy, key=accuracy.get)
+  return [checkpoint or "random init", a.shape[1] - 1, len(a), f"{100 * accuracy[best]:.1f}",
+          best]
+
+
+LINEAR_PROBE_HEADER = ["checkpoint", "features", "train sentences", "dev accuracy %",
+                       "ridge lambda"]
+
+
 PROBE_HEADER = ["warm start", "pooler", "pooled std over sentences", "pooled mean cosine",
                 "pooled share |tanh| > 0.99", "[CLS] output std", "[CLS] mean cosine",
                 "grad norm into backbone"]
@@ -146,6 +205,9 @@ def main():
   ap.add_argument("--probe", action="store_true",
                   help="only measure what the warm start hands fine-tuning (in this process): "
                        "random init, then each comma-separated --pretrained")
+  ap.add_argument("--linear_probe", action="store_true",
+                  help="only a linear probe of the pooled features (random init, then each "
+                       "comma-separated --pretrained): does pretraining hold polarity?")
   ap.add_argument("--seeds", default="1,2,3")
   ap.add_argument("--work", default="/tmp/bench_bert_transfer",
                   help="model_dirs, logs and each run's result (a finished run is not redone: "
@@ -160,6 +222,12 @@ def main():
     if not checkpoint_exists(ckpt):
       sys.exit(f"bench_bert_transfer: no checkpoint in {ckpt}: run `python3 dev.py demo` "
                "first, or pass --pretrained <model_dir>")
+  if args.linear_probe:
+    rows = [linear_probe(ckpt) for ckpt in [None, *args.pretrained.split(",")]]
+    print(f"\nhost: {machine()}; ridge on the train split's pooled features, dev scored")
+    print_table("what the pretrained features hold about polarity (linear probe)",
+                LINEAR_PROBE_HEADER, rows)
+    return
   if args.probe:
     rows = [r for ckpt in [None, *args.pretrained.split(",")] for r in probe(ckpt)]
     print(f"\nhost: {machine()}; {len(rows)} checkpoints, 256 dev sentences")
