@@ -11,7 +11,6 @@ weight-streaming runs are `scripts/run.py` processes each, as users run them. Al
 weight-server cluster leaves no process behind.
 """
 
-import json
 import os
 import re
 import subprocess
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 
 from progress_log import losses_by_step
-from fenced_runs import fenced
+from fenced_runs import run_in_one_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 24
@@ -74,16 +73,6 @@ def _losses(tmp_path, name, *flags):
 # The host-side runs, one after another in ONE fresh process (as a notebook would: the first
 # run reserves the 2 logical CPUs data-parallel plans need, strategies.host_devices), instead
 # of a process each: 3 TensorFlow start-ups fewer. Each run's output is fenced by a marker.
-_IN_ONE_PROCESS = """
-import json, sys
-from cerebras_tf import cli
-for name, argv in json.loads(sys.argv[1]):
-  for stream in (sys.stdout, sys.stderr):
-    print("=== run " + name, file=stream, flush=True)
-  code = cli.main(["run.py"] + argv)
-  for stream in (sys.stdout, sys.stderr):
-    print("=== exit %d" % code, file=stream, flush=True)
-"""
 BATCH_256 = ("--params_override", "train_input.batch_size=256", *CLIPPED)
 RUNS = {"pipelined": ("--execution_strategy", "pipelined", *ACCUMULATING),
         # Accumulating on tf.distribute's replicas was refused before (a merge_call in a tf.cond).
@@ -98,11 +87,7 @@ def host_runs(tmp_path_factory):
   """{run name: (losses [STEPS], its stdout + stderr)} of RUNS, in one process."""
   tmp = tmp_path_factory.mktemp("modes")
   runs = [(name, _argv(tmp / name, *flags)) for name, flags in RUNS.items()]
-  proc = subprocess.run([sys.executable, "-u", "-c", _IN_ONE_PROCESS, json.dumps(runs)],
-                        cwd=ROOT, capture_output=True, text=True, timeout=900,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  out, err = fenced(proc.stdout), fenced(proc.stderr)
+  out, err, proc = run_in_one_process(runs, ROOT, timeout=900)
   assert sorted(out) == sorted(RUNS), proc.stderr[-3000:]
   for name in RUNS:
     assert out[name].rstrip().endswith("=== exit 0"), (name, err[name][-3000:])

@@ -7,16 +7,13 @@ go through MirroredStrategy and the weight-server cluster: the runtime line name
 losses are finite and the step counter and checkpoint reach the end.
 """
 
-import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from progress_log import losses_by_step
-from fenced_runs import fenced
+from fenced_runs import run_in_one_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 6
@@ -45,16 +42,6 @@ MODES = {
 # of a process each: 3 TensorFlow and tf-text start-ups fewer. Each run's output is fenced.
 # The second weight_streaming run trains on the weight server the first one launched (one
 # cluster a process, runtime/cluster.client_for), as a second run in a notebook would.
-_IN_ONE_PROCESS = """
-import json, sys
-from cerebras_tf import cli
-for name, argv in json.loads(sys.argv[1]):
-  for stream in (sys.stdout, sys.stderr):
-    print("=== run " + name, file=stream, flush=True)
-  code = cli.main(["run.py"] + argv)
-  for stream in (sys.stdout, sys.stderr):
-    print("=== exit %d" % code, file=stream, flush=True)
-"""
 
 
 def _argv(model, mode, model_dir):
@@ -88,11 +75,7 @@ def runs(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("reference_modes")
   argvs = [(f"{model}-{mode}", _argv(model, mode, tmp / f"{model}-{mode}"))
            for model, mode in RUNS]
-  proc = subprocess.run([sys.executable, "-u", "-c", _IN_ONE_PROCESS, json.dumps(argvs)],
-                        cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  out, err = fenced(proc.stdout), fenced(proc.stderr)
+  out, err, proc = run_in_one_process(argvs, ROOT, timeout=1200)
   assert sorted(out) == sorted(name for name, _ in argvs), proc.stderr[-3000:]
   return {(model, mode): (out[f"{model}-{mode}"], err[f"{model}-{mode}"],
                           tmp / f"{model}-{mode}") for model, mode in RUNS}
