@@ -115,7 +115,8 @@ def one_process(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [2, 3])
+# 3 (an odd split); 2 workers train to the same losses in the pipelined params-file test below.
+@pytest.mark.parametrize("workers", [3])
 def test_workers_train_to_the_losses_of_one_process(tmp_path, one_process, workers):
   # Launched from the user's own directory with a relative model_dir: the tasks ran in the
   # repository and wrote <repo>/m.

@@ -92,7 +92,7 @@ def _summary_losses(model_dir):
 def test_trains_as_model_fit_evaluates_and_exports(tmp_path, digits, family, model_yaml):
   """The family's Keras model from the params, trained as CerebrasEstimator(keras_model)
   with use_cs=True on the family's own input (no shuffle) and by model.fit on the same
-  batches from the same weights: the per-step losses agree; then the YAML run trains,
+  batches from the same weights: the per-step losses agree; then (vit) the YAML run trains,
   evaluates and exports through scripts/run.py's code."""
   path, params = _params(tmp_path, model_yaml)
   module = {"vit": "cerebras_models.vit.model", "cnn": "cerebras_models.cnn.model"}[family]
@@ -110,6 +110,10 @@ def test_trains_as_model_fit_evaluates_and_exports(tmp_path, digits, family, mod
       BATCH, drop_remainder=True), max_steps=STEPS, use_cs=True)
   np.testing.assert_allclose(_summary_losses(est.model_dir), cb.losses(), rtol=2e-5,
                              atol=2e-6)
+  if family == "cnn":
+    # The YAML run's code is the family's, which vit's case runs; MobileNetV2's 156 layers,
+    # built for train, eval and export again, cost it 50 s of the suite (issue 42).
+    return
   assert cli.main(["run.py", "--params", path, "--mode", "train_and_eval",
                    "--export_dir", str(tmp_path / "export")]) == 0
   assert os.path.exists(tmp_path / "run" / f"model.ckpt-{STEPS}.index")
