@@ -43,7 +43,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
-from cerebras_models import fields, optimization
+from cerebras_models import fields, graph_mode, optimization
 from cerebras_models.bert import input as base_input
 from cerebras_models.bert import model as base_model
 from cerebras_models.bert import modeling
@@ -402,6 +402,7 @@ def is_task(params: Mapping[str, Any]) -> Optional[str]:
   return task if task in TASKS else None
 
 
+@graph_mode.model_fn_as_written
 def family_model_fn(features, labels, mode, params, config=None):
   """The bert family's model_fn: this module's tasks here, pretraining and classification in
   model.py."""

@@ -6,6 +6,7 @@ token at each position (padding positions carry weight 0 through padding_mask).
 
 import tensorflow as tf
 
+from cerebras_models import graph_mode
 from cerebras_models import losses
 from cerebras_models import optimization
 from cerebras_models.gpt import modeling
@@ -24,6 +25,7 @@ def lm_loss(xent, weights, per: str = "num_tokens", loss_weight: float = 1.0):
   return total / (tf.reduce_sum(weights) + 1e-6)
 
 
+@graph_mode.model_fn_as_written
 def model_fn(features, labels, mode, params):
   config = modeling.GPTConfig.from_params(params["model"])
   training = mode == tf.estimator.ModeKeys.TRAIN

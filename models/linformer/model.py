@@ -7,6 +7,7 @@ Features: see input.py. Params: `model` (BERT's keys, projected_dims, attention_
 
 import tensorflow as tf
 
+from cerebras_models import graph_mode
 from cerebras_models import optimization
 from cerebras_models.bert import heads
 from cerebras_models.linformer import modeling
@@ -41,6 +42,7 @@ def _losses(features, outputs, config, training, nsp, mlm_loss_weight):
   return loss, t
 
 
+@graph_mode.model_fn_as_written
 def model_fn(features, labels, mode, params, config=None):
   """tf.estimator model_fn (labels unused: the masked-LM targets are features)."""
   del labels

@@ -12,6 +12,7 @@ check).
 
 import tensorflow as tf
 
+from cerebras_models import graph_mode
 from cerebras_models import losses
 from cerebras_models import optimization
 from cerebras_models.t5 import input as input_lib
@@ -29,6 +30,7 @@ def masked_xent(logits, labels, mask):
   return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0), per_token
 
 
+@graph_mode.model_fn_as_written
 def model_fn(features, labels, mode, params):
   """tf.estimator model_fn; see the module docstring."""
   vocab_size, _ = input_lib.vocabulary(params["train_input"])

@@ -16,6 +16,7 @@ PREDICT translation (string), output_ids, score: greedy (beam_width 1) or beam s
 import numpy as np
 import tensorflow as tf
 
+from cerebras_models import graph_mode
 from cerebras_models import losses
 from cerebras_models import optimization
 from cerebras_models.transformer import decoding
@@ -139,6 +140,7 @@ def _vocab(params):
   return vocab_lib.read_vocab(input_lib.vocab_file(params))
 
 
+@graph_mode.model_fn_as_written
 def model_fn(features, labels, mode, params):
   """tf.estimator model_fn; see the module docstring."""
   model_params = params["model"]

@@ -9,6 +9,7 @@ Predict: {"probabilities": [B, H, W] float32, "mask": [B, H, W] int32}.
 
 import tensorflow as tf
 
+from cerebras_models import graph_mode
 from cerebras_models import optimization
 from cerebras_models.unet import modeling
 from cerebras_models.unet.config import UNetConfig
@@ -49,6 +50,7 @@ def eval_metrics(logits, labels, names):
   return dict(make[name]() for name in names)
 
 
+@graph_mode.model_fn_as_written
 def model_fn(features, labels, mode, params, config=None):
   """tf.estimator model_fn (see the module doc)."""
   del config
