@@ -147,6 +147,10 @@ def export_tree(commit):
   subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
   data = os.path.join(TREE, "data_cache")
   os.symlink(os.path.realpath(data), os.path.join(dest, "data_cache"))
+  if os.path.isdir(os.path.join(dest, "models")):
+    # The package `cerebras_models` is the tree's models/ (setup.py maps it): without this link
+    # the venv's editable install handed the child this tree's models, not the commit's.
+    os.symlink("models", os.path.join(dest, "cerebras_models"))
   return dest
 
 
