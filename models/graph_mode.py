@@ -1,9 +1,9 @@
 """A reference model's model_fn, built as written in every execution mode.
 
 tf.estimator builds the model_fn plainly on one device, but MirroredStrategy (multi_replica)
-runs it through AutoGraph, which rewrites and re-imports every Python function the model_fn
-calls, once per replica: 5-6 of the 22-25 s a one-layer BERT-tiny multi_replica run took
-(AVX2, 2 cores; issue 42). The families wrapped here are plain TF1 graph code (no Python
+runs it through AutoGraph, which rewrites every Python function the model_fn calls, in each
+replica thread: `scripts/run.py` of a 6-layer BERT-tiny multi_replica run took 50.6 s with it
+and 43.1 s without (benchmarks/bench_graph_build.py, AVX2, 2 cores; issue 42). The families wrapped here are plain TF1 graph code (no Python
 control flow on tensors: they build unconverted in pipelined mode), so they lose nothing.
 Families built from Keras layers are not wrapped: a Keras layer's `call` may rely on
 AutoGraph, and with it disabled around them they would build differently per mode.
