@@ -63,6 +63,22 @@ def _cores() -> int:
   return max(1, cores or 1)
 
 
+def pytest_command(args, paths=("tests",)) -> list:
+  """The test command: pytest on `paths` (all of tests/) with `args` after them.
+
+  One pytest-xdist worker more than the CPU has cores: with one a core, the cores sat
+  13% idle (1,641 CPU s in 944 s on 2 cores) while tests waited on the processes they
+  start, on a timeout or a weight server coming up; with 3 on 2 cores the suite took
+  881 s, the same tests passing (issue 42). worksteal: each takes its share of the tests
+  in file order (a file's module fixtures are built once, unless its tests end up split
+  at a steal), and one that finishes first takes tests from another's queue. With
+  loadfile (a whole file each, biggest test count first) a few-test file of long
+  processes (multiworker, execution modes) could start last and run alone for minutes.
+  """
+  return [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(_cores() + 1),
+          "--dist", "worksteal", *paths, *args]
+
+
 def main(argv) -> int:
   if len(argv) < 2 or argv[1] not in ("demo", "test", "run"):
     print(__doc__.strip(), file=sys.stderr)
@@ -70,17 +86,7 @@ def main(argv) -> int:
   ensure_env()
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
   if argv[1] == "test":
-    # One pytest-xdist worker more than the CPU has cores: with one a core, the cores sat
-    # 13% idle (1,641 CPU s in 944 s on 2 cores) while tests waited on the processes they
-    # start, on a timeout or a weight server coming up; with 3 on 2 cores the suite took
-    # 881 s, the same tests passing (issue 42). worksteal: each takes its share of the tests
-    # in file order (a file's module fixtures are built once, unless its tests end up split
-    # at a steal), and one that finishes first takes tests from another's queue. With
-    # loadfile (a whole file each, biggest test count first) a few-test file of long
-    # processes (multiworker, execution modes) could start last and run alone for minutes.
-    workers = str(_cores() + 1)
-    rc = subprocess.call([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers,
-                          "--dist", "worksteal", "tests", *argv[2:]], cwd=ROOT, env=env)
+    rc = subprocess.call(pytest_command(argv[2:]), cwd=ROOT, env=env)
     return 1 if rc == 5 else rc  # 5: no tests collected, which is a failure here
   if argv[1] == "run":
     return subprocess.call([PY, *argv[2:]], cwd=ROOT, env=env)
