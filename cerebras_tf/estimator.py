@@ -171,7 +171,7 @@ class _CerebrasMethods:
                                               saving_listeners=saving_listeners)
     except (ValueError, AttributeError) as e:
       # Raised by the optimizer's merge step, outside the replicas' model_fn calls.
-      mixed = lints.mixed_policy_across_replicas(e, self._user_model_fn)
+      mixed = lints.mixed_policy_across_replicas(e, self._user_model_fn, self.params)
       if mixed is None:
         raise
       raise ModelFnError(mixed) from e

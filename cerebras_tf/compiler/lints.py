@@ -317,23 +317,38 @@ def _restores(assign) -> bool:
   return value is not None and value.type in ("RestoreV2", "Restore", "RestoreSlice")
 
 
-def mixed_policy_across_replicas(error, user_model_fn) -> Optional[str]:
+def mixed_policy_across_replicas(error, user_model_fn, params=None) -> Optional[str]:
   """What to do when a Keras mixed-precision policy meets multi_replica's per-replica model_fn
   calls: each replica's model wraps the shared (mirrored) weights in an AutoCastVariable of
   its own, so an update over the model's variables differs between replicas and tf.distribute
-  regroups it as PerReplica (the plain Estimator with MirroredStrategy fails alike)."""
+  regroups it as PerReplica (the plain Estimator with MirroredStrategy fails alike).
+
+  The policy is the global one, or the one the model's layers were built under with the
+  global policy restored after (the reference CNN and ViT with `model.mixed_precision: true`
+  on a bfloat16 CPU): then only the error's AutoCast variables tell. `params` (the
+  estimator's) says whether the policy came from that YAML key."""
+  text = str(error)
   policy = tf.keras.mixed_precision.global_policy()
-  if policy.compute_dtype == policy.variable_dtype or "PerReplica" not in str(error):
+  global_mixed = policy.compute_dtype != policy.variable_dtype
+  if "PerReplica" not in text or not (global_mixed or "AutoCast" in text):
     return None
   keras_model = getattr(user_model_fn, "keras_model", None)
-  ways = ("set the policy back to 'float32' for this run" if keras_model is not None else
-          "leave var_list out of minimize()/compute_gradients() (it then takes the trainable "
-          "variables, which are shared), or set the policy back to 'float32' for this run")
+  model_section = params.get("model") if isinstance(params, dict) else None
+  from_yaml = isinstance(model_section, dict) and bool(model_section.get("mixed_precision"))
+  if from_yaml:
+    ways = "set model.mixed_precision: false for this run"
+  elif keras_model is not None:
+    ways = "set the policy back to 'float32' for this run"
+  else:
+    ways = ("leave var_list out of minimize()/compute_gradients() (it then takes the trainable "
+            "variables, which are shared), or set the policy back to 'float32' for this run")
   who = (f"Keras model '{keras_model.name}'" if keras_model is not None else
          f"model_fn{defined_at(user_model_fn)}")
+  which = f" '{policy.name}'" if global_mixed else (" (model.mixed_precision: true)"
+                                                    if from_yaml else "")
   return (f"{who}: multi_replica cannot update weights through "
-          f"the Keras mixed-precision policy '{policy.name}': each replica's model wraps the "
+          f"the Keras mixed-precision policy{which}: each replica's model wraps the "
           f"shared weights in its own AutoCastVariable, so the replicas' updates do not match "
-          f"({type(error).__name__}: {str(error).splitlines()[0][:120]}); {ways} (the engine's "
+          f"({type(error).__name__}: {text.splitlines()[0][:120]}); {ways} (the engine's "
           f"estimate assumes 16-bit compute either way), or train pipelined or "
           f"weight_streaming, where it trains as it is")

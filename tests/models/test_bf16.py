@@ -265,3 +265,29 @@ def test_forced_bf16_training_lowers_the_loss_as_fp32_does(family, steps, batch,
   end32, end16 = np.mean(fp32[-tail:]), np.mean(bf16[-tail:])
   assert end32 < 0.9 * fp32[0] and end16 < 0.9 * bf16[0], (fp32, bf16)
   assert abs(end16 - end32) < 0.1 * (fp32[0] - end32) + 0.02 * end32, (fp32, bf16)
+
+
+@pytest.mark.slow
+def test_a_keras_family_in_bf16_refuses_multi_replica_in_one_line_and_trains_pipelined(
+    tmp_path, monkeypatch):
+  """On a bfloat16 CPU (forced here) the CNN with model.mixed_precision: true builds its layers
+  under mixed_bfloat16 and restores the global policy after. multi_replica then ended in
+  tf.distribute's traceback (colocate_vars_with ... PerReplica AutoCastDistributedVariable):
+  the lint that names it looked at the global policy only. Now one line naming the YAML key,
+  and the way it names (pipelined) trains. One process: multi_replica reserves 2 CPUs first."""
+  from fenced_runs import run_in_one_process  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  argv = ["--params", "configs/params_cnn_digits.yaml", "--mode", "train", "--max_steps", "2",
+          "--params_override", "model.mixed_precision=true"]
+  runs = [(s, argv + ["--model_dir", str(tmp_path / s), "--execution_strategy", s])
+          for s in ("multi_replica", "pipelined")]
+  out, err, _ = run_in_one_process(runs, ROOT, timeout=300)
+  refused = out["multi_replica"] + err["multi_replica"]
+  assert refused.rstrip().endswith("=== exit 2"), refused[-3000:]
+  assert "Traceback" not in refused, refused[-3000:]
+  errors = [l for l in refused.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, refused[-3000:]
+  assert "models/cnn/model.py" in errors[0] and "set model.mixed_precision: false" in errors[0]
+  assert "train pipelined or weight_streaming" in errors[0]
+  assert out["pipelined"].rstrip().endswith("=== exit 0"), err["pipelined"][-3000:]
+  assert (tmp_path / "pipelined" / "model.ckpt-2.index").exists()
