@@ -11,7 +11,10 @@ input), labels a tensor (or a dict keyed by `model.output_names`), the loss and 
 ones given to `model.compile`, and training starts from the model's current weights. What
 differs: a subclassed model is warm-started too (model_to_estimator starts it from fresh
 initial values), checkpoints are name-based (tf.compat.v1 Saver, as every Estimator writes),
-and the compile report names the model (`model.name`) and its layers.
+and the compile report names the model (`model.name`) and its layers; and a model under a
+mixed-precision policy trains with replicas (multi_replica, weight streaming over several
+systems), where keras_lib's clone updates each replica's own AutoCastVariable wrappers of the
+shared weights and tf.distribute refuses the update (`_share_replicated_weights`).
 """
 
 import hashlib
@@ -21,6 +24,7 @@ import os
 from typing import Callable, Optional
 
 import tensorflow as tf
+from keras.src.mixed_precision import autocast_variable  # tf.keras of TF 2.15
 from tensorflow_estimator.python.estimator import keras_lib
 
 from cerebras_tf.errors import ConfigError, ModelFnError, defined_at
@@ -29,6 +33,41 @@ ModeKeys = tf.estimator.ModeKeys
 _LOOKUP_LAYERS = (tf.keras.layers.TextVectorization, tf.keras.layers.StringLookup,
                   tf.keras.layers.IntegerLookup)
 KERAS_DIR = "keras"  # <model_dir>/keras/keras_model.ckpt, as model_to_estimator names it
+
+
+def _share_replicated_weights(clone_and_build):
+  """keras_lib's `_clone_and_build_model`, whose clone trains on the shared variables when the
+  model_fn runs once per replica.
+
+  Under a mixed-precision policy a layer wraps each weight in an AutoCastVariable (float32
+  storage, reads cast to the compute dtype). With replicas, every replica's clone makes its own
+  wrappers of the one mirrored (or parameter-server) variable, so the optimizer's merge step
+  sees a different object per replica and tf.distribute refuses the update ("colocate_vars_with
+  must only be passed a variable created in this tf.distribute.Strategy.scope(), not:
+  PerReplica"; the plain Estimator and model_to_estimator fail alike). Handing the optimizer the
+  wrapped variables, the same objects in every replica, trains as the policy means: the
+  forward pass still reads through the wrappers (16-bit compute), the gradient and the update
+  are the float32 weights'. One replica: the clone as keras_lib makes it.
+  """
+
+  def clone(*args, **kwargs):
+    model = clone_and_build(*args, **kwargs)
+    context = tf.distribute.get_replica_context()
+    weights = getattr(model, "_collected_trainable_weights", None)
+    if weights and context is not None and context.num_replicas_in_sync > 1:
+      model._collected_trainable_weights = [  # pylint: disable=protected-access
+          w._variable if isinstance(w, autocast_variable.AutoCastVariable) else w  # pylint: disable=protected-access
+          for w in weights]
+    return model
+
+  clone.shares_replicated_weights = True
+  return clone
+
+
+# keras_lib's model_fn looks the function up at call time; installed once per process.
+if not getattr(keras_lib._clone_and_build_model, "shares_replicated_weights", False):  # pylint: disable=protected-access
+  keras_lib._clone_and_build_model = _share_replicated_weights(  # pylint: disable=protected-access
+      keras_lib._clone_and_build_model)  # pylint: disable=protected-access
 
 
 def load(keras_model=None, keras_model_path: Optional[str] = None, custom_objects=None):

@@ -268,26 +268,48 @@ def test_forced_bf16_training_lowers_the_loss_as_fp32_does(family, steps, batch,
 
 
 @pytest.mark.slow
-def test_a_keras_family_in_bf16_refuses_multi_replica_in_one_line_and_trains_pipelined(
-    tmp_path, monkeypatch):
+def test_a_keras_family_in_bf16_trains_multi_replica(tmp_path, monkeypatch):
   """On a bfloat16 CPU (forced here) the CNN with model.mixed_precision: true builds its layers
-  under mixed_bfloat16 and restores the global policy after. multi_replica then ended in
-  tf.distribute's traceback (colocate_vars_with ... PerReplica AutoCastDistributedVariable):
-  the lint that names it looked at the global policy only. Now one line naming the YAML key,
-  and the way it names (pipelined) trains. One process: multi_replica reserves 2 CPUs first."""
+  under mixed_bfloat16. multi_replica ended in tf.distribute's traceback (colocate_vars_with ...
+  PerReplica AutoCastDistributedVariable: each replica's clone wrapped the shared weights in
+  wrappers of its own); the optimizer now updates the shared float32 weights
+  (keras_model._share_replicated_weights) and the run trains. Measured: 2.85 -> 0.41 in 30
+  steps against 2.85 -> 0.40 in float32 multi_replica."""
   from fenced_runs import run_in_one_process  # pylint: disable=import-outside-toplevel
+  from progress_log import losses_by_step  # pylint: disable=import-outside-toplevel
   monkeypatch.setenv(precision.FORCE_ENV, "1")
-  argv = ["--params", "configs/params_cnn_digits.yaml", "--mode", "train", "--max_steps", "2",
-          "--params_override", "model.mixed_precision=true"]
-  runs = [(s, argv + ["--model_dir", str(tmp_path / s), "--execution_strategy", s])
-          for s in ("multi_replica", "pipelined")]
-  out, err, _ = run_in_one_process(runs, ROOT, timeout=300)
-  refused = out["multi_replica"] + err["multi_replica"]
-  assert refused.rstrip().endswith("=== exit 2"), refused[-3000:]
-  assert "Traceback" not in refused, refused[-3000:]
-  errors = [l for l in refused.splitlines() if l.startswith("error:")]
-  assert len(errors) == 1, refused[-3000:]
-  assert "models/cnn/model.py" in errors[0] and "set model.mixed_precision: false" in errors[0]
-  assert "train pipelined or weight_streaming" in errors[0]
-  assert out["pipelined"].rstrip().endswith("=== exit 0"), err["pipelined"][-3000:]
-  assert (tmp_path / "pipelined" / "model.ckpt-2.index").exists()
+  steps = 20
+  argv = ["--params", "configs/params_cnn_digits.yaml", "--mode", "train", "--max_steps",
+          str(steps), "--params_override", "model.mixed_precision=true", "--params_override",
+          "runconfig.log_step_count_steps=1", "--execution_strategy", "multi_replica",
+          "--model_dir", str(tmp_path)]
+  out, err, _ = run_in_one_process([("run", argv)], ROOT, timeout=300)
+  log = out["run"] + err["run"]
+  assert out["run"].rstrip().endswith("=== exit 0"), log[-3000:]
+  assert "multi_replica runtime: 2 replica(s)" in log, log[-3000:]
+  losses = losses_by_step(log)
+  assert sorted(losses) == list(range(steps)), sorted(losses)
+  # Digits at init: ln(10) = 2.30 and more (measured 2.85); 20 steps of Adam halve it.
+  assert losses[steps - 1] < 0.5 * losses[0], losses
+  assert (tmp_path / f"model.ckpt-{steps}.index").exists()
+
+
+def test_the_replicas_error_names_the_yaml_key_when_the_policy_came_from_it():
+  """A model built under a policy the global one does not show (the families restore it) is
+  recognised by the error's AutoCast variables; the fix named is the YAML key's."""
+  from cerebras_tf.compiler import lints  # pylint: disable=import-outside-toplevel
+  error = ValueError("`colocate_vars_with` must only be passed a variable created in this "
+                     "tf.distribute.Strategy.scope(), not: PerReplica:{\n  0: "
+                     "<AutoCastDistributedVariable dtype=float32 dtype_to_cast_to=float32>")
+
+  def model_fn(features, labels, mode, params):
+    del features, labels, mode, params
+
+  line = lints.mixed_policy_across_replicas(error, model_fn,
+                                            {"model": {"mixed_precision": True}})
+  assert "multi_replica cannot update weights" in line
+  assert "(model.mixed_precision: true)" in line and "set model.mixed_precision: false" in line
+  assert "\n" not in line
+  # Without the YAML key: the model_fn's own ways; without AutoCast in the error: not ours.
+  assert "leave var_list out" in lints.mixed_policy_across_replicas(error, model_fn, {})
+  assert lints.mixed_policy_across_replicas(ValueError("PerReplica:{}"), model_fn, {}) is None
