@@ -438,7 +438,7 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       config = config.replace(model_dir=dir_lock.expand_home(config.model_dir))
     # `params or {}`: what tf.estimator keeps anyway, and its check of the wrapper (which takes
     # params) then does not warn "includes params argument" for every model_fn.
-    wrapped = model_fn_wrapper.wrap(model_fn, lambda: self._call, lambda: self.model_dir,
+    wrapped = model_fn_wrapper.wrap(model_fn, self._current_call, self._current_model_dir,
                                     self._init_checkpoint)
     super().__init__(model_fn=wrapped, model_dir=model_dir,
                      config=config, params=params or {}, warm_start_from=warm_start_from)
@@ -552,6 +552,15 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     return self._default_use_cs if use_cs is None else bool(use_cs)
 
   # --- the runtime for the plan's execution strategy ----------------------------------------
+
+  # The wrapper reads these while a graph is built. Methods, not two lambdas on one line:
+  # MirroredStrategy's AutoGraph converts what the model_fn calls and warned, on every
+  # multi_replica run, that it could not parse those lambdas' source.
+  def _current_call(self) -> CallContext:
+    return self._call
+
+  def _current_model_dir(self) -> str:
+    return self.model_dir
 
   @contextlib.contextmanager
   def _during(self, **changes):
