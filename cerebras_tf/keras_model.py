@@ -44,7 +44,7 @@ def _share_replicated_weights(clone_and_build):
   wrappers of the one mirrored (or parameter-server) variable, so the optimizer's merge step
   sees a different object per replica and tf.distribute refuses the update ("colocate_vars_with
   must only be passed a variable created in this tf.distribute.Strategy.scope(), not:
-  PerReplica"; the plain Estimator and model_to_estimator fail alike). Handing the optimizer the
+  PerReplica"; tf.estimator alone fails alike). Handing the optimizer the
   wrapped variables, the same objects in every replica, trains as the policy means: the
   forward pass still reads through the wrappers (16-bit compute), the gradient and the update
   are the float32 weights'. One replica: the clone as keras_lib makes it.
