@@ -14,10 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cerebras_tf.compiler import lints
 from cerebras_tf.params import load_params
 from cerebras_tf.registry import get_model
 from cerebras_tf.runtime import precision
 from cerebras_models.data import acquire
+from fenced_runs import run_in_one_process
+from progress_log import losses_by_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 tf1 = tf.compat.v1
@@ -275,8 +278,6 @@ def test_a_keras_family_in_bf16_trains_multi_replica(tmp_path, monkeypatch):
   wrappers of its own); the optimizer now updates the shared float32 weights
   (keras_model._share_replicated_weights) and the run trains. Measured: 2.85 -> 0.41 in 30
   steps against 2.85 -> 0.40 in float32 multi_replica."""
-  from fenced_runs import run_in_one_process  # pylint: disable=import-outside-toplevel
-  from progress_log import losses_by_step  # pylint: disable=import-outside-toplevel
   monkeypatch.setenv(precision.FORCE_ENV, "1")
   steps = 20
   argv = ["--params", "configs/params_cnn_digits.yaml", "--mode", "train", "--max_steps",
@@ -297,7 +298,6 @@ def test_a_keras_family_in_bf16_trains_multi_replica(tmp_path, monkeypatch):
 def test_the_replicas_error_names_the_yaml_key_when_the_policy_came_from_it():
   """A model built under a policy the global one does not show (the families restore it) is
   recognised by the error's AutoCast variables; the fix named is the YAML key's."""
-  from cerebras_tf.compiler import lints  # pylint: disable=import-outside-toplevel
   error = ValueError("`colocate_vars_with` must only be passed a variable created in this "
                      "tf.distribute.Strategy.scope(), not: PerReplica:{\n  0: "
                      "<AutoCastDistributedVariable dtype=float32 dtype_to_cast_to=float32>")
