@@ -291,11 +291,16 @@ def google_in_child(src_dir, work, record_file, steps, warmup, onednn=None):
     env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
   cmd = [sys.executable, os.path.abspath(__file__), "--google_child", "--google_bert_dir", src_dir,
          "--record", record_file, "--work", work, "--steps", str(steps), "--warmup", str(warmup)]
+  return child_result(cmd, env, "google-research/bert")
+
+
+def child_result(cmd, env, who):
+  """The JSON a child benchmark process prints on its RESULT line."""
   out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
   for line in out.stdout.splitlines():
     if line.startswith("RESULT "):
       return json.loads(line[len("RESULT "):])
-  raise RuntimeError("google-research/bert child failed:\n" + out.stderr[-3000:])
+  raise RuntimeError(f"{who} child failed:\n" + out.stderr[-3000:])
 
 
 def ours_in_child(steps, warmup, bf16, traced):
@@ -303,11 +308,7 @@ def ours_in_child(steps, warmup, bf16, traced):
   profile: [[op type, in the MLM head, microseconds], ...], profiled_steps}."""
   cmd = [sys.executable, os.path.abspath(__file__), "--ours_child", "--steps", str(steps),
          "--warmup", str(warmup)] + (["--bf16"] if bf16 else []) + (["--traced"] if traced else [])
-  out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-  for line in out.stdout.splitlines():
-    if line.startswith("RESULT "):
-      return json.loads(line[len("RESULT "):])
-  raise RuntimeError("cerebras_tf child failed:\n" + out.stderr[-3000:])
+  return child_result(cmd, None, "cerebras_tf")
 
 
 def ours_child(args):
