@@ -17,7 +17,7 @@ from cerebras_tf.compiler import capture as capture_lib
 from cerebras_tf.core import batching
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import strategies
-from cerebras_tf.runtime.input_fns import call_with_supported_args
+from cerebras_tf.runtime.input_fns import call_input_fn
 
 ModeKeys = tf.estimator.ModeKeys
 
@@ -74,7 +74,7 @@ def with_batch(input_fn, batch: Optional[int]):
 
   def wrapped(params, mode, config):
     params = {**params, batching.RESERVED_PARAMS_KEY: batch}
-    return call_with_supported_args(input_fn, params=params, mode=mode, config=config)
+    return call_input_fn(input_fn, params=params, mode=mode, config=config)
   return wrapped
 
 
@@ -93,8 +93,8 @@ def per_replica(input_fn, per_replica_batch: int, strategy: str, distribution=No
   def wrapped(params, mode, config, input_context=None):
     if named:
       params = {**params, batching.RESERVED_PARAMS_KEY: per_replica_batch}
-    out = call_with_supported_args(input_fn, params=params, mode=mode, config=config,
-                                   input_context=input_context)
+    out = call_input_fn(input_fn, params=params, mode=mode, config=config,
+                        input_context=input_context)
     if not isinstance(out, tf.data.Dataset) and isinstance(
         distribution, (tf.distribute.MirroredStrategy,
                        tf.distribute.MultiWorkerMirroredStrategy)):
