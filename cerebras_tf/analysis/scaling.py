@@ -98,11 +98,14 @@ def write_scaling_report(out_dir: str, graph: ir.LayerGraph, engine, options: pl
   with open(paths["json"], "w") as fh:
     json.dump({"model": graph.name, "num_params": graph.num_params, "engine": engine.name,
                "global_batch": options.batch_size, "rule": RULE, "rows": rows}, fh, indent=1)
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  # A bare Figure on its own Agg canvas: pyplot (or matplotlib.use) would switch the
+  # backend of a notebook that imported this module and its inline plots would stop showing.
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
   ok = [r for r in rows if r["speedup"] is not None]
-  fig, ax = plt.subplots(figsize=(6, 4.5), dpi=110)
+  fig = Figure(figsize=(6, 4.5), dpi=110)
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
   if ok:
     xs = [r["systems"] for r in ok]
     ax.plot(xs, [r["speedup"] for r in ok], "o-", label="predicted speedup")
@@ -123,7 +126,6 @@ def write_scaling_report(out_dir: str, graph: ir.LayerGraph, engine, options: pl
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(paths["png"])
-  plt.close(fig)
   paths["tensorboard"] = write_tensorboard(os.path.join(out_dir, "tensorboard"), rows,
                                            paths["png"])
   return paths

@@ -481,6 +481,31 @@ def test_reports_for_replicas_and_streaming(cs2, tmp_path):
   assert open(path, "rb").read(4) == b"\x89PNG"
 
 
+def test_the_pictures_leave_a_users_matplotlib_backend_and_figures_alone(cs2, tmp_path):
+  """A notebook's inline backend (svg stands in for it) and its open figures survive a compile's
+  wafer picture and a scaling report: each draws on its own canvas, and neither calls pyplot
+  or matplotlib.use, which switched the backend (so the notebook stopped showing plots)."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  before = matplotlib.get_backend()
+  matplotlib.use("svg")
+  try:
+    users = plt.figure()
+    g = analytic.gpt3_xl()
+    opts = plans.PlanOptions(batch_size=120, execution_strategy="weight_streaming")
+    plan = get_planner("multi_replica").plan(analytic.bert_base(), cs2,
+                                             plans.PlanOptions(batch_size=256))
+    report.draw_wafer(str(tmp_path / "wafer.png"), analytic.bert_base(), plan, None, cs2)
+    scaling.write_scaling_report(str(tmp_path), g, cs2, opts, systems=(1, 2))
+    assert matplotlib.get_backend() == "svg"
+    assert plt.get_fignums() == [users.number]  # none of ours left open in pyplot
+    assert open(tmp_path / "wafer.png", "rb").read(4) == b"\x89PNG"
+    assert open(tmp_path / "scaling.png", "rb").read(4) == b"\x89PNG"
+  finally:
+    plt.close("all")
+    matplotlib.use(before)
+
+
 # Hugging Face configs as published (the shape keys only), with the parameter counts their
 # Hugging Face models report (model.num_parameters()): an independent check that each key is
 # read as what it means (GQA's num_key_value_heads, an untied head, n_inner=None, d_kv).
