@@ -69,3 +69,22 @@ def test_nested_calls_restore_tfs_assert_only_at_the_outermost_exit():
     with input_fns.unguarded_asserts():
       raise RuntimeError("an input_fn that fails")
   assert control_flow_assert.Assert is input_fns._TF_ASSERT
+
+
+def test_a_users_own_check_on_float_data_still_stops_the_input():
+  """A user's tf.debugging check on float features (guarded by TF, plain here) fails with the
+  user's message at the bad element, and passes the good ones through unchanged."""
+  def input_fn(params):
+    def check(age):
+      with tf.control_dependencies([tf.debugging.assert_non_negative(
+          age, message="age must be >= 0")]):
+        return tf.identity(age)
+    return tf.data.Dataset.from_tensor_slices(params["ages"]).map(check)
+
+  with tf.Graph().as_default():
+    ds = input_fns.call_input_fn(input_fn, params={"ages": [20.0, 35.0, -1.0]})
+    element = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+    with tf.compat.v1.Session() as sess:
+      assert [sess.run(element), sess.run(element)] == [20.0, 35.0]
+      with pytest.raises(tf.errors.InvalidArgumentError, match="age must be >= 0"):
+        sess.run(element)
