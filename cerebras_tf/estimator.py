@@ -82,6 +82,7 @@ class _CerebrasMethods:
                          run_max_steps)
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners, use_cs, run_max_steps):
+    self._write_keras_warm_start()
     restore_from = checkpoints.resume_point(self.model_dir)
     self._say_warm_start_skipped(restore_from)
     at = None if max_steps is None or not restore_from else checkpoints.current_step(self.model_dir)
@@ -258,6 +259,7 @@ class _CerebrasMethods:
                use_cs=None):
     """Evaluates a checkpoint (the initialized model when there is none, as tf.estimator);
     with use_cs=True the last compile must fit."""
+    self._write_keras_warm_start()
     if steps is None:
       input_fn = input_fns.refusing_endless(input_fn)
     if name is None:
@@ -289,6 +291,7 @@ class _CerebrasMethods:
               yield_single_examples=True, use_cs=None):
     """Predicts from a checkpoint (the initialized model when there is none, as tf.estimator);
     with use_cs=True the last compile must fit."""
+    self._write_keras_warm_start()
     restore_from = checkpoints.to_read(self.model_dir, checkpoint_path)
     input_fn, batch = self._for_engine(input_fns.saying_endless(input_fn), ModeKeys.PREDICT,
                                        use_cs)
@@ -313,6 +316,18 @@ class _CerebrasMethods:
       except (tf.errors.NotFoundError, ValueError) as e:
         if yielded or not checkpoints.vanished(restore_from, bool(checkpoint_path), attempt, e):
           raise
+
+  def _export_all_saved_models(self, *args, **kwargs):
+    """tf.estimator's export (every export method's), which reads the warm start when the
+    model_dir has no checkpoint."""
+    self._write_keras_warm_start()
+    return tf.estimator.Estimator._export_all_saved_models(self, *args, **kwargs)  # pylint: disable=protected-access
+
+  def _write_keras_warm_start(self) -> None:
+    """A Keras model's weights, taken at construction, written before a graph may read them
+    (keras_model.WarmStart): a compile alone writes nothing."""
+    if self._keras_warm_start is not None:
+      self._keras_warm_start.write()
 
   def _for_engine(self, input_fn, mode, use_cs):
     """(input_fn, batch) for eval/predict: with use_cs the last compile must fit (eval and
@@ -363,7 +378,7 @@ def _keras_parts(model, model_dir, config, custom_objects=None, metric_names_map
   config = config.replace(model_dir=dir_lock.absolute(config.model_dir))
   model_fn = keras_model_lib.model_fn_from_keras(model, custom_objects, metric_names_map,
                                                  export_outputs)
-  return model_fn, config, keras_model_lib.save_warm_start(model, config, custom_objects)
+  return model_fn, config, keras_model_lib.warm_start(model, config, custom_objects)
 
 
 @functools.lru_cache(maxsize=None)
@@ -419,6 +434,10 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     self._user_model_fn = model_fn
     # Weight servers (another directory) run the restore ops: checkpoint paths are absolute.
     self._init_checkpoint = dir_lock.absolute(init_checkpoint)
+    # A Keras model's weights, written where warm_start_from points before a graph reads them.
+    self._keras_warm_start = None
+    if isinstance(warm_start_from, keras_model_lib.WarmStart):
+      self._keras_warm_start, warm_start_from = warm_start_from, warm_start_from.path
     warm_start_from = _absolute_warm_start(warm_start_from)
     self._default_use_cs = bool(use_cs)
     # What the current call tells the graph being built (model_fn_wrapper.CallContext).
@@ -509,7 +528,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
       return spec._replace(eval_metric_ops=metrics)
 
     return type(self)(model_fn, compile_dir=self._compile_dir, config=self.config,
-                      params=self.params, warm_start_from=self._warm_start_settings,
+                      params=self.params,
+                      warm_start_from=self._keras_warm_start or self._warm_start_settings,
                       use_cs=self._default_use_cs, init_checkpoint=self._init_checkpoint)
 
   @property
@@ -517,6 +537,8 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     """tf.estimator's model_fn bound to params. Another estimator that trains with it (the
     plain Estimator tf.estimator.add_metrics returns) trains without the engine: said once."""
     bound = tf.estimator.Estimator.model_fn.fget(self)
+    # Another estimator reads the warm start (tf.estimator.add_metrics passes it on).
+    self._write_keras_warm_start()
 
     def public_model_fn(features, labels, mode, config):
       if mode == ModeKeys.TRAIN and "foreign driver" not in self._once:

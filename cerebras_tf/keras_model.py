@@ -5,16 +5,18 @@
     est.train(input_fn, max_steps=100, use_cs=True)   # evaluate / predict / export_saved_model
 
 This follows `tf.keras.estimator.model_to_estimator` (tensorflow_estimator's keras_lib, whose
-model_fn and first checkpoint are reused here): the model is cloned into the Estimator's graph
-in every mode, features are a dict keyed by `model.input_names` (or one tensor for a single
-input), labels a tensor (or a dict keyed by `model.output_names`), the loss and metrics are the
-ones given to `model.compile`, and training starts from the model's current weights. What
-differs: a subclassed model is warm-started too (model_to_estimator starts it from fresh
-initial values), checkpoints are name-based (tf.compat.v1 Saver, as every Estimator writes),
-and the compile report names the model (`model.name`) and its layers; and a model under a
-mixed-precision policy trains with replicas (multi_replica, weight streaming over several
-systems), where keras_lib's clone updates each replica's own AutoCastVariable wrappers of the
-shared weights and tf.distribute refuses the update (`_share_replicated_weights`).
+model_fn is reused here): the model is cloned into the Estimator's graph in every mode,
+features are a dict keyed by `model.input_names` (or one tensor for a single input), labels a
+tensor (or a dict keyed by `model.output_names`), the loss and metrics are the ones given to
+`model.compile`, and training starts from the model's weights when it was converted. What
+differs: those weights are written when a graph first needs them, not at conversion (a
+compile writes nothing: WarmStart); a subclassed model is warm-started too (model_to_estimator
+starts it from fresh initial values); checkpoints are name-based (tf.compat.v1 Saver, as every
+Estimator writes); the compile report names the model (`model.name`) and its layers; and a
+model under a mixed-precision policy trains with replicas (multi_replica, weight streaming
+over several systems), where keras_lib's clone updates each replica's own AutoCastVariable
+wrappers of the shared weights and tf.distribute refuses the update
+(`_share_replicated_weights`).
 """
 
 import hashlib
@@ -25,6 +27,8 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 from keras.src.mixed_precision import autocast_variable  # tf.keras of TF 2.15
+from tensorflow.python.checkpoint import checkpoint_management
+from tensorflow.python.training.saving import saveable_object_util  # Saver's own names
 from tensorflow_estimator.python.estimator import keras_lib
 
 from cerebras_tf.errors import ConfigError, ModelFnError, defined_at
@@ -240,39 +244,84 @@ def _input_spec(keras_model):
   return tf.TensorSpec(tf.TensorShape(shape), keras_model.dtype or tf.float32)
 
 
-def save_warm_start(keras_model, config, custom_objects=None) -> Optional[str]:
-  """Writes the model's current weights as `<model_dir>/keras/keras_model.ckpt`; its path.
+class WarmStart:
+  """A Keras model's weights as the estimator's warm start, `<model_dir>/keras/keras_model.ckpt`.
 
-  The checkpoint has the variable names the Estimator's graph gives the clone, so
-  `warm_start_from` starts training from these weights. An existing one is kept (a rerun of
-  the same model_dir resumes from its own checkpoints anyway). None when the model has no
-  weights yet (a subclassed model never called): the Estimator initializes it.
+  The weights are taken when the estimator is made (as model_to_estimator takes them) and
+  written when the estimator first builds a graph that may read them (`write`: before train,
+  evaluate, predict and export), so a compile writes nothing, however large the model:
+  keras_lib writes them at once, in a training graph with the optimizer's slots, and a
+  warm start reads only the trainable variables. An existing checkpoint is kept (a rerun of
+  the same model_dir resumes from its own checkpoints anyway).
+
+  Attributes:
+    path: the checkpoint, written or to be written (what `warm_start_from` names).
   """
-  if not _weights_set(keras_model):
-    return None
-  if keras_model._is_graph_network:  # pylint: disable=protected-access
-    return keras_lib._save_first_checkpoint(  # pylint: disable=protected-access
-        keras_model, custom_objects, config, save_object_ckpt=False)
-  # A subclassed model: keras_lib leaves it at fresh initial values. Build the clone the way
-  # the model_fn will, give it the current weights, save by name.
-  keras_dir = os.path.join(config.model_dir, KERAS_DIR)
-  latest = tf.train.latest_checkpoint(keras_dir)
-  if latest:
-    return latest
-  weights, optimizer = keras_model.get_weights(), keras_model.optimizer
-  tf.io.gfile.makedirs(keras_dir)
-  with tf.Graph().as_default():
-    tf.compat.v1.random.set_random_seed(config.tf_random_seed)
-    tf.compat.v1.train.create_global_step()
-    features = tf.nest.map_structure(
-        lambda s: tf.compat.v1.placeholder(s.dtype, s.shape), _input_spec(keras_model))
-    clone = keras_lib._clone_and_build_model(  # pylint: disable=protected-access
-        ModeKeys.TRAIN, keras_model, custom_objects, features=features)
-    with tf.compat.v1.Session(config=config.session_config) as sess:
-      tf.compat.v2.keras.__internal__.backend.initialize_variables(sess)
-      clone.set_weights(weights)
-      path = tf.compat.v1.train.Saver().save(sess, os.path.join(keras_dir, "keras_model.ckpt"))
-  tf.compat.v2.keras.__internal__.models.in_place_subclassed_model_state_restoration(
-      keras_model)
-  keras_model.optimizer = optimizer  # the restoration leaves it unset; the model_fn needs it
-  return path
+
+  def __init__(self, keras_model, config, custom_objects=None):
+    keras_dir = os.path.join(config.model_dir, KERAS_DIR)
+    latest = tf.train.latest_checkpoint(keras_dir)
+    self.path = latest or os.path.join(keras_dir, "keras_model.ckpt")
+    self._model, self._custom_objects = keras_model, custom_objects
+    self._seed, self._session_config = config.tf_random_seed, config.session_config
+    self._weights = None if latest else keras_model.get_weights()
+    if self._weights is not None and keras_model.optimizer:
+      # The first clone in a graph swaps the model's class to Keras' graph-mode one, whose
+      # _get_compile_args this model cannot answer; Keras' clone_and_build_model keeps the
+      # answer on the model the same way, but only when it compiles the clone, and the
+      # warm start's clone is not compiled and may come first.
+      compile_args = keras_model._get_compile_args()  # pylint: disable=protected-access
+      keras_model._get_compile_args = lambda: compile_args  # pylint: disable=protected-access
+
+  def write(self) -> None:
+    """Writes the weights taken at construction under the names the Estimator's graph gives
+    the model's clone (its variables are never initialized: the values go straight to
+    SaveV2). Once; a checkpoint another process wrote meanwhile is kept."""
+    if self._weights is None:
+      return
+    weights, self._weights = self._weights, None
+    keras_dir = os.path.dirname(self.path)
+    if tf.train.latest_checkpoint(keras_dir):
+      return
+    model, optimizer = self._model, self._model.optimizer
+    tf.io.gfile.makedirs(keras_dir)
+    with tf.Graph().as_default():
+      tf.compat.v1.random.set_random_seed(self._seed)
+      tf.compat.v1.train.create_global_step()
+      features = None
+      if not model._is_graph_network:  # pylint: disable=protected-access
+        # keras_lib would leave a subclassed model at fresh initial values: build the clone
+        # the way the model_fn does, on inputs of the model's own shapes.
+        features = tf.nest.map_structure(
+            lambda s: tf.compat.v1.placeholder(s.dtype, s.shape), _input_spec(model))
+      # PREDICT: the clone's variables are the layers', named as in the training graph; an
+      # uncompiled clone needs no optimizer or metrics (Keras' metrics keep the graph of the
+      # last compile and refuse a new one).
+      clone = keras_lib._clone_and_build_model(  # pylint: disable=protected-access
+          ModeKeys.PREDICT, model, custom_objects=self._custom_objects, features=features)
+      names = [_checkpoint_name(w) for w in clone.weights]
+      values = [tf.compat.v1.placeholder(w.dtype, w.shape) for w in weights]
+      save = tf.raw_ops.SaveV2(prefix=self.path, tensor_names=names,
+                               shape_and_slices=[""] * len(names), tensors=values)
+      with tf.compat.v1.Session(config=self._session_config) as sess:
+        sess.run(save, dict(zip(values, weights)))
+    # What Saver.save writes (the public twin logs a deprecation warning).
+    checkpoint_management.update_checkpoint_state_internal(keras_dir, self.path)
+    if not model._is_graph_network:  # pylint: disable=protected-access
+      # The clone was built in place: give the model back its own layers' state.
+      tf.compat.v2.keras.__internal__.models.in_place_subclassed_model_state_restoration(model)
+      model.optimizer = optimizer  # the restoration leaves it unset; the model_fn needs it
+
+
+def _checkpoint_name(variable) -> str:
+  """The name tf.compat.v1.train.Saver saves `variable` under (a mixed-precision clone's
+  weights are AutoCastVariables around it)."""
+  variable = getattr(variable, "_variable", variable)
+  (name,) = saveable_object_util.op_list_to_dict([variable])
+  return name
+
+
+def warm_start(keras_model, config, custom_objects=None) -> Optional[WarmStart]:
+  """The model's WarmStart; None when it has no weights yet (a subclassed model never
+  called): the Estimator initializes it."""
+  return WarmStart(keras_model, config, custom_objects) if _weights_set(keras_model) else None

@@ -263,25 +263,66 @@ def test_feature_names_that_are_not_the_input_names(tmp_path):
     est.train(two, max_steps=2, use_cs=True)
 
 
-def test_a_model_built_before_the_first_estimator_is_named(tmp_path):
-  """Two estimators from models built up front (a notebook re-running a cell): Keras switches
-  to graph-mode classes at the first conversion and invalidates earlier models; the second
-  failed deep in keras_lib with "'Sequential' object has no attribute
+def test_models_built_up_front_convert_until_one_is_cloned_then_are_named(tmp_path):
+  """Keras switches Sequential and Functional to graph-mode classes at an estimator's first
+  clone of a model in a graph, which invalidates the models built before it: one converted
+  afterwards failed deep in keras_lib with "'Sequential' object has no attribute
   '_compile_time_distribution_strategy'" (tf.keras.estimator.model_to_estimator does too).
-  A model built afterwards works."""
-  first, second = sequential(), sequential()
-  CerebrasEstimator.from_keras_model(first, config=_config(tmp_path / "a"))
+  Converting clones nothing now (the warm start is written at the first train), so two models
+  built up front (a notebook re-running a cell) both convert and train; one converted after
+  another estimator compiled is named, and a model built afterwards works."""
+  x, y = _data()
+  first, second, late = sequential(), sequential(), sequential()
+  one = CerebrasEstimator.from_keras_model(first, config=_config(tmp_path / "a"))
+  two = CerebrasEstimator.from_keras_model(second, config=_config(tmp_path / "b"))
+  one.train(_input_fn(first, x, y), max_steps=2, use_cs=True)
+  two.train(_input_fn(second, x, y), max_steps=2, use_cs=True)
+  assert two.get_variable_value("global_step") == 2
   with pytest.raises(ConfigError, match=r"was built before an estimator in this process "
                                         r"converted Keras to graph mode.*build the model again"):
-    CerebrasEstimator.from_keras_model(second, config=_config(tmp_path / "b"))
-  CerebrasEstimator.from_keras_model(sequential(), config=_config(tmp_path / "c"))
+    CerebrasEstimator.from_keras_model(late, config=_config(tmp_path / "c"))
+  CerebrasEstimator.from_keras_model(sequential(), config=_config(tmp_path / "d"))
+
+
+def test_training_starts_from_the_weights_the_model_had_when_converted(tmp_path):
+  """As model_to_estimator: the weights are taken at from_keras_model (written at the first
+  train, not at construction nor at compile), so changing the Keras model afterwards changes
+  nothing. The first step's loss is model.evaluate's on the first batch at the converted
+  weights (SGD's loss is taken before its update)."""
+  x, y = _data()
+  model = sequential()
+  first_batch_loss = model.evaluate(x[:BATCH], y[:BATCH], batch_size=BATCH, verbose=0)[0]
+  est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path))
+  keras_dir = tmp_path / "model" / "keras"
+  model.set_weights([np.zeros_like(w) for w in model.get_weights()])
+  assert est.compile(_input_fn(model, x, y)).fits and not os.path.exists(keras_dir)
+  est.train(_input_fn(model, x, y), max_steps=1, use_cs=True)
+  assert tf.train.latest_checkpoint(str(keras_dir))
+  (loss,) = _summary_losses(est.model_dir)
+  # All-zero weights would give ln(CLASSES) exactly; the converted ones give Keras' loss.
+  assert loss == pytest.approx(first_batch_loss, rel=1e-5)
+  assert abs(loss - np.log(CLASSES)) > 1e-3
+
+
+def test_evaluating_before_training_reads_the_keras_weights_in_either_estimator(tmp_path):
+  """Evaluate before any train reads the warm start (as tf.estimator does without a
+  checkpoint): ours writes it first. tf.estimator.add_metrics gives a plain Estimator the
+  warm start of the one it extends: reading `est.model_fn` writes it, so that one starts from
+  the Keras weights too."""
+  x, y = _data()
+  model, same = sequential(), sequential()  # seeded initializers: the same weights
+  keras_eval = model.evaluate(x, y, batch_size=BATCH, verbose=0)[0]
+  est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path / "ours"))
+  other = CerebrasEstimator.from_keras_model(same, config=_config(tmp_path / "plain"))
+  assert est.evaluate(_input_fn(model, x, y))["loss"] == pytest.approx(keras_eval, rel=1e-5)
+  plain = tf.estimator.add_metrics(other, lambda predictions: {})
+  assert plain.evaluate(_input_fn(same, x, y))["loss"] == pytest.approx(keras_eval, rel=1e-5)
 
 
 def test_the_bare_model_fn_compiles_without_materializing_the_model(tmp_path):
-  """README: a Keras model too large for the host's memory is compiled through
-  model_fn_from_keras, which writes nothing (from_keras_model first saves the weights in a
-  session with the optimizer's slots). The plan is the same as from_keras_model's (on a model
-  built after the first estimator: Keras invalidates earlier ones)."""
+  """model_fn_from_keras (your own Estimator code) compiles a Keras model and writes nothing,
+  as from_keras_model's compile does; the plans are the same (on a model built after the
+  first estimator: Keras invalidates earlier ones)."""
   from cerebras_tf.keras_model import model_fn_from_keras  # pylint: disable=import-outside-toplevel
   x, y = _data()
 
@@ -295,8 +336,8 @@ def test_the_bare_model_fn_compiles_without_materializing_the_model(tmp_path):
   assert result.fits and not os.path.exists(tmp_path / "bare" / "model" / "keras")
   full = CerebrasEstimator.from_keras_model(sequential(), config=_config(tmp_path / "full"),
                                             params={"batch_size": 8})
-  assert os.path.exists(tmp_path / "full" / "model" / "keras")  # written at construction
   other = full.compile(input_fn)  # the same architecture (its layers are named dense_2, ...)
+  assert not os.path.exists(tmp_path / "full" / "model" / "keras")  # written at train
   assert other.plan.memory_needed_bytes == result.plan.memory_needed_bytes
   assert other.performance.samples_per_sec == result.performance.samples_per_sec
 
