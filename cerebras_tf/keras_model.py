@@ -25,6 +25,7 @@ import json
 import os
 from typing import Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 from keras.src.mixed_precision import autocast_variable  # tf.keras of TF 2.15
 from tensorflow.python.checkpoint import checkpoint_management
@@ -299,7 +300,11 @@ class WarmStart:
       # last compile and refuse a new one).
       clone = keras_lib._clone_and_build_model(  # pylint: disable=protected-access
           ModeKeys.PREDICT, model, custom_objects=self._custom_objects, features=features)
-      names = [_checkpoint_name(w) for w in clone.weights]
+      # The global step too: an export before any training restores every variable of its
+      # graph from this checkpoint (tf.estimator's export without one in the model_dir).
+      step = tf.compat.v1.train.get_global_step()
+      names = [_checkpoint_name(w) for w in clone.weights] + [_checkpoint_name(step)]
+      weights = list(weights) + [np.zeros([], step.dtype.as_numpy_dtype)]
       values = [tf.compat.v1.placeholder(w.dtype, w.shape) for w in weights]
       save = tf.raw_ops.SaveV2(prefix=self.path, tensor_names=names,
                                shape_and_slices=[""] * len(names), tensors=values)

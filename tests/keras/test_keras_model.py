@@ -304,16 +304,24 @@ def test_training_starts_from_the_weights_the_model_had_when_converted(tmp_path)
   assert abs(loss - np.log(CLASSES)) > 1e-3
 
 
-def test_evaluating_before_training_reads_the_keras_weights_in_either_estimator(tmp_path):
-  """Evaluate before any train reads the warm start (as tf.estimator does without a
-  checkpoint): ours writes it first. tf.estimator.add_metrics gives a plain Estimator the
-  warm start of the one it extends: reading `est.model_fn` writes it, so that one starts from
-  the Keras weights too."""
+def test_evaluating_or_exporting_before_training_reads_the_keras_weights(tmp_path):
+  """Evaluate and export before any train read the warm start (as tf.estimator does without a
+  checkpoint; export restores every variable of its graph from it, the global step too): ours
+  writes it first. tf.estimator.add_metrics gives a plain Estimator the warm start of the one
+  it extends: reading `est.model_fn` writes it, so that one starts from the Keras weights too."""
   x, y = _data()
   model, same = sequential(), sequential()  # seeded initializers: the same weights
   keras_eval = model.evaluate(x, y, batch_size=BATCH, verbose=0)[0]
+  keras_logits = model.predict(x[:BATCH], verbose=0)
   est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path / "ours"))
   other = CerebrasEstimator.from_keras_model(same, config=_config(tmp_path / "plain"))
+
+  def serving():
+    x_in = tf.compat.v1.placeholder(tf.float32, [None, DIM], name="x")
+    return tf.estimator.export.ServingInputReceiver({"x": x_in}, {"x": x_in})
+  served = tf.saved_model.load(est.export_saved_model(str(tmp_path / "export"), serving))
+  (logits,) = served.signatures["serving_default"](x=tf.constant(x[:BATCH])).values()
+  np.testing.assert_allclose(logits.numpy(), keras_logits, rtol=1e-5, atol=1e-6)
   assert est.evaluate(_input_fn(model, x, y))["loss"] == pytest.approx(keras_eval, rel=1e-5)
   plain = tf.estimator.add_metrics(other, lambda predictions: {})
   assert plain.evaluate(_input_fn(same, x, y))["loss"] == pytest.approx(keras_eval, rel=1e-5)
