@@ -82,7 +82,6 @@ class _CerebrasMethods:
                          run_max_steps)
 
   def _train(self, input_fn, hooks, steps, max_steps, saving_listeners, use_cs, run_max_steps):
-    self._write_keras_warm_start()
     restore_from = checkpoints.resume_point(self.model_dir)
     self._say_warm_start_skipped(restore_from)
     at = None if max_steps is None or not restore_from else checkpoints.current_step(self.model_dir)
@@ -98,6 +97,7 @@ class _CerebrasMethods:
           "saved, so evaluate, predict, export and the next train call will not see them; set "
           "save_checkpoints_steps to keep them")
     try:
+      self._write_keras_warm_start()
       with self._during(restore_from=restore_from):
         if self._resolve_use_cs(use_cs):
           return self._train_on_engine(input_fn, hooks, steps, max_steps, saving_listeners,

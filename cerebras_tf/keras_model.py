@@ -277,12 +277,13 @@ class WarmStart:
   def write(self) -> None:
     """Writes the weights taken at construction under the names the Estimator's graph gives
     the model's clone (its variables are never initialized: the values go straight to
-    SaveV2). Once; a checkpoint another process wrote meanwhile is kept."""
+    SaveV2). Once: the weights are let go when written (a failure, a full disk, keeps them for
+    the next call); a checkpoint another process wrote meanwhile is kept."""
     if self._weights is None:
       return
-    weights, self._weights = self._weights, None
     keras_dir = os.path.dirname(self.path)
     if tf.train.latest_checkpoint(keras_dir):
+      self._weights = None
       return
     model, optimizer = self._model, self._model.optimizer
     tf.io.gfile.makedirs(keras_dir)
@@ -304,7 +305,7 @@ class WarmStart:
       # graph from this checkpoint (tf.estimator's export without one in the model_dir).
       step = tf.compat.v1.train.get_global_step()
       names = [_checkpoint_name(w) for w in clone.weights] + [_checkpoint_name(step)]
-      weights = list(weights) + [np.zeros([], step.dtype.as_numpy_dtype)]
+      weights = list(self._weights) + [np.zeros([], step.dtype.as_numpy_dtype)]
       values = [tf.compat.v1.placeholder(w.dtype, w.shape) for w in weights]
       save = tf.raw_ops.SaveV2(prefix=self.path, tensor_names=names,
                                shape_and_slices=[""] * len(names), tensors=values)
@@ -312,6 +313,7 @@ class WarmStart:
         sess.run(save, dict(zip(values, weights)))
     # What Saver.save writes (the public twin logs a deprecation warning).
     checkpoint_management.update_checkpoint_state_internal(keras_dir, self.path)
+    self._weights = None
     if not model._is_graph_network:  # pylint: disable=protected-access
       # The clone was built in place: give the model back its own layers' state.
       tf.compat.v2.keras.__internal__.models.in_place_subclassed_model_state_restoration(model)

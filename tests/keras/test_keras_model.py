@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
-from cerebras_tf.errors import ConfigError, ModelFnError
+from cerebras_tf.errors import ConfigError, ModelFnError, TrainingError
 from source_marks import line_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -302,6 +302,34 @@ def test_training_starts_from_the_weights_the_model_had_when_converted(tmp_path)
   # All-zero weights would give ln(CLASSES) exactly; the converted ones give Keras' loss.
   assert loss == pytest.approx(first_batch_loss, rel=1e-5)
   assert abs(loss - np.log(CLASSES)) > 1e-3
+
+
+def test_a_full_disk_at_the_first_train_keeps_the_keras_weights_for_the_next(tmp_path):
+  """The weights taken at conversion are written at the first train. On a full disk (a real
+  ENOSPC: a 1 MB tmpfs, 1.5 MB of weights) that call ends with the one disk-full error, and
+  the weights are kept: the same estimator's next call, with room again, starts from them
+  (its first loss is Keras' on the first batch, as in the test above)."""
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                           capture_output=True, text=True, check=False)
+  if mounted.returncode:
+    pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+  try:
+    x, y = _data()
+    model = _compile(tf.keras.Sequential(
+        [L.Input((DIM,), name="x"), L.Dense(640, kernel_initializer=_init(1)),
+         L.Dense(600, kernel_initializer=_init(2)), L.Dense(CLASSES, kernel_initializer=_init(3))]))
+    first_batch_loss = model.evaluate(x[:BATCH], y[:BATCH], batch_size=BATCH, verbose=0)[0]
+    est = CerebrasEstimator.from_keras_model(model, config=_config(disk))
+    with pytest.raises(TrainingError, match=r"^disk full while writing .*rerun"):
+      est.train(_input_fn(model, x, y), max_steps=1, use_cs=True)
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+    est.train(_input_fn(model, x, y), max_steps=1, use_cs=True)
+    (loss,) = _summary_losses(est.model_dir)
+    assert loss == pytest.approx(first_batch_loss, rel=1e-5)
+  finally:
+    subprocess.run(["umount", "-l", str(disk)], check=False)  # lazy: the event writers hold files
 
 
 def test_evaluating_or_exporting_before_training_reads_the_keras_weights(tmp_path):
