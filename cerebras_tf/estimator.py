@@ -325,9 +325,11 @@ class _CerebrasMethods:
 
   def _write_keras_warm_start(self) -> None:
     """A Keras model's weights, taken at construction, written before a graph may read them
-    (keras_model.WarmStart): a compile alone writes nothing."""
+    (keras_model.WarmStart: a compile alone writes nothing), and all of them warm-started,
+    the non-trainable ones (batch norm's moving statistics) too."""
     if self._keras_warm_start is not None:
       self._keras_warm_start.write()
+      self._warm_start_settings = self._keras_warm_start.settings()
 
   def _for_engine(self, input_fn, mode, use_cs):
     """(input_fn, batch) for eval/predict: with use_cs the last compile must fit (eval and

@@ -10,8 +10,9 @@ features are a dict keyed by `model.input_names` (or one tensor for a single inp
 tensor (or a dict keyed by `model.output_names`), the loss and metrics are the ones given to
 `model.compile`, and training starts from the model's weights when it was converted. What
 differs: those weights are written when a graph first needs them, not at conversion (a
-compile writes nothing: WarmStart); a subclassed model is warm-started too (model_to_estimator
-starts it from fresh initial values); checkpoints are name-based (tf.compat.v1 Saver, as every
+compile writes nothing: WarmStart) and all of them are warm-started, the non-trainable ones
+too (model_to_estimator starts a batch norm's moving statistics afresh); a subclassed model is
+warm-started too (model_to_estimator starts it from fresh initial values); checkpoints are name-based (tf.compat.v1 Saver, as every
 Estimator writes); the compile report names the model (`model.name`) and its layers; and a
 model under a mixed-precision policy trains with replicas (multi_replica, weight streaming
 over several systems), where keras_lib's clone updates each replica's own AutoCastVariable
@@ -23,6 +24,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 from typing import Callable, Optional
 
 import numpy as np
@@ -37,6 +39,7 @@ from cerebras_tf.errors import ConfigError, ModelFnError, defined_at
 ModeKeys = tf.estimator.ModeKeys
 _LOOKUP_LAYERS = (tf.keras.layers.TextVectorization, tf.keras.layers.StringLookup,
                   tf.keras.layers.IntegerLookup)
+_GLOBAL_STEP = tf.compat.v1.GraphKeys.GLOBAL_STEP  # "global_step", what Saver names it
 KERAS_DIR = "keras"  # <model_dir>/keras/keras_model.ckpt, as model_to_estimator names it
 
 
@@ -304,7 +307,7 @@ class WarmStart:
       # The global step too: an export before any training restores every variable of its
       # graph from this checkpoint (tf.estimator's export without one in the model_dir).
       step = tf.compat.v1.train.get_global_step()
-      names = [_checkpoint_name(w) for w in clone.weights] + [_checkpoint_name(step)]
+      names = [_checkpoint_name(w) for w in clone.weights] + [_GLOBAL_STEP]
       weights = list(self._weights) + [np.zeros([], step.dtype.as_numpy_dtype)]
       values = [tf.compat.v1.placeholder(w.dtype, w.shape) for w in weights]
       save = tf.raw_ops.SaveV2(prefix=self.path, tensor_names=names,
@@ -318,6 +321,18 @@ class WarmStart:
       # The clone was built in place: give the model back its own layers' state.
       tf.compat.v2.keras.__internal__.models.in_place_subclassed_model_state_restoration(model)
       model.optimizer = optimizer  # the restoration leaves it unset; the model_fn needs it
+
+
+  def settings(self) -> "tf.estimator.WarmStartSettings":
+    """The warm start of every weight the checkpoint holds, by name. tf.estimator's default
+    (and model_to_estimator's) starts only the trainable variables, so a batch norm's moving
+    statistics started fresh: a trained Keras model evaluated worse than in Keras. The
+    optimizer's slots and the global step start fresh, as before."""
+    names = [n for n, _ in tf.train.list_variables(self.path) if n != _GLOBAL_STEP]
+    # One pattern matched against each global variable's name ("dense/kernel:0").
+    pattern = "^(?:" + "|".join(re.escape(n) for n in names) + r")(?::\d+)?$"
+    return tf.estimator.WarmStartSettings(ckpt_to_initialize_from=self.path,
+                                          vars_to_warm_start=[pattern])
 
 
 def _checkpoint_name(variable) -> str:
