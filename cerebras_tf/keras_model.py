@@ -25,6 +25,7 @@ import inspect
 import json
 import os
 import re
+import zlib
 from typing import Callable, Optional
 
 import numpy as np
@@ -255,8 +256,11 @@ class WarmStart:
   written when the estimator first builds a graph that may read them (`write`: before train,
   evaluate, predict and export), so a compile writes nothing, however large the model:
   keras_lib writes them at once, in a training graph with the optimizer's slots, and a
-  warm start reads only the trainable variables. An existing checkpoint is kept (a rerun of
-  the same model_dir resumes from its own checkpoints anyway).
+  warm start reads only the trainable variables. An existing checkpoint is kept when the
+  model_dir resumes from its own (the warm start does not apply) or holds these same weights
+  (another worker wrote them); otherwise it is replaced: keras_lib kept it, so a model trained
+  further in Keras and converted again for a model_dir that had not trained yet silently
+  started from the old weights.
 
   Attributes:
     path: the checkpoint, written or to be written (what `warm_start_from` names).
@@ -265,10 +269,12 @@ class WarmStart:
   def __init__(self, keras_model, config, custom_objects=None):
     keras_dir = os.path.join(config.model_dir, KERAS_DIR)
     latest = tf.train.latest_checkpoint(keras_dir)
-    self.path = latest or os.path.join(keras_dir, "keras_model.ckpt")
+    resumes = latest and tf.train.latest_checkpoint(config.model_dir)
+    self.path = latest if resumes else os.path.join(keras_dir, "keras_model.ckpt")
     self._model, self._custom_objects = keras_model, custom_objects
     self._seed, self._session_config = config.tf_random_seed, config.session_config
-    self._weights = None if latest else keras_model.get_weights()
+    self._weights = None if resumes else keras_model.get_weights()
+    self._settings = None
     if self._weights is not None and keras_model.optimizer:
       # The first clone in a graph swaps the model's class to Keras' graph-mode one, whose
       # _get_compile_args this model cannot answer; Keras' clone_and_build_model keeps the
@@ -281,11 +287,12 @@ class WarmStart:
     """Writes the weights taken at construction under the names the Estimator's graph gives
     the model's clone (its variables are never initialized: the values go straight to
     SaveV2). Once: the weights are let go when written (a failure, a full disk, keeps them for
-    the next call); a checkpoint another process wrote meanwhile is kept."""
+    the next call); a checkpoint of the same weights (another worker's) is kept."""
     if self._weights is None:
       return
     keras_dir = os.path.dirname(self.path)
-    if tf.train.latest_checkpoint(keras_dir):
+    digest = _digest(self._weights)
+    if tf.train.latest_checkpoint(keras_dir) and _read(self.path + _DIGEST) == digest:
       self._weights = None
       return
     model, optimizer = self._model, self._model.optimizer
@@ -316,6 +323,8 @@ class WarmStart:
         sess.run(save, dict(zip(values, weights)))
     # What Saver.save writes (the public twin logs a deprecation warning).
     checkpoint_management.update_checkpoint_state_internal(keras_dir, self.path)
+    with tf.io.gfile.GFile(self.path + _DIGEST, "w") as fh:
+      fh.write(digest)
     self._weights = None
     if not model._is_graph_network:  # pylint: disable=protected-access
       # The clone was built in place: give the model back its own layers' state.
@@ -328,11 +337,29 @@ class WarmStart:
     (and model_to_estimator's) starts only the trainable variables, so a batch norm's moving
     statistics started fresh: a trained Keras model evaluated worse than in Keras. The
     optimizer's slots and the global step start fresh, as before."""
-    names = [n for n, _ in tf.train.list_variables(self.path) if n != _GLOBAL_STEP]
-    # One pattern matched against each global variable's name ("dense/kernel:0").
-    pattern = "^(?:" + "|".join(re.escape(n) for n in names) + r")(?::\d+)?$"
-    return tf.estimator.WarmStartSettings(ckpt_to_initialize_from=self.path,
-                                          vars_to_warm_start=[pattern])
+    if self._settings is None:
+      names = [n for n, _ in tf.train.list_variables(self.path) if n != _GLOBAL_STEP]
+      # One pattern matched against each global variable's name ("dense/kernel:0").
+      pattern = "^(?:" + "|".join(re.escape(n) for n in names) + r")(?::\d+)?$"
+      self._settings = tf.estimator.WarmStartSettings(ckpt_to_initialize_from=self.path,
+                                                      vars_to_warm_start=[pattern])
+    return self._settings
+
+
+_DIGEST = ".crc32"  # beside the checkpoint: which weights it holds
+
+
+def _digest(weights) -> str:
+  """A CRC-32 of the weights' shapes, dtypes and bytes (identity, not security)."""
+  crc = 0
+  for w in weights:
+    crc = zlib.crc32(f"{w.shape}{w.dtype}".encode(), crc)
+    crc = zlib.crc32(np.ascontiguousarray(w).view(np.uint8).reshape(-1), crc)
+  return f"{crc:08x}"
+
+
+def _read(path: str) -> Optional[str]:
+  return tf.io.gfile.GFile(path).read() if tf.io.gfile.exists(path) else None
 
 
 def _checkpoint_name(variable) -> str:

@@ -304,6 +304,20 @@ def test_training_starts_from_the_weights_the_model_had_when_converted(tmp_path)
   assert abs(loss - np.log(CLASSES)) > 1e-3
 
 
+def test_a_model_trained_further_and_converted_again_starts_from_its_new_weights(tmp_path):
+  """A model_dir that has not trained yet (an evaluate only) gets the model converted again
+  after more training in Keras: the Keras weights are written anew. keras_lib kept the first
+  conversion's checkpoint, and the second evaluated the old weights without a word."""
+  x, y = _data()
+  first, again = sequential(), sequential()
+  again.fit(x, y, batch_size=BATCH, epochs=5, shuffle=False, verbose=0)
+  losses = [m.evaluate(x, y, batch_size=BATCH, verbose=0)[0] for m in (first, again)]
+  assert abs(losses[0] - losses[1]) > 0.05
+  ests = [CerebrasEstimator.from_keras_model(m, config=_config(tmp_path)) for m in (first, again)]
+  for est, model, loss in zip(ests, (first, again), losses):
+    assert est.evaluate(_input_fn(model, x, y))["loss"] == pytest.approx(loss, rel=1e-5)
+
+
 def test_a_trained_batch_norm_evaluates_as_in_keras_before_any_training(tmp_path):
   """Every weight is warm-started, the non-trainable ones too: tf.estimator's default starts
   only the trainable variables, so a batch norm's moving statistics started at 0 and 1, and a
