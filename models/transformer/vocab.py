@@ -12,6 +12,8 @@ accents carry meaning. Ids 0-3 are the reserved tokens below; [PAD] is 0 so padd
 `ids != 0`.
 """
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import os
@@ -86,6 +88,11 @@ def build_vocab(strings: tf.data.Dataset, vocab_size: int) -> List[str]:
   """Learns a WordPiece vocabulary of about `vocab_size` tokens from a dataset of strings."""
   # pylint: disable=import-outside-toplevel
   from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+  if strings.element_spec.shape.rank == 0:
+    # The builder counts words one dataset element at a time in Python; a batch per element
+    # gives the same counts (so the same vocabulary) in a tenth of the time (en_es: 15 s ->
+    # 1.5 s), as tensorflow-text's guide batches it.
+    strings = strings.batch(1024)
   return bert_vocab.bert_vocab_from_dataset(
       strings, vocab_size=vocab_size, reserved_tokens=list(RESERVED),
       bert_tokenizer_params=TOKENIZER_PARAMS, learn_params={})
@@ -130,6 +137,41 @@ def ensure_vocab(train_files: Files, vocab_size: int, cache_dir: Optional[str] =
   for found in (path, fallback):
     if tf.io.gfile.exists(found):
       return found
+  with _one_learner(path, fallback):
+    for found in (path, fallback):  # learned by the process this one waited for
+      if tf.io.gfile.exists(found):
+        return found
+    return _learn(train_files, vocab_size, path, fallback, strings)
+
+
+@contextlib.contextmanager
+def _one_learner(path: str, fallback: str):
+  """Holds an flock beside `path` (beside `fallback` when path's directory is read-only or
+  remote) while the vocabulary is learned, so processes that start together on fresh data
+  (the workers of a multi-worker run, a test suite's workers) learn it once, not each: the
+  learning is minutes of one core (en_es at 8,000 tokens: 92 s)."""
+  for where in (path, fallback):
+    if "://" in where:
+      continue
+    try:
+      os.makedirs(os.path.dirname(where), exist_ok=True)
+      fh = open(where + ".lock", "a")  # pylint: disable=consider-using-with
+    except OSError:  # read-only: try the next place
+      continue
+    with fh:
+      try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        tf.compat.v1.logging.info("cerebras_tf: another process is learning the vocabulary %s; "
+                                  "waiting for it", path)
+        fcntl.flock(fh, fcntl.LOCK_EX)
+      yield
+      return
+  yield  # nowhere local to lock: learn unserialized (the write is atomic either way)
+
+
+def _learn(train_files: Files, vocab_size: int, path: str, fallback: str,
+           strings: Optional[Callable[[], tf.data.Dataset]]) -> str:
   tf.compat.v1.logging.info("cerebras_tf: learning a %d-token WordPiece vocabulary from %s "
                             "(once: it is cached as %s)", vocab_size,
                             train_files if isinstance(train_files, str)

@@ -208,6 +208,51 @@ def test_vocab_builds_inside_an_estimator_graph(data_dir, tmp_path):
   assert vocab_lib.read_vocab(path)[:4] == list(vocab_lib.RESERVED)
 
 
+def test_processes_that_start_together_learn_the_vocab_once(tmp_path, monkeypatch):
+  """Workers started together on fresh data each learned the vocabulary (92 s of a core for
+  en_es; three pytest workers on a fresh clone spent 186 s in one test). The learner now holds
+  an flock beside the file, and the others wait and read it. Threads stand in for processes:
+  an flock taken through two opens conflicts within one process too."""
+  import threading  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  train = tmp_path / "train.tfrecord"
+  train.write_bytes(b"records")
+  built = []
+
+  def slow_build(*_):
+    built.append(1)
+    time.sleep(0.5)  # long enough for the others to reach the lock
+    return list(vocab_lib.RESERVED) + ["hola"]
+
+  monkeypatch.setattr(vocab_lib, "build_vocab", slow_build)
+  got = []
+  threads = [threading.Thread(target=lambda: got.append(vocab_lib.ensure_vocab(str(train), 5)))
+             for _ in range(3)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert len(built) == 1, built
+  assert len(got) == 3 and len(set(got)) == 1, got
+  assert vocab_lib.read_vocab(got[0])[-1] == "hola"
+
+
+def test_the_vocab_is_the_same_learned_from_strings_one_by_one_or_batched():
+  """build_vocab batches a dataset of single strings (the word counting is per element, in
+  Python); the counts, so the vocabulary, must be what the unbatched strings give."""
+  from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab  # pylint: disable=import-outside-toplevel
+  rng = random.Random(0)
+  words = ["perro", "gato", "casa", "Jehová", "dijo", "árbol", "the", "house", "said", "dog"]
+  texts = [" ".join(rng.choice(words) + rng.choice(["", "s", "es", "."]) for _ in range(12))
+           for _ in range(2500)]  # more than one batch of 1,024
+  ours = vocab_lib.build_vocab(tf.data.Dataset.from_tensor_slices(texts), 60)
+  theirs = bert_vocab.bert_vocab_from_dataset(
+      tf.data.Dataset.from_tensor_slices(texts), vocab_size=60,
+      reserved_tokens=list(vocab_lib.RESERVED), bert_tokenizer_params=vocab_lib.TOKENIZER_PARAMS,
+      learn_params={})
+  assert ours == theirs and len(ours) > len(vocab_lib.RESERVED) + 20
+
+
 def test_a_read_only_data_dir_caches_the_vocab_in_the_user_cache(tmp_path, monkeypatch):
   """A shared, read-only dataset: learning the vocabulary failed with "permission denied ...
   choose a writable runconfig.model_dir", which was not the directory at fault. It is now
