@@ -19,6 +19,7 @@ import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
 
 import cerebras_tf
+from cerebras_tf.runtime import precision
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,6 +89,13 @@ def _xent(logits, labels, s):
   return tf.reshape(xent(flat_logits), shape)
 
 
+def host_output_layer(x) -> bool:
+  """Whether a training head on `x` takes dense_sparse_softmax_xent: yes, except for a 16-bit
+  model traced for the engine, which keeps the plain logits form (as it did before the
+  bfloat16 form existed here, so an engine figure does not depend on how the host computes)."""
+  return x.dtype == tf.float32 or not precision.in_engine_trace()
+
+
 def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sparse_softmax_xent"):
   """sparse_softmax_xent(x @ table^T + bias, labels), without a [N, V] gradient tensor.
 
@@ -96,13 +104,19 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
   dy folds into x, so only the softmax p itself is [N, V]:
     dx = dy * (p @ table - table[labels]);   d_table = (dy x)^T-by-p, transposed, minus
     scatter(labels, dy x);   d_bias = p^T dy - scatter(labels, dy).
-  d_table is computed as ((dy x)^T @ p)^T: oneDNN runs that [K, N] x [N, V] product faster
-  than p^T @ (dy x) (benchmarks/bench_host_speed.py, lever table). Without oneDNN the plain
-  logits and TF's op are used, as in sparse_softmax_xent.
+  In float32, d_table is computed as ((dy x)^T @ p)^T: oneDNN runs that [K, N] x [N, V] product
+  faster than p^T @ (dy x) (benchmarks/bench_host_speed.py, lever table); in bfloat16 the
+  other way round is faster (BERT-tiny's head on an avx512_bf16 host: 18.1 ms against 20.4
+  plus a transpose). Without oneDNN the plain logits and TF's op are used, as in
+  sparse_softmax_xent.
+
+  Mixed precision: with a bfloat16 x the three products run in bfloat16 (the table cast to
+  it, p cast once for the two backward ones); the logits, softmax, loss and the table's and
+  bias's gradients are float32, x's gradient bfloat16.
 
   Args:
-    x: [N, K] float32.  table: [V, K] float32 (e.g. a tied embedding).  bias: [V] float32, or
-    None for a layer without one.  labels: [N] int in [0, V).
+    x: [N, K] float32 or bfloat16.  table: [V, K] float32 (e.g. a tied embedding).  bias: [V]
+    float32, or None for a layer without one.  labels: [N] int in [0, V).
     scope: the ops' name scope, None for the caller's (the compiler names a layer that owns no
       variables by its ops' scope: GPT's tied `gpt/lm_head`).
   Returns:
@@ -110,12 +124,15 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
   """
   with tf.name_scope(scope) if scope else contextlib.nullcontext():
     labels = tf.cast(labels, tf.int32)
+    x, table = tf.convert_to_tensor(x), tf.convert_to_tensor(table)
+    compute = x.dtype
     if not onednn_active():
-      logits = tf.matmul(x, table, transpose_b=True)
+      logits = tf.cast(tf.matmul(x, tf.cast(table, compute), transpose_b=True), tf.float32)
       return _tf_xent(logits if bias is None else tf.nn.bias_add(logits, bias), labels, 0.0)
 
     def forward(x, table, bias):
-      logits = tf.matmul(x, table, transpose_b=True)
+      table_c = table if compute == tf.float32 else tf.cast(table, compute)
+      logits = tf.cast(tf.matmul(x, table_c, transpose_b=True), tf.float32)
       if bias is not None:
         logits = tf.nn.bias_add(logits, bias)
       p = tf.nn.softmax(logits)
@@ -127,10 +144,17 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
 
       def grad(dy):
         at_label = labels[:, tf.newaxis]
-        dyx = dy[:, tf.newaxis] * x
-        dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - tf.gather(table, labels))
-        d_table = tf.transpose(tf.matmul(dyx, p, transpose_a=True))
+        dyx = dy[:, tf.newaxis] * tf.cast(x, tf.float32)
+        if compute == tf.float32:
+          dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - tf.gather(table, labels))
+          d_table = tf.transpose(tf.matmul(dyx, p, transpose_a=True))
+        else:
+          p_c = tf.cast(p, compute)
+          dx = dy[:, tf.newaxis] * (tf.cast(tf.matmul(p_c, table_c), tf.float32)
+                                    - tf.gather(table, labels))
+          d_table = tf.cast(tf.matmul(p_c, tf.cast(dyx, compute), transpose_a=True), tf.float32)
         d_table = tf.tensor_scatter_nd_sub(d_table, at_label, dyx)
+        dx = tf.cast(dx, compute)
         if bias is None:
           return dx, d_table
         d_bias = tf.tensor_scatter_nd_sub(tf.linalg.matvec(p, dy, transpose_a=True), at_label, dy)
@@ -138,7 +162,6 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
 
       return loss, grad
 
-    x, table = tf.convert_to_tensor(x), tf.convert_to_tensor(table)
     if bias is None:
       return tf.custom_gradient(lambda x, table: forward(x, table, None))(x, table)
     return tf.custom_gradient(forward)(x, table, tf.convert_to_tensor(bias))

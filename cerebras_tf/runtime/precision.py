@@ -33,6 +33,11 @@ def tracing_for_engine():
     _for_engine.reset(token)
 
 
+def in_engine_trace() -> bool:
+  """Whether the model is being traced for the engine (within tracing_for_engine)."""
+  return _for_engine.get()
+
+
 def cpu_flags(path: str = "/proc/cpuinfo") -> FrozenSet[str]:
   """The first CPU's flags from /proc/cpuinfo; empty where there is no such file."""
   try:

@@ -89,9 +89,10 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
     label_ids: [B, P] int (`masked_lm_ids`).
     label_weights: [B, P] float, 0 for padded prediction slots.
     logits: [B*P, V] float32, from masked_lm_logits(head).
-    training: a float32 head then takes its loss from the output layer directly
+    training: the head then takes its loss from the output layer directly
       (losses.dense_sparse_softmax_xent), whose gradient skips the [B*P, V] d(logits); the
-      logits are left unused.
+      logits are left unused (not for a 16-bit model traced for the engine:
+      losses.host_output_layer).
     loss_weight: None for google-bert's mean over the real slots; a number for modelzoo's
       `mlm_loss_weight`: sum(w * l) / B * loss_weight.
   Returns:
@@ -99,7 +100,7 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
   """
   ids = tf.reshape(label_ids, [-1])
   weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
-  if training and head.x.dtype == tf.float32:
+  if training and losses.host_output_layer(head.x):
     with tf1.name_scope(head.scope):
       per_example = losses.dense_sparse_softmax_xent(head.x, head.table, head.bias, ids)
   else:

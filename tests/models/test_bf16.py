@@ -18,6 +18,7 @@ from cerebras_tf.compiler import lints
 from cerebras_tf.params import load_params
 from cerebras_tf.registry import get_model
 from cerebras_tf.runtime import precision
+from cerebras_models import losses
 from cerebras_models.data import acquire
 from fenced_runs import run_in_one_process
 from progress_log import losses_by_step
@@ -313,3 +314,27 @@ def test_the_replicas_error_names_the_yaml_key_when_the_policy_came_from_it():
   # Without the YAML key: the model_fn's own ways; without AutoCast in the error: not ours.
   assert "leave var_list out" in lints.mixed_policy_across_replicas(error, model_fn, {})
   assert lints.mixed_policy_across_replicas(ValueError("PerReplica:{}"), model_fn, {}) is None
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt"])
+def test_a_bf16_head_trains_through_the_output_layer_form_but_traces_as_logits(family,
+                                                                               monkeypatch):
+  """On the host a bfloat16 masked-LM / tied LM head takes losses.dense_sparse_softmax_xent
+  (its custom gradient holds the output layer's products: MatMuls under an IdentityN_grad
+  scope; the logits form's custom gradient is of the softmax alone), which skips the [N, V]
+  d(logits):
+  BERT-tiny's bf16 step on an avx512_bf16 host, 143 -> 171 examples/s. The engine's trace of
+  the same model keeps the plain logits form its figures were set on. (With oneDNN, which
+  the form needs: a test process may have imported TensorFlow before cerebras_tf.)"""
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  monkeypatch.setattr(losses, "onednn_active", lambda: True)
+
+  def custom_gradients(graph):
+    return [op.name for op in graph.get_operations()
+            if op.type == "MatMul" and "/IdentityN_grad/" in op.name]
+
+  graph, loss, _ = _train_graph(family, mixed=True, synthetic=True)
+  assert custom_gradients(graph), family
+  with precision.tracing_for_engine():
+    graph, loss, _ = _train_graph(family, mixed=True, synthetic=True)
+  assert not custom_gradients(graph), family

@@ -104,3 +104,38 @@ def test_dense_form_finite_where_the_label_probability_underflows():
     ours = losses.dense_sparse_softmax_xent(tf.constant(x), tf.constant(table), tf.zeros([3]), [2])
     o = _run(ours)
   np.testing.assert_allclose(o, [200.0 + np.log1p(2 * np.exp(-200.0))], rtol=1e-6)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_dense_form_in_bfloat16_matches_the_mixed_precision_output_layer(with_bias):
+  """A bfloat16 x (mixed precision): the products in bfloat16, the loss and the table's and
+  bias's gradients float32 and x's bfloat16, against autodiff of the same layer as the
+  generic path builds it (cast table, bf16 matmul, float32 logits). Both round at bf16's
+  8 bits (2^-8 = 0.4% relative per product), so they agree to about 1% of the largest
+  gradient, not to float32's 1e-5."""
+  rng = np.random.RandomState(2)
+  n, k, v = 16, 8, 50
+  x = rng.randn(n, k).astype(np.float32)
+  table = rng.randn(v, k).astype(np.float32)
+  bias = rng.randn(v).astype(np.float32)
+  labels = np.array([7, 1, 49, 7, 0, 7, 12, 3] * 2)
+  weights = rng.rand(n).astype(np.float32)
+  with tf.Graph().as_default():
+    xt, tt = tf.constant(x), tf.constant(table)
+    bt = tf.constant(bias) if with_bias else None
+    x16 = tf.cast(xt, tf.bfloat16)
+    ours = losses.dense_sparse_softmax_xent(x16, tt, bt, labels)
+    logits = tf.cast(tf.matmul(x16, tf.cast(tt, tf.bfloat16), transpose_b=True), tf.float32)
+    if with_bias:
+      logits = tf.nn.bias_add(logits, bt)
+    ref = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=1)
+    wrt = [x16, tt, bt] if with_bias else [x16, tt]
+    g_ours = tf.gradients(tf.reduce_sum(ours * weights), wrt)
+    g_ref = tf.gradients(tf.reduce_sum(ref * weights), wrt)
+    assert ours.dtype == tf.float32
+    assert [g.dtype for g in g_ours] == [w.dtype for w in wrt]  # bf16 x, float32 table, bias
+    o, r, go, gr = _run([ours, ref, g_ours, g_ref])
+  np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)  # the same float32 logits
+  for name, a, b in zip(("x", "table", "bias"), go, gr):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    assert np.abs(a - b).max() <= 0.01 * np.abs(b).max(), name
