@@ -28,13 +28,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
 BEFORE = "0df3b22"
 
+# BERT in float32 on every host: the demo's YAML asks for bfloat16 where the CPU has it
+# (bench_bf16.py measures that), and these tables compare code, not precisions.
 MODELS = {  # name -> (YAML in the tree, overrides) ; shipped recipes, short runs
-    "bert_tiny": ("configs/params_bert_tiny_msl128.yaml", ["train_input.batch_size=32"]),
+    "bert_tiny": ("configs/params_bert_tiny_msl128.yaml", ["train_input.batch_size=32",
+                                                           "model.mixed_precision=false"]),
     "transformer_tiny": ("configs/params_transformer_tiny.yaml", []),
     "gpt_tiny": ("configs/params_gpt_tiny.yaml", []),
     # (b): issue 14's goal config, google-bert's dropout 0.1 (the demo trains without dropout)
     "bert_tiny_dropout": ("configs/params_bert_tiny_msl128.yaml", [
-        "train_input.batch_size=32", "model.dropout_rate=0.1", "model.attention_dropout_rate=0.1"]),
+        "train_input.batch_size=32", "model.dropout_rate=0.1", "model.attention_dropout_rate=0.1",
+        "model.mixed_precision=false"]),
 }
 BEFORE_AFTER = ("bert_tiny", "transformer_tiny", "gpt_tiny")
 
