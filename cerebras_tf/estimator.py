@@ -37,7 +37,7 @@ from cerebras_tf.errors import (ConfigError, DataError, FitError, ModelFnError,
 from cerebras_tf.input_pipeline import batch_size_for_mode
 from cerebras_tf.model_fn_wrapper import CallContext, EngineRun
 from cerebras_tf.run_config import CSConfig, CSRunConfig
-from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, input_fns, logs,
+from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, input_fns, logs, onednn,
                                  precision, strategies, tf_config)
 from cerebras_tf.runtime.hooks import BatchProgressHook, GracefulInterrupt
 from cerebras_tf.runtime.input_fns import call_with_supported_args
@@ -386,7 +386,7 @@ def _keras_parts(model, model_dir, config, custom_objects=None, metric_names_map
 @functools.lru_cache(maxsize=None)
 def _hint_onednn_once() -> None:
   """Says once why host training is slower when TensorFlow was imported before cerebras_tf."""
-  if cerebras_tf.ONEDNN_TOO_LATE:
+  if cerebras_tf.ONEDNN_TOO_LATE and not onednn.active():
     tf.compat.v1.logging.info(
         "cerebras_tf: oneDNN CPU kernels are off because TensorFlow was imported before "
         "cerebras_tf; import cerebras_tf first, or export TF_ENABLE_ONEDNN_OPTS=1, for about "

@@ -6,26 +6,22 @@ output layer `x @ table^T + bias`, whose gradient never forms d(logits) (BERT's 
 masked-LM head ([640, 30522] logits) it took 85 ms where a oneDNN softmax takes 23 ms
 (benchmarks/bench_bert_vs_google.py, per-op table). Here the forward pass is one softmax plus
 two max reductions and a gather, and the backward pass one multiply and a scatter of N elements.
-That is faster only with oneDNN's softmax: without it (TensorFlow imported before cerebras_tf,
-or TF_ENABLE_ONEDNN_OPTS=0) TF's own op is used, which was faster there
+That is faster only with oneDNN's softmax: without it (on an AVX2 CPU with TensorFlow imported
+before cerebras_tf, or TF_ENABLE_ONEDNN_OPTS=0) TF's own op is used, which was faster there
 (benchmarks/bench_host_speed.py).
 """
 
 import contextlib
-import functools
 from typing import Optional
 
 import tensorflow as tf
-from tensorflow.python.util import _pywrap_util_port
 
-import cerebras_tf
-from cerebras_tf.runtime import precision
+from cerebras_tf.runtime import onednn, precision
 
 
-@functools.lru_cache(maxsize=None)
 def onednn_active() -> bool:
   """Whether TF runs oneDNN kernels in this process (decided when TensorFlow was imported)."""
-  return bool(_pywrap_util_port.IsMklEnabled()) and not cerebras_tf.ONEDNN_TOO_LATE
+  return onednn.active()
 
 
 def sparse_softmax_xent(logits, labels, smoothing: float = 0.0):

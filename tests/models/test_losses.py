@@ -1,5 +1,7 @@
 """models/losses.sparse_softmax_xent against TF's own ops: value, gradient, extremes, errors."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -139,3 +141,40 @@ def test_dense_form_in_bfloat16_matches_the_mixed_precision_output_layer(with_bi
   for name, a, b in zip(("x", "table", "bias"), go, gr):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     assert np.abs(a - b).max() <= 0.01 * np.abs(b).max(), name
+
+
+_PROBE = """
+import os, sys
+if sys.argv[1] == "tensorflow_first":
+  import tensorflow
+import cerebras_tf
+from cerebras_tf.runtime import onednn
+print("ACTIVE", onednn.active(), cerebras_tf.ONEDNN_TOO_LATE)
+"""
+
+
+@pytest.mark.parametrize("case", ["tensorflow_first", "oneDNN_off"])
+def test_onednn_is_read_from_the_kernels_that_run(case, implementation):
+  """TensorFlow picks its kernels at import; IsMklEnabled() rereads the variable at each call.
+  With TensorFlow imported first (env unset) the kernels are oneDNN's exactly where TF 2.15
+  turns it on by default: a CPU with AVX-512 VNNI or bf16, AVX-VNNI or AMX. The old guard said
+  "off" there (on the AVX-512 EPYC of 2026-11-29: the slower loss forms and a false hint)."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import precision  # pylint: disable=import-outside-toplevel
+  if implementation != "softmax-based":
+    pytest.skip("one run per case")
+  env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+  if case == "oneDNN_off":
+    env["TF_ENABLE_ONEDNN_OPTS"] = "0"
+  out = subprocess.run([sys.executable, "-c", _PROBE, case], env=env, capture_output=True,
+                       text=True, timeout=120, check=False)
+  line = [l for l in out.stdout.splitlines() if l.startswith("ACTIVE")]
+  assert line, out.stderr[-2000:]
+  _, active, too_late = line[0].split()
+  tf_default = bool(precision.cpu_flags() & {"avx512_vnni", "avx512_bf16", "avx_vnni",
+                                              "amx_tile", "amx_int8", "amx_bf16"})
+  if case == "tensorflow_first":
+    assert too_late == "True" and active == str(tf_default), (active, tf_default)
+  else:
+    assert too_late == "False" and active == "False"
