@@ -15,7 +15,8 @@ __version__ = "0.1.0"
 # AVX-512 features; on the AVX2 machines we train on they made BERT-tiny's host step 1.2-1.3x
 # faster (BENCHMARKS.md, bench_host_speed). TF reads the variable once, when it is imported,
 # so it is set here, before any module of ours imports TensorFlow; a user's own value wins.
-# Too late when TensorFlow came first: CerebrasEstimator then says so once.
+# Too late when TensorFlow came first: where its kernels are then not oneDNN's (an AVX2 CPU;
+# runtime/onednn.py reads which run), CerebrasEstimator says so once.
 ONEDNN_TOO_LATE = "tensorflow" in sys.modules and "TF_ENABLE_ONEDNN_OPTS" not in os.environ
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 

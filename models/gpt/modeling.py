@@ -354,7 +354,8 @@ def lm_xent(hidden: Hidden, labels, config: GPTConfig):
   """Per-position next-token cross-entropy [B, S] from the hidden states.
 
   A tied head takes losses.dense_sparse_softmax_xent (losses.host_output_layer): its gradient
-  never forms the [B*S, V] d(logits). Otherwise the logits are made and losses.sparse_softmax_xent applied.
+  never forms the [B*S, V] d(logits). Otherwise the logits are made and
+  losses.sparse_softmax_xent applied.
   """
   if config.share_embedding_weights and losses.host_output_layer(hidden.h):
     with tf1.name_scope(LM_HEAD_SCOPE):

@@ -69,6 +69,20 @@ def test_out_of_range_label_fails():
       _run(ours)
 
 
+def _dense_and_autodiff(x, table, bias, labels, weights):
+  """(ours, reference, our gradients, the reference's) of the output layer's loss: the
+  reference is autodiff of `x @ table^T + bias` as a plain layer builds it (the table cast to
+  x's dtype, float32 logits) through log_softmax; gradients w.r.t. x, table (and bias)."""
+  ours = losses.dense_sparse_softmax_xent(x, table, bias, labels)
+  logits = tf.cast(tf.matmul(x, tf.cast(table, x.dtype), transpose_b=True), tf.float32)
+  if bias is not None:
+    logits = tf.nn.bias_add(logits, bias)
+  ref = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=1)
+  wrt = [x, table] + ([bias] if bias is not None else [])
+  return (ours, ref, tf.gradients(tf.reduce_sum(ours * weights), wrt),
+          tf.gradients(tf.reduce_sum(ref * weights), wrt))
+
+
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_dense_form_matches_autodiff_of_the_output_layer(with_bias):
   # Labels repeat (rows 0, 3, 5 share label 7): the two scatters must add, not overwrite.
@@ -84,14 +98,7 @@ def test_dense_form_matches_autodiff_of_the_output_layer(with_bias):
   with tf.Graph().as_default():
     xt, tt = tf.constant(x), tf.constant(table)
     bt = tf.constant(bias) if with_bias else None
-    ours = losses.dense_sparse_softmax_xent(xt, tt, bt, labels)
-    logits = tf.matmul(xt, tt, transpose_b=True)
-    if with_bias:
-      logits = tf.nn.bias_add(logits, bt)
-    ref = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=1)
-    wrt = [xt, tt, bt] if with_bias else [xt, tt]
-    g_ours = tf.gradients(tf.reduce_sum(ours * weights), wrt)
-    g_ref = tf.gradients(tf.reduce_sum(ref * weights), wrt)
+    ours, ref, g_ours, g_ref = _dense_and_autodiff(xt, tt, bt, labels, weights)
     o, r, go, gr = _run([ours, ref, g_ours, g_ref])
   np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)
   for name, a, b in zip(("x", "table", "bias"), go, gr):
@@ -126,16 +133,9 @@ def test_dense_form_in_bfloat16_matches_the_mixed_precision_output_layer(with_bi
     xt, tt = tf.constant(x), tf.constant(table)
     bt = tf.constant(bias) if with_bias else None
     x16 = tf.cast(xt, tf.bfloat16)
-    ours = losses.dense_sparse_softmax_xent(x16, tt, bt, labels)
-    logits = tf.cast(tf.matmul(x16, tf.cast(tt, tf.bfloat16), transpose_b=True), tf.float32)
-    if with_bias:
-      logits = tf.nn.bias_add(logits, bt)
-    ref = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=1)
-    wrt = [x16, tt, bt] if with_bias else [x16, tt]
-    g_ours = tf.gradients(tf.reduce_sum(ours * weights), wrt)
-    g_ref = tf.gradients(tf.reduce_sum(ref * weights), wrt)
+    ours, ref, g_ours, g_ref = _dense_and_autodiff(x16, tt, bt, labels, weights)
     assert ours.dtype == tf.float32
-    assert [g.dtype for g in g_ours] == [w.dtype for w in wrt]  # bf16 x, float32 table, bias
+    assert [g.dtype for g in g_ours] == [tf.bfloat16, tf.float32, tf.float32][:len(g_ours)]
     o, r, go, gr = _run([ours, ref, g_ours, g_ref])
   np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)  # the same float32 logits
   for name, a, b in zip(("x", "table", "bias"), go, gr):
