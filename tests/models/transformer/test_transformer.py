@@ -253,6 +253,33 @@ def test_the_vocab_is_the_same_learned_from_strings_one_by_one_or_batched():
   assert ours == theirs and len(ours) > len(vocab_lib.RESERVED) + 20
 
 
+@pytest.mark.parametrize("vocab_size", [40, 150, 600])
+def test_the_learner_counts_its_first_pass_once_and_learns_the_librarys_vocab(vocab_size):
+  """_Learner is tensorflow-text's `learn` with the threshold-independent first pass of each
+  threshold counted once: the vocabulary must be the library's, token for token, over a
+  search of several thresholds (Zipf-distributed words, so the counts spread widely)."""
+  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner  # pylint: disable=import-outside-toplevel
+  rng = random.Random(vocab_size)
+  letters = "abcdeéfghilmnoñprstuv"
+  stems = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(400)]
+  counts = {}
+  for rank, stem in enumerate(stems, 1):
+    for suffix in ("", "s", "ado", "mente"):
+      counts[stem + suffix] = counts.get(stem + suffix, 0) + max(1, 30000 // (rank * len(suffix + "x")))
+  theirs = learner.learn(dict(counts), vocab_size, list(vocab_lib.RESERVED))
+  ours = vocab_lib._Learner(learner, list(counts.items()), vocab_size, list(vocab_lib.RESERVED))
+  first_passes = []
+  count = ours._subtoken_counts
+  ours._subtoken_counts = lambda tokens: (first_passes.append(tokens is None), count(tokens))[1]
+  thresholds = []
+  learn_with_thresh = ours.learn_with_thresh
+  ours.learn_with_thresh = lambda t: (thresholds.append(t), learn_with_thresh(t))[1]
+  assert ours.learn() == theirs
+  assert len(thresholds) >= 4, thresholds  # a real search
+  # 4 passes a threshold, the first counted for the first threshold only.
+  assert first_passes == [True] + [False] * (3 * len(thresholds))
+
+
 def test_a_read_only_data_dir_caches_the_vocab_in_the_user_cache(tmp_path, monkeypatch):
   """A shared, read-only dataset: learning the vocabulary failed with "permission denied ...
   choose a writable runconfig.model_dir", which was not the directory at fault. It is now
