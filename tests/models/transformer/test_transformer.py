@@ -253,15 +253,16 @@ def test_the_vocab_is_the_same_learned_from_strings_one_by_one_or_batched():
   assert ours == theirs and len(ours) > len(vocab_lib.RESERVED) + 20
 
 
-@pytest.mark.parametrize("vocab_size", [40, 150, 600])
-def test_the_learner_counts_its_first_pass_once_and_learns_the_librarys_vocab(vocab_size):
+def test_the_learner_counts_its_first_pass_once_and_learns_the_librarys_vocab():
   """_Learner is tensorflow-text's `learn` with the threshold-independent first pass of each
   threshold counted once: the vocabulary must be the library's, token for token, over a
-  search of several thresholds (Zipf-distributed words, so the counts spread widely)."""
+  search of several thresholds (Zipf-distributed words, so the counts spread widely; at 200
+  tokens the search goes down to 266, then up: 15016, 7524, ..., 266, 383, 441)."""
+  vocab_size = 200
   from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner  # pylint: disable=import-outside-toplevel
   rng = random.Random(vocab_size)
   letters = "abcdeéfghilmnoñprstuv"
-  stems = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(400)]
+  stems = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(150)]
   counts = {}
   for rank, stem in enumerate(stems, 1):
     for suffix in ("", "s", "ado", "mente"):
@@ -275,7 +276,7 @@ def test_the_learner_counts_its_first_pass_once_and_learns_the_librarys_vocab(vo
   learn_with_thresh = ours.learn_with_thresh
   ours.learn_with_thresh = lambda t: (thresholds.append(t), learn_with_thresh(t))[1]
   assert ours.learn() == theirs
-  assert len(thresholds) >= 4, thresholds  # a real search
+  assert len(thresholds) >= 6 and thresholds[-1] > thresholds[-2], thresholds  # down, then up
   # 4 passes a threshold, the first counted for the first threshold only.
   assert first_passes == [True] + [False] * (3 * len(thresholds))
 
