@@ -130,6 +130,7 @@ class _Learner:
     all_counts = lib.get_input_words(word_counts, p.reserved_tokens, p.max_token_length)
     allowed = lib.get_allowed_chars(all_counts, p.max_unique_chars)
     self.words = lib.filter_input_words(all_counts, allowed, p.max_input_tokens)
+    self.chars = lib.extract_char_tokens(self.words)
     self.first_pass = None  # [(token, count)] of the first iteration, in the library's order
 
   def learn(self) -> List[str]:
@@ -150,8 +151,7 @@ class _Learner:
 
   def learn_with_thresh(self, thresh: int) -> List[str]:
     """The library's learn_with_thresh."""
-    lib, p = self.lib, self.params
-    chars = lib.extract_char_tokens(self.words)
+    lib, p, chars = self.lib, self.params, self.chars
     tokens = lib.ensure_all_tokens_exist(chars, {}, p.include_joiner_token, p.joiner)
     for iteration in range(p.num_iterations):
       if iteration == 0:
@@ -194,12 +194,11 @@ class _Learner:
     for length in range(p.max_token_length, 0, -1):
       for token, count in subtokens[length].items():
         ordered.append((token, count))
-        first = 1 + len(joiner) if len(token) > length else 1
-        for i in range(first, length + first - 1):
-          prefixes = subtokens[i - first + 1]
-          prefix = token[:i]
-          if prefix in prefixes:
-            prefixes[prefix] -= count
+        lead = len(token) - length  # the joiner's length on a suffix token, else 0
+        for k in range(1, length):
+          prefix = token[:lead + k]
+          if prefix in subtokens[k]:
+            subtokens[k][prefix] -= count
     return ordered
 
 
