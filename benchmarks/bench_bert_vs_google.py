@@ -8,8 +8,14 @@ median over processes, not over rounds in one, is the figure). Four tables:
 
   (a) examples/s, ours / google's                                     goal >= 1.5x
       google's runs in a child process with TensorFlow's defaults, as its users run it (on an
-      AVX2 CPU that means oneDNN off); a second google row runs in this process with the
-      settings cerebras_tf uses (oneDNN on), so the ratio that is the framework's own shows too.
+      AVX2 CPU that means oneDNN off), with oneDNN forced on and off, and, where the CPU has
+      bf16 math (avx512_bf16, AMX), with oneDNN on plus TensorFlow's own bfloat16 rewrite of
+      its graph (grappler's auto_mixed_precision_onednn_bfloat16): the fastest is its best
+      configuration. Ours runs in float32 and, on such a CPU, as the demo's YAML ships
+      (model.mixed_precision: true, bfloat16). Precision is compared like for like: ours fp32
+      against google's best fp32 row, ours bf16 against google's best row of all. A last
+      google row runs in this process with the settings cerebras_tf uses (oneDNN on), so the
+      ratio that is the framework's own shows too.
   (b) our training FLOP/s (compiler LayerGraph flops_per_sample x examples/s) as a fraction
       of this machine's best fp32 matmul FLOP/s (numpy's and TensorFlow's 2048^3, both measured
       in the same run; the higher is the limit)                            goal >= 60%
@@ -24,7 +30,7 @@ through tf.compat.v1 with a runtime shim for tf.contrib (layer_norm, tpu, data):
 files is edited. It reads TFRecords in its own format, written from our data into the temp
 dir. Without the sources, (a) is skipped with a message and (b), (c) still run.
 
-    python benchmarks/bench_bert_vs_google.py --google_bert_dir /path/to/bert [--quick]
+    python benchmarks/bench_bert_vs_google.py --google_bert_dir /path/to/bert [--quick] [--fp32_only]
 """
 
 import argparse
@@ -43,7 +49,7 @@ import types
 GOOGLE_CHILD = "--google_child" in sys.argv
 if not GOOGLE_CHILD:
   import cerebras_tf  # noqa: F401  first, so its oneDNN default applies (TF reads it at import)
-from common import ROOT, machine, median, numpy_matmul_flops_per_sec, print_table, quiet_tf  # noqa: E402
+from common import ROOT, has_bf16, machine, median, numpy_matmul_flops_per_sec, print_table, quiet_tf  # noqa: E402
 
 tf = quiet_tf()
 tf1 = tf.compat.v1
@@ -256,7 +262,17 @@ def write_google_records(path, num_batches=40):
               feature=feats)).SerializeToString())
 
 
-def run_google(gb, work_dir, record_file, steps, warmup):
+def bf16_rewrite_config():
+  """A session config with TensorFlow's bfloat16 graph rewrite for oneDNN on: the float32 graph
+  google-bert builds, its matmuls and the ops around them run in bfloat16 (TF's allow/infer
+  lists), its variables float32. The nearest thing to mixed precision its code can have."""
+  from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel
+  rewrites = rewriter_config_pb2.RewriterConfig(
+      auto_mixed_precision_onednn_bfloat16=rewriter_config_pb2.RewriterConfig.ON)
+  return tf1.ConfigProto(graph_options=tf1.GraphOptions(rewrite_options=rewrites))
+
+
+def run_google(gb, work_dir, record_file, steps, warmup, bf16_rewrite=False):
   config_file = os.path.join(work_dir, "bert_config.json")
   with open(config_file, "w") as f:
     json.dump({"vocab_size": 30522, "hidden_size": 128, "num_hidden_layers": 2,
@@ -274,7 +290,8 @@ def run_google(gb, work_dir, record_file, steps, warmup):
   tpu = tf1.estimator.tpu
   config = tpu.RunConfig(model_dir=model_dir, save_checkpoints_steps=10**6,
                          save_summary_steps=10**6, log_step_count_steps=10**6,
-                         tpu_config=tpu.TPUConfig(iterations_per_loop=10**6))
+                         tpu_config=tpu.TPUConfig(iterations_per_loop=10**6),
+                         session_config=bf16_rewrite_config() if bf16_rewrite else None)
   est = tpu.TPUEstimator(use_tpu=False, model_fn=model_fn, config=config,
                          train_batch_size=BATCH)
   timer = StepTimer()
@@ -282,16 +299,18 @@ def run_google(gb, work_dir, record_file, steps, warmup):
   return timer.examples_per_sec(warmup)
 
 
-def google_in_child(src_dir, work, record_file, steps, warmup, onednn=None):
+def google_in_child(src_dir, work, record_file, steps, warmup, onednn=None, bf16_rewrite=False):
   """google-bert's examples/s in a fresh process: with TensorFlow's defaults (onednn None, as
-  its users run it) or with oneDNN forced on or off, so the anchor is its best on this host."""
+  its users run it), with oneDNN forced on or off, or with oneDNN on and TF's bfloat16
+  rewrite, so the anchor is its best on this host."""
   env = dict(os.environ)
   env.pop("TF_ENABLE_ONEDNN_OPTS", None)  # cerebras_tf set it in this process; TF decides there
   if onednn is not None:
     env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
   cmd = [sys.executable, os.path.abspath(__file__), "--google_child", "--google_bert_dir", src_dir,
          "--record", record_file, "--work", work, "--steps", str(steps), "--warmup", str(warmup)]
-  return child_result(cmd, env, "google-research/bert")
+  return child_result(cmd + (["--bf16_rewrite"] if bf16_rewrite else []), env,
+                      "google-research/bert")
 
 
 def child_result(cmd, env, who):
@@ -325,7 +344,7 @@ def ours_child(args):
 def google_child(args):
   from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
   gb = import_google_bert(args.google_bert_dir)
-  rate = run_google(gb, args.work, args.record, args.steps, args.warmup)
+  rate = run_google(gb, args.work, args.record, args.steps, args.warmup, args.bf16_rewrite)
   print("RESULT " + json.dumps({"examples_per_sec": rate,
                                 "onednn": bool(_pywrap_util_port.IsMklEnabled())}))
 
@@ -350,6 +369,46 @@ def op_rows(profile, top=12):
   return rows
 
 
+def anchor_rows(google, google_onednn, google_by, google_bf16, google_same, ours_fp32,
+                ours_bf16):
+  """Table (a): google's configurations, its best fp32 and (with bf16 runs) its best of all,
+  each against ours in float32 and, with bf16 runs, ours in bfloat16. Medians over rounds."""
+  each = lambda rates: ", ".join(f"{x:.1f}" for x in rates)  # noqa: E731
+  fp32, bf16 = median(ours_fp32), median(ours_bf16) if ours_bf16 else None
+
+  def row(name, rates, goal="-", rate=None, only=None):
+    """`only` ("fp32" or "bf16"): an anchor row, that precision's ratio in bold, the other '-'."""
+    rate = median(rates) if rate is None else rate
+    cell = lambda ours, which: ("-" if only not in (None, which)  # noqa: E731
+                                else f"**{ours / rate:.2f}**" if only else f"{ours / rate:.2f}")
+    cells = [name, f"{rate:.1f}", each(rates), cell(fp32, "fp32")]
+    if bf16:
+      cells.append(cell(bf16, "bf16"))
+    return tuple(cells + [goal])
+
+  g_on, g_off, g = median(google_by[True]), median(google_by[False]), median(google)
+  best_fp32 = max(g, g_on, g_off)
+  rows = [row("google-research/bert, TensorFlow's defaults (child process; oneDNN "
+              f"{'on' if google_onednn else 'off'} there)", google),
+          row("google-research/bert, TF_ENABLE_ONEDNN_OPTS=1 (child)", google_by[True]),
+          row("google-research/bert, TF_ENABLE_ONEDNN_OPTS=0 (child)", google_by[False])]
+  if bf16:
+    rows.append(row("google-research/bert, oneDNN on + TF's bfloat16 graph rewrite "
+                    "(auto_mixed_precision_onednn_bfloat16; child)", google_bf16))
+  rows.append(row("**the anchor in float32: the fastest of the three fp32 rows**", [],
+                  ">= 1.5 (ours fp32)", rate=best_fp32, only="fp32"))
+  if bf16:
+    rows.append(row("**the anchor: its fastest row of all**", [], ">= 1.5 (ours bf16)",
+                    rate=max(best_fp32, median(google_bf16)), only="bf16"))
+  rows.append(row("google-research/bert with cerebras_tf's TF settings (this process, oneDNN "
+                  "on, fp32)", google_same))
+  rows.append(row("cerebras_tf BERT, fp32 (use_cs=True; child)", ours_fp32))
+  if bf16:
+    rows.append(row("cerebras_tf BERT, bf16 as the demo's YAML ships (model.mixed_precision: "
+                    "true; child)", ours_bf16))
+  return rows
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--google_bert_dir", default=os.environ.get("GOOGLE_BERT_DIR",
@@ -357,11 +416,14 @@ def main():
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--steps", type=int, default=80)
   ap.add_argument("--warmup", type=int, default=15)
-  ap.add_argument("--bf16", action="store_true", help="ours in bfloat16 mixed precision")
+  ap.add_argument("--fp32_only", action="store_true",
+                  help="no bf16 rows even where the CPU has bf16 math (half the run time)")
   ap.add_argument("--quick", action="store_true", help="1 round of 40 steps")
   ap.add_argument("--google_child", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--ours_child", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
+  ap.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # ours' child
+  ap.add_argument("--bf16_rewrite", action="store_true", help=argparse.SUPPRESS)  # google's
   ap.add_argument("--record", help=argparse.SUPPRESS)
   ap.add_argument("--work", help=argparse.SUPPRESS)
   args = ap.parse_args()
@@ -386,20 +448,29 @@ def main():
     why = ("google-research/bert not found: pass --google_bert_dir (a checkout or the bare "
            "mirror that `fetch github:google-research/bert` reports)")
 
-  ours, google, google_same, child = [], [], [], None
+  bf16 = has_bf16() and not args.fp32_only
+  ours = {"fp32": [], "bf16": []}
+  google, google_same, google_bf16, child = [], [], [], None
   google_onednn = None
   google_by = {True: [], False: []}  # oneDNN forced on / off in the child
   for r in range(args.rounds):
     if gb is not None:
-      child = google_in_child(src, work, record_file, args.steps, args.warmup)
-      google.append(child["examples_per_sec"])
-      google_onednn = child["onednn"]
+      run = lambda **kw: google_in_child(src, work, record_file, args.steps,  # noqa: E731
+                                         args.warmup, **kw)["examples_per_sec"]
+      first = google_in_child(src, work, record_file, args.steps, args.warmup)
+      google.append(first["examples_per_sec"])
+      google_onednn = first["onednn"]
       for onednn in (True, False):
-        google_by[onednn].append(google_in_child(src, work, record_file, args.steps,
-                                                 args.warmup, onednn)["examples_per_sec"])
+        google_by[onednn].append(run(onednn=onednn))
+      if bf16:
+        google_bf16.append(run(onednn=True, bf16_rewrite=True))
       google_same.append(run_google(gb, work, record_file, args.steps, args.warmup))
-    child = ours_in_child(args.steps, args.warmup, args.bf16, traced=r == args.rounds - 1)
-    ours.append(child["examples_per_sec"])
+    # fp32's child is kept: its FLOPs and (last round) its op profile make tables (b) and (d)
+    child = ours_in_child(args.steps, args.warmup, False, traced=r == args.rounds - 1)
+    ours["fp32"].append(child["examples_per_sec"])
+    if bf16:
+      ours["bf16"].append(ours_in_child(args.steps, args.warmup, True,
+                                        traced=False)["examples_per_sec"])
   pipeline = input_pipeline_examples_per_sec()
   matmul_tf = matmul_flops_per_sec()
   matmul_np = numpy_matmul_flops_per_sec()
@@ -407,31 +478,16 @@ def main():
   matmul = max(matmul_tf, matmul_np, matmul_np_own)
   shutil.rmtree(work, ignore_errors=True)
 
-  ours_rate = median(ours)
-  precision = "bf16" if args.bf16 else "fp32"
+  ours_rate = median(ours["fp32"])
   title = (f"BERT-tiny pretraining, batch {BATCH}, seq {SEQ}, {args.steps} steps (first "
            f"{args.warmup} dropped) x {args.rounds} rounds; {machine()}")
   if gb is not None:
-    g, gs = median(google), median(google_same)
-    g_on, g_off = median(google_by[True]), median(google_by[False])
-    best = max(g, g_on, g_off)
-    each = lambda rates: ", ".join(f"{x:.1f}" for x in rates)  # noqa: E731
     print_table("(a) ours vs google-research/bert run_pretraining.py in its best TensorFlow "
                 "configuration on this host: " + title,
-                ["implementation", "examples/s (median)", "each run", "ours / this row", "goal"],
-                [(f"google-research/bert, TensorFlow's defaults (child process; oneDNN "
-                  f"{'on' if google_onednn else 'off'} there)", f"{g:.1f}", each(google),
-                  f"{ours_rate / g:.2f}", "-"),
-                 ("google-research/bert, TF_ENABLE_ONEDNN_OPTS=1 (child)", f"{g_on:.1f}",
-                  each(google_by[True]), f"{ours_rate / g_on:.2f}", "-"),
-                 ("google-research/bert, TF_ENABLE_ONEDNN_OPTS=0 (child)", f"{g_off:.1f}",
-                  each(google_by[False]), f"{ours_rate / g_off:.2f}", "-"),
-                 ("**the anchor: the fastest of the three**", f"{best:.1f}", "",
-                  f"**{ours_rate / best:.2f}**", ">= 1.5"),
-                 ("google-research/bert with cerebras_tf's TF settings (this process, oneDNN "
-                  "on)", f"{gs:.1f}", each(google_same), f"{ours_rate / gs:.2f}", "-"),
-                 (f"cerebras_tf BERT ({precision}, use_cs=True; child)", f"{ours_rate:.1f}",
-                  each(ours), "1.00", "-")])
+                ["implementation", "examples/s (median)", "each run", "ours fp32 / this row"]
+                + (["ours bf16 / this row"] if bf16 else []) + ["goal"],
+                anchor_rows(google, google_onednn, google_by, google_bf16, google_same,
+                            ours["fp32"], ours["bf16"]))
   else:
     print(f"\n(a) skipped: {why}\n")
   flops = child["flops_per_sample"]
