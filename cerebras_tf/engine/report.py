@@ -10,6 +10,7 @@ Pure Python + matplotlib (Agg); no TensorFlow.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from cerebras_tf.core import ir
 from cerebras_tf.core import plans
 from cerebras_tf.core.plans import fmt_share
 from cerebras_tf.engine import perf as perf_model
+from cerebras_tf.engine import spec as spec_lib
 
 _GB = 1e9
 BANDS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "specs",
@@ -51,20 +53,24 @@ def default_options(plan: plans.Plan) -> plans.PlanOptions:
       num_replicas=plan.num_replicas if plan.mode.replicates else None)
 
 
-def load_bands(path: str = BANDS_PATH) -> List[dict]:
-  if not os.path.exists(path):
-    return []
+@functools.lru_cache(maxsize=8)
+def _bands_file(path: str, stamp: Optional[tuple]) -> dict:
+  """The bands file parsed once a process while unchanged (report.txt reads it at every
+  compile)."""
+  if stamp is None:
+    return {}
   with open(path) as fh:
-    return (yaml.safe_load(fh) or {}).get("classes", [])
+    return yaml.safe_load(fh) or {}
+
+
+def load_bands(path: str = BANDS_PATH) -> List[dict]:
+  return list(_bands_file(path, spec_lib.file_stamp(path)).get("classes", []))
 
 
 def load_sweeps(path: str = BANDS_PATH) -> List[dict]:
   """Published batch sweeps against the simulator (fidelity.batch_sweeps, written with the
   bands)."""
-  if not os.path.exists(path):
-    return []
-  with open(path) as fh:
-    return (yaml.safe_load(fh) or {}).get("sweeps", [])
+  return list(_bands_file(path, spec_lib.file_stamp(path)).get("sweeps", []))
 
 
 def batch_effect_line(plan: plans.Plan, sweeps: Optional[List[dict]] = None) -> List[str]:

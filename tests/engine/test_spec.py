@@ -54,3 +54,23 @@ def test_bad_key_names_file_and_key(tmp_path):
   bad.write_text(text.replace("  height: 996", "  depth: 996"))
   with pytest.raises(ParamsError, match="missing key 'grid.height'"):
     spec.load_engine(str(bad))
+
+
+def test_an_unchanged_engine_file_is_parsed_once_and_an_edit_is_read(tmp_path, monkeypatch):
+  # Every compile loads its engine; the parse is cached per file identity (inode, size,
+  # mtime), so a second load must not parse and an edited file must be read again.
+  text = open(spec.engine_path("cs2")).read()
+  path = tmp_path / "mine.yaml"
+  path.write_text(text)
+  parses = []
+  real = spec.yaml.safe_load
+  monkeypatch.setattr(spec.yaml, "safe_load", lambda fh: parses.append(1) or real(fh))
+  first = spec.load_engine(str(path))
+  assert spec.load_engine(str(path)) is first and len(parses) == 1
+  path.write_text(text.replace("name: cs2", "name: cs2-edited"))
+  os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 10**9))  # a new stamp even on a coarse clock
+  assert spec.load_engine(str(path)).name == "cs2-edited" and len(parses) == 2
+  path.write_text(text.replace("clock_hz: 1.1e+9", "clock_hz: fast"))
+  os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 2 * 10**9))
+  with pytest.raises(ParamsError, match="clock_hz"):
+    spec.load_engine(str(path))
