@@ -39,7 +39,7 @@ from cerebras_tf.model_fn_wrapper import CallContext, EngineRun
 from cerebras_tf.run_config import CSConfig, CSRunConfig
 from cerebras_tf.runtime import (checkpoints, dir_lock, host_memory, input_fns, logs, onednn,
                                  precision, strategies, tf_config)
-from cerebras_tf.runtime.hooks import BatchProgressHook, GracefulInterrupt
+from cerebras_tf.runtime.hooks import BatchProgressHook, GracefulInterrupt, with_checkpoint_saver
 from cerebras_tf.runtime.input_fns import call_with_supported_args
 
 # The reference models' ops are the framework's own: their optimizer is not a user's to lint.
@@ -50,6 +50,10 @@ source.add_own_code(*registry.installed_family_dirs())
 strategies.reserve_default_cpus()
 
 ModeKeys = tf.estimator.ModeKeys
+# The strategies whose tf.estimator training loop (with a cluster) saves through
+# MonitoredTrainingSession rather than a CheckpointSaverHook of its own (its names, as it checks).
+_COLLECTIVE = ("CollectiveAllReduceStrategy", "CollectiveAllReduceStrategyV1",
+               "MultiWorkerMirroredStrategy")
 
 
 def _shows_our_info(method):
@@ -360,6 +364,10 @@ class _CerebrasMethods:
                               hooks + list(estimator_spec.training_hooks), estimator_spec.loss,
                               run.result.graph.batch_norm_layers, run.result.plan)
       checkpoints.keep_one_per_variable(graph)
+    if type(self._train_distribution).__name__ not in _COLLECTIVE or not self._config.cluster_spec:
+      # (a collective strategy's loop saves through MonitoredTrainingSession instead)
+      estimator_spec = with_checkpoint_saver(estimator_spec, list(worker_hooks) + list(hooks),
+                                             self._config, self._model_dir)
     try:
       return tf.estimator.Estimator._train_with_estimator_spec(  # pylint: disable=protected-access
           self, estimator_spec, worker_hooks, hooks, global_step_tensor, saving_listeners)

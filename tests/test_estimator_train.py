@@ -41,6 +41,56 @@ def test_use_cs_false_is_the_plain_estimator(tmp_path):
   assert not os.path.exists(ours.compile_dir)
 
 
+def test_graph_pbtxt_holds_the_graph_tfs_saver_writes(tmp_path):
+  """Our saver hook encodes graph.pbtxt with protobuf's C encoder: side by side with TF's hook
+  on one graph, both files parse to the same GraphDef (the text may order map entries
+  differently, which is why the bytes are not compared)."""
+  from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import hooks as hooks_lib  # pylint: disable=import-outside-toplevel
+  with tf.Graph().as_default():
+    step = tf.compat.v1.train.get_or_create_global_step()
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        ["a\x00b", "\u00e9t\u00e9", "inf"], [1, 2, 3]), -1)  # escapes in string constants
+    w = tf.compat.v1.get_variable("w", [3], initializer=tf.constant_initializer([1e-30, 3.5, 7]))
+    found = tf.cast(table.lookup(tf.constant(["inf"]))[0], tf.float32)
+    train_op = tf.group(step.assign_add(1), w.assign(w * found))
+    saver_hooks = [tf.compat.v1.train.CheckpointSaverHook(str(tmp_path / "tf"), save_steps=10),
+                   hooks_lib.CheckpointSaverHook(str(tmp_path / "ours"), save_steps=10)]
+    with tf.compat.v1.train.MonitoredSession(hooks=saver_hooks) as sess:
+      sess.run(train_op)
+  parsed = []
+  for who in ("tf", "ours"):
+    graph_def = tf.compat.v1.GraphDef()
+    text_format.Merge((tmp_path / who / "graph.pbtxt").read_text(), graph_def)
+    parsed.append(graph_def)
+    assert tf.train.latest_checkpoint(str(tmp_path / who)), who
+  assert parsed[0] == parsed[1] and len(parsed[0].node) > 20
+
+
+def test_our_saver_takes_tfs_place_unless_one_is_there(tmp_path):
+  """with_checkpoint_saver adds the saver tf.estimator's loop would (same steps, first of the
+  chief hooks) and nothing when a hook already saves or the config saves nothing."""
+  from cerebras_tf.runtime import hooks as hooks_lib  # pylint: disable=import-outside-toplevel
+  with tf.Graph().as_default():
+    loss = tf.constant(1.0)
+    chief = tf.compat.v1.train.StepCounterHook(output_dir=str(tmp_path))
+    spec = tf.estimator.EstimatorSpec("train", loss=loss, train_op=tf.no_op(),
+                                      training_chief_hooks=[chief])
+    config = config_in(tmp_path)
+    added = hooks_lib.with_checkpoint_saver(spec, [], config, config.model_dir)
+    saver = added.training_chief_hooks[0]
+    assert isinstance(saver, hooks_lib.CheckpointSaverHook)
+    assert list(added.training_chief_hooks[1:]) == [chief]
+    assert saver._timer._every_steps == 20 and saver._write_graph_text  # pylint: disable=protected-access
+    users = tf.compat.v1.train.CheckpointSaverHook(str(tmp_path), save_steps=5)
+    assert hooks_lib.with_checkpoint_saver(spec, [users], config, config.model_dir) is spec
+    quiet = config_in(tmp_path).replace(save_checkpoints_steps=None)
+    assert hooks_lib.with_checkpoint_saver(spec, [], quiet, config.model_dir) is spec
+    no_text = config_in(tmp_path).replace(checkpoint_save_graph_def=False)
+    assert not hooks_lib.with_checkpoint_saver(  # pylint: disable=protected-access
+        spec, [], no_text, config.model_dir).training_chief_hooks[0]._write_graph_text
+
+
 SEEDED_KERAS_LAYERS = """
 import os, sys
 import numpy as np

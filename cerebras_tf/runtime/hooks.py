@@ -12,6 +12,7 @@ import time
 from typing import List, Optional, Tuple
 
 import tensorflow as tf
+from tensorflow.python.lib.io import file_io  # atomic_write_string_to_file, as TF's writer
 
 from cerebras_tf.core.plans import fmt_share
 from cerebras_tf.errors import DataError, NonFiniteLossError, Terminated, raise_terminated
@@ -387,3 +388,45 @@ class StepWatchHook(tf.compat.v1.train.SessionRunHook):
 
   def end(self, session):
     self._watch.step_finished()
+
+
+def write_graph_text(graph_def, directory: str, name: str = "graph.pbtxt") -> str:
+  """Writes `graph_def` as a text proto, as tf.io.write_graph(as_text=True) does, but with the
+  protobuf runtime's own encoder (`str`: upb's C one in TF 2.15's protobuf) instead of the
+  pure-Python text_format: the same GraphDef when parsed back (map entries may come in another
+  order), ~8x faster (BERT-tiny's 4.1 MB graph: 0.45 -> 0.05 s, paid at every train call)."""
+  tf.io.gfile.makedirs(directory)
+  path = os.path.join(directory, name)
+  file_io.atomic_write_string_to_file(path, str(graph_def))
+  return path
+
+
+class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
+  """tf.estimator's checkpoint saver, the same in all but how graph.pbtxt is encoded
+  (write_graph_text); the binary graph and meta graph it writes are TF's."""
+
+  def __init__(self, *args, save_graph_def: bool = True, **kwargs):
+    super().__init__(*args, save_graph_def=False, **kwargs)
+    self._write_graph_text = save_graph_def
+
+  def after_create_session(self, session, coord):
+    if self._write_graph_text:  # where TF's hook writes it: the graph is final by now
+      write_graph_text(tf.compat.v1.get_default_graph().as_graph_def(add_shapes=True),
+                       self._checkpoint_dir)
+    super().after_create_session(session, coord)
+
+
+def with_checkpoint_saver(spec, hooks, config, model_dir: str):
+  """`spec` with our CheckpointSaverHook first among its chief hooks, where tf.estimator's
+  training loop (Estimator._train_with_estimator_spec) would add its own: same arguments,
+  same place in the hook order, so saving listeners attach to it as they would to TF's.
+  A saver among `hooks` (the worker and the caller's hooks) or the spec's, or a config that
+  saves nothing, leaves the spec as it is, as it leaves TF's loop without a saver of its own."""
+  hooks = list(hooks) + list(spec.training_hooks) + list(spec.training_chief_hooks)
+  if (any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks)
+      or not (config.save_checkpoints_secs or config.save_checkpoints_steps)):
+    return spec
+  saver = CheckpointSaverHook(model_dir, save_secs=config.save_checkpoints_secs,
+                              save_steps=config.save_checkpoints_steps, scaffold=spec.scaffold,
+                              save_graph_def=config.checkpoint_save_graph_def)
+  return spec._replace(training_chief_hooks=(saver,) + tuple(spec.training_chief_hooks))
