@@ -58,13 +58,16 @@ def test_graph_pbtxt_holds_the_graph_tfs_saver_writes(tmp_path):
                    hooks_lib.CheckpointSaverHook(str(tmp_path / "ours"), save_steps=10)]
     with tf.compat.v1.train.MonitoredSession(hooks=saver_hooks) as sess:
       sess.run(train_op)
-  parsed = []
+  parsed, files = [], []
   for who in ("tf", "ours"):
     graph_def = tf.compat.v1.GraphDef()
     text_format.Merge((tmp_path / who / "graph.pbtxt").read_text(), graph_def)
     parsed.append(graph_def)
-    assert tf.train.latest_checkpoint(str(tmp_path / who)), who
+    files.append(sorted(re.sub(r"events\.out\.tfevents\..*", "events", f.name)
+                        for f in (tmp_path / who).iterdir()))
   assert parsed[0] == parsed[1] and len(parsed[0].node) > 20
+  # the same files beside it: checkpoints of steps 0 and 1 with their .meta, the events
+  assert files[0] == files[1] and "model.ckpt-1.meta" in files[0], files
 
 
 def test_our_saver_takes_tfs_place_unless_one_is_there(tmp_path):
@@ -81,14 +84,14 @@ def test_our_saver_takes_tfs_place_unless_one_is_there(tmp_path):
     saver = added.training_chief_hooks[0]
     assert isinstance(saver, hooks_lib.CheckpointSaverHook)
     assert list(added.training_chief_hooks[1:]) == [chief]
-    assert saver._timer._every_steps == 20 and saver._write_graph_text  # pylint: disable=protected-access
+    assert saver._timer._every_steps == 20 and saver._save_graph_def  # pylint: disable=protected-access
     users = tf.compat.v1.train.CheckpointSaverHook(str(tmp_path), save_steps=5)
     assert hooks_lib.with_checkpoint_saver(spec, [users], config, config.model_dir) is spec
     quiet = config_in(tmp_path).replace(save_checkpoints_steps=None)
     assert hooks_lib.with_checkpoint_saver(spec, [], quiet, config.model_dir) is spec
     no_text = config_in(tmp_path).replace(checkpoint_save_graph_def=False)
     assert not hooks_lib.with_checkpoint_saver(  # pylint: disable=protected-access
-        spec, [], no_text, config.model_dir).training_chief_hooks[0]._write_graph_text
+        spec, [], no_text, config.model_dir).training_chief_hooks[0]._save_graph_def
 
 
 SEEDED_KERAS_LAYERS = """

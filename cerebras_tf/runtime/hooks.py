@@ -12,6 +12,7 @@ import time
 from typing import List, Optional, Tuple
 
 import tensorflow as tf
+from tensorflow.python.framework import meta_graph  # create_meta_graph_def, as TF's saver hook
 from tensorflow.python.lib.io import file_io  # atomic_write_string_to_file, as TF's writer
 
 from cerebras_tf.core.plans import fmt_share
@@ -403,17 +404,24 @@ def write_graph_text(graph_def, directory: str, name: str = "graph.pbtxt") -> st
 
 class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
   """tf.estimator's checkpoint saver, the same in all but how graph.pbtxt is encoded
-  (write_graph_text); the binary graph and meta graph it writes are TF's."""
+  (write_graph_text): the checkpoints, their .meta files and the graph in the events are TF's.
 
-  def __init__(self, *args, save_graph_def: bool = True, **kwargs):
-    super().__init__(*args, save_graph_def=False, **kwargs)
-    self._write_graph_text = save_graph_def
+  `after_create_session` is TF 2.15's, step for step, with the one write swapped. (Turning
+  TF's `save_graph_def` off instead would also drop every checkpoint's .meta file.)"""
 
   def after_create_session(self, session, coord):
-    if self._write_graph_text:  # where TF's hook writes it: the graph is final by now
-      write_graph_text(tf.compat.v1.get_default_graph().as_graph_def(add_shapes=True),
-                       self._checkpoint_dir)
-    super().after_create_session(session, coord)
+    global_step = session.run(self._global_step_tensor)
+    graph = tf.compat.v1.get_default_graph()
+    if self._save_graph_def:  # where TF's hook writes it: the graph is final by now
+      write_graph_text(graph.as_graph_def(add_shapes=True), self._checkpoint_dir)
+    saver = self._get_saver()
+    meta_graph_def = meta_graph.create_meta_graph_def(
+        graph_def=graph.as_graph_def(add_shapes=True),
+        saver_def=saver.saver_def if saver else None)
+    self._summary_writer.add_graph(graph)
+    self._summary_writer.add_meta_graph(meta_graph_def)
+    self._save(session, global_step)  # the state at `global_step`
+    self._timer.update_last_triggered_step(global_step)
 
 
 def with_checkpoint_saver(spec, hooks, config, model_dir: str):
