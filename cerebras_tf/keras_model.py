@@ -164,8 +164,21 @@ def architecture_token(keras_model) -> str:
   except (NotImplementedError, TypeError, ValueError):
     arch = type(keras_model).__qualname__  # subclassed: its layers above say the rest
   blob = json.dumps([keras_model.name, arch, layers, repr(keras_model.loss),
-                     keras_model.optimizer.get_config()], sort_keys=True, default=repr)
+                     _optimizer_config(keras_model.optimizer)], sort_keys=True, default=repr)
   return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _optimizer_config(optimizer):
+  """The optimizer's get_config(); a tf.compat.v1.train optimizer given to model.compile (Keras
+  wraps it in a TFOptimizer, which has none) is named by both classes and its plain
+  hyperparameters (its learning rate, momentum...)."""
+  try:
+    return optimizer.get_config()
+  except NotImplementedError:
+    inner = getattr(optimizer, "optimizer", optimizer)
+    return [type(optimizer).__name__, type(inner).__name__,
+            {k: v for k, v in sorted(vars(inner).items())
+             if isinstance(v, (bool, int, float, str)) and not callable(v)}]
 
 
 def model_fn_from_keras(keras_model, custom_objects=None, metric_names_map=None,

@@ -128,6 +128,33 @@ def test_per_step_loss_equals_model_fit(tmp_path, build):
   np.testing.assert_allclose(got, cb.losses(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_tf1_optimizer_given_to_compile_trains_as_kerass_own(tmp_path):
+  """model.compile(optimizer=tf.compat.v1.train.GradientDescentOptimizer(...)): Keras wraps it
+  in a TFOptimizer, which has no get_config(); conversion crashed on that (NotImplementedError).
+  Plain SGD either way, same weights and batches: the same per-step losses. The compile cache
+  still tells two learning rates apart."""
+  from cerebras_tf.keras_model import architecture_token  # pylint: disable=import-outside-toplevel
+  x, y = _data()
+
+  def with_tf1_sgd(lr):
+    model = sequential()
+    model.compile(optimizer=tf.compat.v1.train.GradientDescentOptimizer(lr),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+  assert architecture_token(with_tf1_sgd(0.1)) != architecture_token(with_tf1_sgd(0.2))
+  weights = sequential().get_weights()
+  losses = []
+  for name, build in (("keras", sequential), ("tf1", lambda: with_tf1_sgd(0.1))):
+    model = build()  # after the last conversion: one made before it would be refused
+    model.set_weights(weights)
+    est = CerebrasEstimator.from_keras_model(model, config=_config(tmp_path / name))
+    est.train(_input_fn(model, x, y), max_steps=STEPS, use_cs=True)
+    losses.append(_summary_losses(est.model_dir))
+  assert len(losses[1]) == STEPS and losses[1][-1] < losses[1][0]
+  np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+
+
 def test_evaluate_predict_export_and_report(tmp_path):
   x, y = _data()
   model = functional()
