@@ -178,7 +178,7 @@ def _optimizer_config(optimizer):
     inner = getattr(optimizer, "optimizer", optimizer)
     return [type(optimizer).__name__, type(inner).__name__,
             {k: v for k, v in sorted(vars(inner).items())
-             if isinstance(v, (bool, int, float, str)) and not callable(v)}]
+             if isinstance(v, (bool, int, float, str))}]
 
 
 def model_fn_from_keras(keras_model, custom_objects=None, metric_names_map=None,

@@ -391,33 +391,33 @@ class StepWatchHook(tf.compat.v1.train.SessionRunHook):
     self._watch.step_finished()
 
 
-def write_graph_text(graph_def, directory: str, name: str = "graph.pbtxt") -> str:
+def write_graph_text(graph_def, directory: str, name: str = "graph.pbtxt") -> None:
   """Writes `graph_def` as a text proto, as tf.io.write_graph(as_text=True) does, but with the
   protobuf runtime's own encoder (`str`: upb's C one in TF 2.15's protobuf) instead of the
   pure-Python text_format: the same GraphDef when parsed back (map entries may come in another
   order), ~8x faster (BERT-tiny's 4.1 MB graph: 0.45 -> 0.05 s, paid at every train call)."""
   tf.io.gfile.makedirs(directory)
-  path = os.path.join(directory, name)
-  file_io.atomic_write_string_to_file(path, str(graph_def))
-  return path
+  file_io.atomic_write_string_to_file(os.path.join(directory, name), str(graph_def))
 
 
 class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
   """tf.estimator's checkpoint saver, the same in all but how graph.pbtxt is encoded
   (write_graph_text): the checkpoints, their .meta files and the graph in the events are TF's.
 
-  `after_create_session` is TF 2.15's, step for step, with the one write swapped. (Turning
-  TF's `save_graph_def` off instead would also drop every checkpoint's .meta file.)"""
+  `after_create_session` is TF 2.15's, step for step, with the one write swapped and the
+  GraphDef built once for it and the meta graph (TF builds it twice, ~36 ms each for the BERT
+  demo's graph). (Turning TF's `save_graph_def` off instead would also drop every
+  checkpoint's .meta file.)"""
 
   def after_create_session(self, session, coord):
     global_step = session.run(self._global_step_tensor)
     graph = tf.compat.v1.get_default_graph()
-    if self._save_graph_def:  # where TF's hook writes it: the graph is final by now
-      write_graph_text(graph.as_graph_def(add_shapes=True), self._checkpoint_dir)
+    graph_def = graph.as_graph_def(add_shapes=True)  # the graph is final by now
+    if self._save_graph_def:  # where TF's hook writes it
+      write_graph_text(graph_def, self._checkpoint_dir)
     saver = self._get_saver()
     meta_graph_def = meta_graph.create_meta_graph_def(
-        graph_def=graph.as_graph_def(add_shapes=True),
-        saver_def=saver.saver_def if saver else None)
+        graph_def=graph_def, saver_def=saver.saver_def if saver else None)
     self._summary_writer.add_graph(graph)
     self._summary_writer.add_meta_graph(meta_graph_def)
     self._save(session, global_step)  # the state at `global_step`
