@@ -8,6 +8,7 @@ user's input_fn alone first and says whether it could keep the systems fed.
 
 import logging
 import os
+import re
 import time
 import types
 
@@ -282,3 +283,80 @@ def test_the_fingerprint_sees_one_changed_number_in_an_array_the_input_fn_slices
   changed = features.copy()
   changed[4095, 17] += 1e-3
   assert fingerprint(changed) != first
+
+
+def _timings(monkeypatch, rates):
+  """`_measure_input_rate` giving `rates` in turn (InputRate(samples, 1 batch, 1 s)); returns
+  the list of timings made. The process memo starts empty, as in a new process."""
+  made = []
+  def timed(*args):
+    made.append(1)
+    return capture.InputRate(rates[len(made) - 1], 1, 1.0)
+  monkeypatch.setattr(capture, "_measure_input_rate", timed)
+  monkeypatch.setattr(capture, "_RATES", {})
+  return made
+
+
+def _input_lines(caplog):
+  return [r.getMessage() for r in caplog.records if "cerebras_tf: input:" in r.getMessage()]
+
+
+def test_a_rerun_takes_the_timing_an_earlier_process_kept_on_this_host(tmp_path, caplog,
+                                                                       monkeypatch):
+  # The same command run again (same model_dir, so the same compile cache), each run a new
+  # process (the process memo emptied): one timing, kept in the cache; the rerun says when
+  # it was taken. Another host sharing the directory times its own pipeline.
+  made = _timings(monkeypatch, [10**7, 10**7])
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    for run in (1, 2):
+      monkeypatch.setattr(capture, "_RATES", {})
+      _estimator(tmp_path, "same").train(_fast, max_steps=run, use_cs=True)
+  said = _input_lines(caplog)
+  assert len(made) == 1 and len(said) == 2
+  assert "10,000,000 samples/s" in said[1] and "not the bound" in said[1]
+  assert re.search(r"\(as timed on this host at \d{4}-\d\d-\d\d \d\d:\d\d UTC: the same "
+                   r"pipeline, files and seed\)", said[1]) and "as timed" not in said[0]
+  monkeypatch.setattr(capture, "host_identity", lambda: "another|its CPU|2|2.15.1")
+  monkeypatch.setattr(capture, "_RATES", {})
+  _estimator(tmp_path, "same").train(_fast, max_steps=3, use_cs=True)
+  assert len(made) == 2
+
+
+def test_a_kept_timing_short_of_the_plan_or_unreadable_is_taken_again(tmp_path, caplog,
+                                                                       monkeypatch):
+  # A warning must not rest on a moment the host was busy: a kept timing that could not feed
+  # the plan is timed again; so is one whose file is broken.
+  made = _timings(monkeypatch, [1, 10**7, 10**7])
+  def run(steps):
+    monkeypatch.setattr(capture, "_RATES", {})
+    est = _estimator(tmp_path, "same")
+    est.train(_fast, max_steps=steps, use_cs=True)
+    return est
+  with caplog.at_level(logging.INFO, logger="tensorflow"):
+    run(1)  # 1 sample/s: short, kept
+    run(2)  # timed again: 10^7
+    est = run(3)  # taken from the cache
+  assert len(made) == 2
+  said = _input_lines(caplog)
+  assert "1 samples/s" in said[0] and "10,000,000" in said[1] and "as timed on" in said[2]
+  kept = [f for f in os.listdir(os.path.join(est.compile_dir, "cache")) if f.startswith("input-")]
+  assert len(kept) == 1
+  with open(os.path.join(est.compile_dir, "cache", kept[0]), "w") as fh:
+    fh.write('{"samples": 3, "batch')
+  run(4)
+  assert len(made) == 3
+
+
+def test_keeping_a_timing_where_nothing_can_be_written_costs_nothing(tmp_path):
+  # The compile cache under a path that is a file (as a read-only or full disk fails):
+  # nothing kept, no error, nothing left behind.
+  from cerebras_tf.compiler import compile as compile_lib  # pylint: disable=import-outside-toplevel
+  blocked = tmp_path / "a_file"
+  blocked.write_text("")
+  cache = compile_lib.CompileCache(str(blocked))
+  cache.put_input_rate("k", {"samples": 1, "batches": 1, "seconds": 1.0, "at": 0.0})
+  assert cache.get_input_rate("k") is None and os.listdir(tmp_path) == ["a_file"]
+  ok = compile_lib.CompileCache(str(tmp_path / "ok"))
+  ok.put_input_rate("k", {"samples": 1})
+  assert ok.get_input_rate("k") == {"samples": 1}
+  assert os.listdir(tmp_path / "ok" / "cache") == ["input-k.json"]

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import socket
 import threading
 import time
 import traceback
@@ -645,6 +646,7 @@ class InputRate:
   batches: int
   seconds: float
   timed_before: bool = False  # the same pipeline's earlier timing in this process, reused
+  timed_at: Optional[float] = None  # when an earlier process on this host timed it (epoch s)
 
   @property
   def samples_per_sec(self) -> float:
@@ -655,7 +657,8 @@ def measure_input_rate(call_input_fn: Callable[[], object], batch_size: Optional
                        warmup_batches: int = 2, max_batches: int = 200,
                        max_seconds: float = 0.5,
                        seed: Optional[int] = None,
-                       built: Optional[BuiltInput] = None) -> Optional[InputRate]:
+                       built: Optional[BuiltInput] = None,
+                       store=None, enough: float = 0.0) -> Optional[InputRate]:
   """Times the input_fn alone on this host: every feature and label of up to `max_batches`
   batches or `max_seconds`, after `warmup_batches` untimed ones (a shuffle buffer filling, a
   vocabulary loading; only one if it alone takes `max_seconds`). A batch holds `batch_size` samples (the batch the input_fn was given,
@@ -664,7 +667,11 @@ def measure_input_rate(call_input_fn: Callable[[], object], batch_size: Optional
   `built`: the pipeline the compile's capture built from the same input_fn under the same
   seed, timed as it is instead of calling the input_fn again (None: build it here); one
   with the fingerprint of a pipeline timed before in this process takes that timing
-  (`InputRate.timed_before`).
+  (`InputRate.timed_before`). `store` (the compile cache: `get_input_rate(key)`,
+  `put_input_rate(key, dict)`) keeps timings across processes, keyed by the fingerprint and
+  this host: a rerun of the same command takes an earlier process's timing
+  (`InputRate.timed_at`) if it delivered at least `enough` samples/s; a short one is timed
+  again, so a warning never rests on a moment the host was busy.
 
   Returns:
     The rate, or None when the data ended before one timed batch (or holds no tensor).
@@ -679,13 +686,52 @@ def measure_input_rate(call_input_fn: Callable[[], object], batch_size: Optional
          if built is not None else None)
   if key in _RATES:
     return dataclasses.replace(_RATES[key], timed_before=True)
+  stored_key = _stored_key(key) if key is not None and store is not None else None
+  if stored_key is not None:
+    earlier = _stored_rate(store.get_input_rate(stored_key))
+    if earlier is not None and earlier.samples_per_sec >= enough:
+      _remember(key, earlier)
+      return earlier
   rate = _measure_input_rate(call_input_fn, batch_size, warmup_batches, max_batches,
                              max_seconds, seed, built)
   if key is not None and rate is not None:
-    while len(_RATES) >= _MAX_RATES:
-      _RATES.pop(next(iter(_RATES)))
-    _RATES[key] = rate
+    _remember(key, rate)
+    if stored_key is not None:
+      store.put_input_rate(stored_key, {"samples": rate.samples, "batches": rate.batches,
+                                        "seconds": rate.seconds, "at": time.time()})
   return rate
+
+
+def _remember(key, rate: InputRate) -> None:
+  while len(_RATES) >= _MAX_RATES:
+    _RATES.pop(next(iter(_RATES)))
+  _RATES[key] = rate
+
+
+def host_identity() -> str:
+  """This machine as an input timing depends on it: its name, CPU model and count, and the
+  TensorFlow that ran the pipeline."""
+  model = ""
+  try:
+    with open("/proc/cpuinfo") as fh:
+      model = next((l.split(":", 1)[1].strip() for l in fh if l.startswith("model name")), "")
+  except OSError:  # not Linux: the name and the count still tell hosts apart
+    pass
+  return f"{socket.gethostname()}|{model}|{os.cpu_count()}|{tf.__version__}"
+
+
+def _stored_key(key) -> str:
+  return hashlib.sha256(repr((key, host_identity())).encode()).hexdigest()[:32]
+
+
+def _stored_rate(entry) -> Optional[InputRate]:
+  """An InputRate from a stored entry, or None for a missing or malformed one."""
+  try:
+    rate = InputRate(int(entry["samples"]), int(entry["batches"]), float(entry["seconds"]),
+                     timed_at=float(entry["at"]))
+  except (TypeError, KeyError, ValueError):
+    return None
+  return rate if rate.samples > 0 and rate.batches > 0 and rate.seconds > 0 else None
 
 
 # Rates of built pipelines timed in this process, by fingerprint: a pipeline trained again

@@ -16,7 +16,8 @@ another, a Keras model built by a script):
     planning and report rendering. VTS compiles use only this one: their options hold token
     fractions measured on the data, which the trace does not see.
 Entries are JSON files under `<compile_dir>/cache/`, each with its own copy of the reports
-(`cache/<key>/`), which a hit copies back to `<compile_dir>/`; nothing is pickled.
+(`cache/<key>/`), which a hit copies back to `<compile_dir>/`; nothing is pickled. The same
+directory keeps input timings (`input-<key>.json`, capture.measure_input_rate) for reruns.
 """
 
 import dataclasses
@@ -181,6 +182,28 @@ class CompileCache:
       with open(tmp, "w") as fh:
         fh.write(blob)
       os.replace(tmp, self._path(key))
+
+  def get_input_rate(self, key: str) -> Optional[dict]:
+    """An input timing an earlier process kept (capture.measure_input_rate), or None."""
+    try:
+      with open(self._path("input-" + key)) as fh:
+        return json.load(fh)
+    except (OSError, ValueError):
+      return None
+
+  def put_input_rate(self, key: str, entry: dict) -> None:
+    """Keeps an input timing for later processes. Best effort: a read-only or full disk
+    costs the next run a timing, and this one nothing."""
+    path = self._path("input-" + key)
+    tmp = _tmp_name(path)
+    try:
+      os.makedirs(self.dir, exist_ok=True)
+      with open(tmp, "w") as fh:
+        json.dump(entry, fh)
+      os.replace(tmp, path)
+    except OSError:
+      if os.path.exists(tmp):
+        os.remove(tmp)
 
   def publish(self, kept: Dict[str, str]) -> Dict[str, str]:
     """Copies an entry's reports to the compile_dir's top level; returns their paths there."""
