@@ -360,3 +360,9 @@ def test_keeping_a_timing_where_nothing_can_be_written_costs_nothing(tmp_path):
   ok.put_input_rate("k", {"samples": 1})
   assert ok.get_input_rate("k") == {"samples": 1}
   assert os.listdir(tmp_path / "ok" / "cache") == ["input-k.json"]
+  # What a hand-edited or half-written entry may hold is no timing.
+  for entry in ([], "x", {"samples": 5}, {"samples": 5, "batches": 1, "seconds": 0, "at": 1.0},
+                {"samples": 5, "batches": 1, "seconds": 1.0, "at": float("nan")}):
+    assert capture._stored_rate(entry) is None, entry  # pylint: disable=protected-access
+  assert capture._stored_rate(  # pylint: disable=protected-access
+      {"samples": 5, "batches": 1, "seconds": 0.5, "at": 1.0}).samples_per_sec == 10.0

@@ -731,7 +731,9 @@ def _stored_rate(entry) -> Optional[InputRate]:
                      timed_at=float(entry["at"]))
   except (TypeError, KeyError, ValueError):
     return None
-  return rate if rate.samples > 0 and rate.batches > 0 and rate.seconds > 0 else None
+  sane = (rate.samples > 0 and rate.batches > 0 and 0 < rate.seconds < float("inf")
+          and 0 <= rate.timed_at < float("inf"))
+  return rate if sane else None
 
 
 # Rates of built pipelines timed in this process, by fingerprint: a pipeline trained again
