@@ -88,9 +88,39 @@ def layer_norm(x, epsilon: float, name: str = "LayerNorm"):
   with tf1.variable_scope(name):
     beta = tf1.get_variable("beta", [width], initializer=tf1.zeros_initializer())
     gamma = tf1.get_variable("gamma", [width], initializer=tf1.ones_initializer())
-    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-    return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma,
-                                     variance_epsilon=epsilon)
+    return _normalized(x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta), epsilon)
+
+
+@tf.custom_gradient
+def _normalized_with_grad(x, gamma, beta, epsilon):
+  mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+  rstd = tf.math.rsqrt(variance + epsilon)
+  xhat = (x - mean) * rstd
+
+  def grad(dy):
+    # The textbook gradient in a few [..., H]-sized ops, where TensorFlow's gradient of
+    # moments + batch_normalization chains many (Tile, RsqrtGrad, Neg, ...): forward and
+    # backward 1.87 -> 1.27 ms at [4096, 128], 9.67 -> 7.52 ms at [4096, 512] on the AVX-512
+    # host; BERT-tiny's fp32 step 1.04x (issue 42).
+    dxhat = dy * gamma
+    dx = rstd * (dxhat - tf.reduce_mean(dxhat, axis=-1, keepdims=True)
+                 - xhat * tf.reduce_mean(dxhat * xhat, axis=-1, keepdims=True))
+    rows = [-1, x.shape[-1]]
+    return (dx, tf.reduce_sum(tf.reshape(dy * xhat, rows), 0),
+            tf.reduce_sum(tf.reshape(dy, rows), 0), tf.zeros_like(epsilon))
+
+  return xhat * gamma + beta, grad
+
+
+def _normalized(x, gamma, beta, epsilon: float):
+  """(x - mean) / sqrt(var + epsilon) * gamma + beta over the last axis, with its own gradient.
+
+  Args:
+    x: [..., H] float32.  gamma, beta: [H] float32.
+  Returns:
+    [..., H] float32.
+  """
+  return _normalized_with_grad(x, gamma, beta, tf.constant(epsilon, tf.float32))
 
 
 def dense(x, units: int, name: str, initializer_range: float, activation=None,
