@@ -88,11 +88,19 @@ def layer_norm(x, epsilon: float, name: str = "LayerNorm"):
   with tf1.variable_scope(name):
     beta = tf1.get_variable("beta", [width], initializer=tf1.zeros_initializer())
     gamma = tf1.get_variable("gamma", [width], initializer=tf1.ones_initializer())
-    return _normalized(x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta), epsilon)
+    return _normalized(x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta),
+                       tf.constant(epsilon, tf.float32))
 
 
 @tf.custom_gradient
-def _normalized_with_grad(x, gamma, beta, epsilon):
+def _normalized(x, gamma, beta, epsilon):
+  """(x - mean) / sqrt(var + epsilon) * gamma + beta over the last axis, with its own gradient.
+
+  Args:
+    x: [..., H] float32.  gamma, beta: [H] float32.  epsilon: a float32 scalar tensor.
+  Returns:
+    [..., H] float32.
+  """
   mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
   rstd = tf.math.rsqrt(variance + epsilon)
   xhat = (x - mean) * rstd
@@ -110,17 +118,6 @@ def _normalized_with_grad(x, gamma, beta, epsilon):
             tf.reduce_sum(tf.reshape(dy, rows), 0), tf.zeros_like(epsilon))
 
   return xhat * gamma + beta, grad
-
-
-def _normalized(x, gamma, beta, epsilon: float):
-  """(x - mean) / sqrt(var + epsilon) * gamma + beta over the last axis, with its own gradient.
-
-  Args:
-    x: [..., H] float32.  gamma, beta: [H] float32.
-  Returns:
-    [..., H] float32.
-  """
-  return _normalized_with_grad(x, gamma, beta, tf.constant(epsilon, tf.float32))
 
 
 def dense(x, units: int, name: str, initializer_range: float, activation=None,
