@@ -158,3 +158,22 @@ def test_a_long_busy_step_is_not_a_stall_an_idle_one_is(tmp_path, monkeypatch, c
       time.sleep(0.2)
   assert c.stalls == 1
   assert "no training step finished in" in capsys.readouterr().err
+
+
+def test_a_weight_server_runs_core_and_text_ops_placed_on_it(tmp_path):
+  """The server loads TensorFlow's runtime and tf-text's op libraries, not their Python
+  (runtime/server.py): a graph run on it directly, a matmul and a tf-text tokenizer on
+  its device, must find both kernels ("Op type not registered" without the second)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+  with cluster_lib.LocalCluster(num_ps=1, log_dir=str(tmp_path)) as c:
+    graph = tf.Graph()
+    with graph.as_default(), tf.device("/job:ps/task:0/device:CPU:0"):
+      product = tf.matmul(tf.constant([[1.0, 2.0]]), tf.constant([[3.0], [4.0]]))
+      words = tf_text.WhitespaceTokenizer().tokenize(tf.constant(["a weight server"]))
+    # The cluster names a client task that is not running here: look only at the ps job.
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:ps/task:0"])
+    with tf.compat.v1.Session("grpc://" + c.cluster["ps"][0], graph=graph, config=config) as sess:
+      got_product, got_words = sess.run([product, words.flat_values])
+  assert got_product.tolist() == [[11.0]]
+  assert got_words.tolist() == [b"a", b"weight", b"server"]

@@ -8,12 +8,15 @@ user's code. It exits when its parent dies (so a killed run leaves no orphans) o
 """
 
 import argparse
+import glob
+import importlib.util
 import json
 import os
 import signal
 import sys
 import threading
 import time
+import types
 
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import tf_config
@@ -24,6 +27,36 @@ def _watch_parent(parent: int) -> None:
     if os.getppid() != parent:
       os._exit(0)  # the launcher is gone: leave no orphan behind
     time.sleep(0.5)
+
+
+def _server_lib():
+  """TensorFlow's `server_lib` with its runtime library, but not TensorFlow's Python API.
+
+  A task server runs the graph partitions its client sends, in C++: every core kernel is in
+  the runtime library that `server_lib` loads. `import tensorflow` would also build the
+  Python API (autograph, tf.distribute, tf.data, Keras' hooks): 2.7 s of CPU, and
+  `import tensorflow_text` 1 s more, at each of the suite's ~40 weight-server starts and each
+  restart of a dead one; this takes ~0.5 s. So the package's `__init__` is not run:
+  `tensorflow` is bound to a bare package object over the same directory, which Python's
+  import system then fills with just the submodules asked for. Pinned TF (setup.py): a
+  layout change fails here, loudly, in tests/test_execution_modes.py.
+  """
+  if "tensorflow" not in sys.modules:
+    spec = importlib.util.find_spec("tensorflow")
+    package = types.ModuleType("tensorflow")
+    package.__spec__, package.__path__ = spec, list(spec.submodule_search_locations)
+    sys.modules["tensorflow"] = package
+  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import load_library
+  from tensorflow.python.training import server_lib
+  # tf-text's kernels, for text ops a client places on this task: its op libraries alone, as
+  # its own modules load them, without its Python (which imports all of TensorFlow).
+  text = importlib.util.find_spec("tensorflow_text")
+  if text is not None:
+    for library in sorted(glob.glob(os.path.join(os.path.dirname(text.origin), "python", "ops",
+                                                 "*.so"))):
+      load_library.load_op_library(library)
+  return server_lib
 
 
 def main(argv=None) -> int:
@@ -47,13 +80,9 @@ def main(argv=None) -> int:
     threading.Thread(target=_watch_parent, args=(args.parent,), daemon=True).start()
   signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  try:
-    import tensorflow_text  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  except ImportError:
-    pass  # only needed when text ops are placed on this task
-  cluster = tf.train.ClusterSpec(json.loads(args.cluster))
-  server = tf.distribute.Server(cluster, job_name=args.job, task_index=args.index, start=True)
+  server_lib = _server_lib()
+  cluster = server_lib.ClusterSpec(json.loads(args.cluster))
+  server = server_lib.Server(cluster, job_name=args.job, task_index=args.index, start=True)
   print(f"cerebras_tf task {args.job}:{args.index} serving at {server.target}", flush=True)
   # Wait in Python, not in server.join(): a thread blocked in C++ never returns to the
   # interpreter, so the SIGTERM handler above never ran and every stop waited out the
