@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -263,23 +264,19 @@ def test_reports_for_a_model_that_does_not_fit(cs2, tmp_path):
   assert "DOES NOT FIT" in report.format_summary(plan, pf)
 
 
-def _traced(tmp_path, params, *overrides) -> ir.LayerGraph:
-  """The layer graph scripts/run.py --compile_only traces from a params file."""
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
+def _traced(tmp_path, monkeypatch, params, *overrides) -> ir.LayerGraph:
+  """The layer graph scripts/run.py --compile_only traces from a params file (its main, in
+  this process: a compile needs no process of its own)."""
+  from cerebras_tf import cli  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  cmd = [sys.executable, os.path.join(root, "scripts", "run.py"),
-         "--params", os.path.join(root, "configs", params), "--compile_only",
-         "--model_dir", str(tmp_path / "run"), "--compile_dir", str(tmp_path / "cd")]
+  argv = ["run.py", "--params", os.path.join(root, "configs", params), "--compile_only",
+          "--model_dir", str(tmp_path / "run"), "--compile_dir", str(tmp_path / "cd")]
   for o in overrides:
-    cmd += ["--params_override", o]
+    argv += ["--params_override", o]
   # The analytic graphs are the 16-bit models the configs describe (mixed_precision: true);
   # the compiler traces that model on any host (runtime/precision.tracing_for_engine).
-  env = {k: v for k, v in os.environ.items() if k != "CEREBRAS_TF_FORCE_BF16"}
-  out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                       env=dict(env, TF_CPP_MIN_LOG_LEVEL="3"))
-  assert out.returncode == 0, out.stderr[-2000:]
+  monkeypatch.delenv("CEREBRAS_TF_FORCE_BF16", raising=False)
+  assert cli.main(argv) == 0
   doc = json.load(open(tmp_path / "cd" / "plan.json"))
   return ir.LayerGraph.from_dict({k: doc["graph"][k] for k in (
       "name", "captured_batch_size", "dtype_bytes", "optimizer", "seq_len", "layers")})
@@ -290,7 +287,7 @@ def _acts(g: ir.LayerGraph) -> float:
 
 
 @pytest.mark.slow
-def test_analytic_and_traced_gpt_agree(cs2, tmp_path):
+def test_analytic_and_traced_gpt_agree(cs2, tmp_path, monkeypatch):
   # Issue 16: for the 1.3B GPT at MSL 128 the analytic graph counted 10.09 GB of activations
   # per sample (at MSL 2048) against the traced graph's 3.67 GB, and the two disagreed by 8% on
   # throughput. Both now count each value a layer hands to other layers once (a cast or
@@ -301,7 +298,8 @@ def test_analytic_and_traced_gpt_agree(cs2, tmp_path):
   # casts were followed back to their value, the trace kept 229 MB: mixed precision spelled x
   # three times around each norm; and both counted each output projection's output besides
   # the residual sum it is added into (164.7 MB), though only the sum is handed on.
-  traced = _traced(tmp_path, "params_gpt3_xl.yaml", "train_input.max_sequence_length=128",
+  traced = _traced(tmp_path, monkeypatch, "params_gpt3_xl.yaml",
+                   "train_input.max_sequence_length=128",
                    "eval_input.max_sequence_length=128", "train_input.batch_size=8",
                    "model.max_position_embeddings=128")
   ana = analytic.gpt3_xl(seq=128, batch=8)
@@ -317,13 +315,13 @@ def test_analytic_and_traced_gpt_agree(cs2, tmp_path):
 
 
 @pytest.mark.slow
-def test_analytic_and_traced_bert_agree(cs2, tmp_path):
+def test_analytic_and_traced_bert_agree(cs2, tmp_path, monkeypatch):
   # BERT-Base at MSL 128 (configs/params_bert_base_msl128.yaml, bfloat16, dropout): the trace
   # kept 27.9 MB a sample against the analytic 32.2 - its residual sums are added inside each
   # output dense's scope, so only the sum crossed, while the analytic counted the output too.
   # Now 27.9 vs 27.4: the trace's embedding LayerNorm is a layer of its own (it hands the
   # embeddings sum over, 128 x 768 x 2 B more).
-  traced = _traced(tmp_path, "params_bert_base_msl128.yaml", "train_input.batch_size=8")
+  traced = _traced(tmp_path, monkeypatch, "params_bert_base_msl128.yaml", "train_input.batch_size=8")
   ana = analytic.bert_base(seq=128, batch=8)
   assert ana.num_params == traced.num_params
   assert _acts(traced) == pytest.approx(_acts(ana) + 128 * 768 * 2, rel=0.01)
@@ -335,7 +333,7 @@ def test_analytic_and_traced_bert_agree(cs2, tmp_path):
 
 
 @pytest.mark.slow
-def test_analytic_and_traced_llama_agree(tmp_path):
+def test_analytic_and_traced_llama_agree(tmp_path, monkeypatch):
   # The reference GPT in LLaMA's shape (RMSNorm, SwiGLU, grouped K/V, rotary, no biases, an
   # untied head, bfloat16): 2 x 512, 8 heads on 4 K/V groups, FFN 1376, MSL 64. The published
   # Llama-2-7B file traced at 4k kept 18.8 GB a sample against the analytic 14.0 (and picked
@@ -350,7 +348,7 @@ def test_analytic_and_traced_llama_agree(tmp_path):
   # made in the core), fc_gate and fc_in 64 x 1376, 2 bytes a value: 778,240 bytes. (The
   # published 7B file now traces to 13.39 GB a sample, the analytic 13.35, and both run
   # 7.39 samples/s on a CS-2.)
-  traced = _traced(tmp_path, "params_gpt_tiny.yaml", "model.hidden_size=512",
+  traced = _traced(tmp_path, monkeypatch, "params_gpt_tiny.yaml", "model.hidden_size=512",
                    "model.num_heads=8", "model.num_kv_groups=4", "model.filter_size=1376",
                    "model.norm_type=rmsnorm", "model.nonlinearity=swiglu",
                    "model.position_embedding_type=rotary", "model.rotary_dim=64",
