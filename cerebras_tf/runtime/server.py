@@ -33,13 +33,14 @@ def _server_lib():
   """TensorFlow's `server_lib` with its runtime library, but not TensorFlow's Python API.
 
   A task server runs the graph partitions its client sends, in C++: every core kernel is in
-  the runtime library that `server_lib` loads. `import tensorflow` would also build the
-  Python API (autograph, tf.distribute, tf.data, Keras' hooks): 2.7 s of CPU, and
-  `import tensorflow_text` 1 s more, at each of the suite's ~40 weight-server starts and each
-  restart of a dead one; this takes ~0.5 s. So the package's `__init__` is not run:
+  the runtime library that `server_lib` loads. `import tensorflow` and `import tensorflow_text`
+  would also build their Python APIs (autograph, tf.distribute, tf.data, Keras' hooks): a
+  server took 2.1 s of CPU to come up that way, 0.6 s this way, at every start and restart
+  (the test suite starts ~40). So the package's `__init__` is not run:
   `tensorflow` is bound to a bare package object over the same directory, which Python's
-  import system then fills with just the submodules asked for. Pinned TF (setup.py): a
-  layout change fails here, loudly, in tests/test_execution_modes.py.
+  import system then fills with just the submodules asked for. TensorFlow is pinned
+  (setup.py); a layout change would fail here, loudly, in tests/test_cluster.py (which runs
+  a core and a tf-text op on a server) and every weight-streaming test.
   """
   if "tensorflow" not in sys.modules:
     spec = importlib.util.find_spec("tensorflow")
