@@ -78,7 +78,7 @@ def summary(out: str) -> dict:
 def run_suite(log_dir: str, paths) -> tuple:
   """(the output, wall seconds, CPU seconds of everything it waited for) of `dev.py test`, or
   with `paths`, of pytest on them with dev.py's flags (dev.py always runs all of tests/)."""
-  env = dict(os.environ, SUITE_CPU_DIR=log_dir,
+  env = dict(dev.child_env(), SUITE_CPU_DIR=log_dir,
              PYTHONPATH=os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p))
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
   t0 = time.monotonic()
