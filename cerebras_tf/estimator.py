@@ -479,6 +479,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
                                     self._init_checkpoint)
     super().__init__(model_fn=wrapped, model_dir=model_dir,
                      config=config, params=params or {}, warm_start_from=warm_start_from)
+    # Every session this estimator starts (evaluate, predict, export, use_cs=False training
+    # too) skips TF's TFG round trip; est.config stays the user's (runtime/strategies.py).
+    self._session_config = strategies.quick_session_config(self._session_config)
     dir_lock.check_local(self.model_dir, "model_dir")
     dir_lock.check_readable(self.model_dir)
     if compile_dir:

@@ -143,13 +143,31 @@ def mirrored_strategy(num_replicas: int) -> tf.distribute.Strategy:
       devices, cross_device_ops=tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
 
 
-def session_config(num_devices: int,
-                   base: Optional[tf.compat.v1.ConfigProto] = None) -> tf.compat.v1.ConfigProto:
-  """A copy of the user's session config (`base`: thread counts, ...) that also keeps
-  `num_devices` logical CPUs visible and allows soft placement; the rest is the user's."""
+def quick_session_config(
+    base: Optional[tf.compat.v1.ConfigProto] = None) -> tf.compat.v1.ConfigProto:
+  """A copy of `base` (the user's session config, or tf.estimator's default) with the TFG
+  graph optimizer off; the rest is the user's.
+
+  In TF 2.15 each session's first run sends every graph and function through Grappler, which
+  first converts it to MLIR and back (tfg: consolidate attributes, sort, infer shapes, export).
+  That round trip was 640 of Grappler's 1,523 ms in a 6-step BERT-tiny run (meta_optimizer's
+  VLOG; Grappler's own passes, fusions included, still run). Off, the run took 11.6 s of CPU
+  instead of 12.3 (3 runs each, AVX-512 host; issue 42), and its losses differed from the
+  default's only as much as two default runs differ from each other (1e-4, oneDNN's threads).
+  """
   config = tf.compat.v1.ConfigProto()
   if base is not None:
     config.CopyFrom(base)
+  config.graph_options.rewrite_options.disable_tfg_optimizer = True
+  return config
+
+
+def session_config(num_devices: int,
+                   base: Optional[tf.compat.v1.ConfigProto] = None) -> tf.compat.v1.ConfigProto:
+  """A copy of the user's session config (`base`: thread counts, ...) that also keeps
+  `num_devices` logical CPUs visible and allows soft placement (and starts quickly,
+  `quick_session_config`); the rest is the user's."""
+  config = quick_session_config(base)
   config.allow_soft_placement = True
   config.device_count["CPU"] = max(1, num_devices)
   return config
@@ -234,7 +252,8 @@ def runtime_for(plan: plans.Plan, config, model_dir: str, cs_config) -> Runtime:
     new = config.replace(train_distribute=dist, session_config=sess)
     where = ", ".join(dist.extended.worker_devices)
   else:
-    return Runtime(config, 1, b.per_host_replica, "one device")
+    return Runtime(config.replace(session_config=quick_session_config(config.session_config)),
+                   1, b.per_host_replica, "one device")
   description = (f"{plan.execution_strategy} runtime: {b.host_replicas} replica(s) of {b.per_host_replica} "
                  f"samples over {b.num_workers} worker(s); {where}")
   tf.compat.v1.logging.info("cerebras_tf: %s", description)
