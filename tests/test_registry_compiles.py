@@ -16,7 +16,7 @@ any other error or a traceback fails. The verdicts themselves are bench_fidelity
 
 Not expressible as a params file here (no reference model): ESM-2, ViT, DiT, U-Net, the
 "any model up to 1B" claim; T5 and the WMT Transformer need the en_es data and a learned
-vocabulary (minutes), so they are left out too.
+vocabulary (13 s of a core once per machine, a minute before), so they are left out too.
 """
 
 import collections

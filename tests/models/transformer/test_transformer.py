@@ -281,6 +281,24 @@ def test_the_learner_counts_its_first_pass_once_and_learns_the_librarys_vocab():
   assert first_passes == [True] + [False] * (3 * len(thresholds))
 
 
+@pytest.mark.parametrize("vocab_size", [40, 120])
+def test_the_learners_suffix_counts_give_the_librarys_vocab_where_substrings_overlap(
+    vocab_size):
+  """_Learner counts each start's rest of the word where the library counts all its prefixes
+  and then takes longer tokens' counts from them (the class docstring's argument): on words of
+  a 3-letter alphabet, where nearly every substring is a prefix of many others, the
+  vocabulary must still be the library's, token for token."""
+  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner  # pylint: disable=import-outside-toplevel
+  rng = random.Random(vocab_size)
+  counts = {}
+  for _ in range(3000):
+    word = "".join(rng.choice("abc") for _ in range(rng.randint(1, 12)))
+    counts[word] = counts.get(word, 0) + rng.randint(1, 40)
+  theirs = learner.learn(dict(counts), vocab_size, list(vocab_lib.RESERVED))
+  ours = vocab_lib._Learner(learner, list(counts.items()), vocab_size, list(vocab_lib.RESERVED))
+  assert ours.learn() == theirs and len(theirs) > len(vocab_lib.RESERVED) + 6
+
+
 def test_a_read_only_data_dir_caches_the_vocab_in_the_user_cache(tmp_path, monkeypatch):
   """A shared, read-only dataset: learning the vocabulary failed with "permission denied ...
   choose a writable runconfig.model_dir", which was not the directory at fault. It is now
