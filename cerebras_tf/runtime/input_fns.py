@@ -15,8 +15,9 @@ from tensorflow_estimator.python.estimator import util as estimator_util
 from cerebras_tf.errors import ConfigError, defined_at, keeping_kind
 
 
-def call_with_supported_args(fn, **kwargs):
-  """Calls `fn` with the subset of kwargs its signature names (the Estimator's convention).
+def call_with_supported_args(fn, *, through=None, **kwargs):
+  """Calls `fn` with the subset of kwargs its signature names (the Estimator's convention);
+  `through`: a wrapper of `fn` to call instead (autograph's conversion of it).
 
   Raises:
     ConfigError (a TypeError too): `fn` requires an argument by another name (`lambda p:
@@ -24,7 +25,7 @@ def call_with_supported_args(fn, **kwargs):
   """
   args = estimator_util.fn_args(fn)
   _check_required_args(fn, kwargs)
-  return fn(**{k: v for k, v in kwargs.items() if k in args})
+  return (through or fn)(**{k: v for k, v in kwargs.items() if k in args})
 
 
 def call_input_fn(fn, **kwargs):
