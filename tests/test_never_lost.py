@@ -387,25 +387,34 @@ def test_graceful_interrupt_first_stops_at_the_step_second_at_once(name, cli):
       self.stopped = True
   signum = getattr(sig, name)
   defaults = GracefulInterrupt._DEFAULTS[signum]  # pylint: disable=protected-access
-  if sig.getsignal(signum) not in defaults:
-    pytest.skip(f"{name} has a handler of this process's own, which GracefulInterrupt keeps")
-  previous = sig.signal(signum, raise_terminated) if cli else None
-  before = sig.getsignal(signum)
-  stop = Terminated if name == "SIGTERM" else KeyboardInterrupt
-  with pytest.raises(stop, match="checkpoint saved"):
-    with GracefulInterrupt() as gi:
-      assert sig.getsignal(signum) == gi._on_signal  # pylint: disable=protected-access
-      ctx = Ctx()
-      gi.hook.after_run(ctx, None)
-      assert not ctx.stopped                    # no signal yet: training goes on
-      sig.raise_signal(signum)                  # the first one only asks
-      gi.hook.after_run(ctx, None)
-      assert ctx.stopped
-      with pytest.raises(stop):                 # the second one stops at once
-        sig.raise_signal(signum)
-  assert sig.getsignal(signum) == before
-  if cli:
-    sig.signal(signum, previous)
+  inherited = sig.getsignal(signum)
+  if inherited == sig.SIG_IGN:
+    # A background job's (`python3 dev.py test &` in a shell without job control): set the
+    # terminal's default for this test, so that it runs however the suite was started.
+    sig.signal(signum, defaults[0])
+  try:
+    if sig.getsignal(signum) not in defaults:
+      pytest.skip(f"{name} has a handler of this process's own, which GracefulInterrupt keeps")
+    previous = sig.signal(signum, raise_terminated) if cli else None
+    before = sig.getsignal(signum)
+    stop = Terminated if name == "SIGTERM" else KeyboardInterrupt
+    with pytest.raises(stop, match="checkpoint saved"):
+      with GracefulInterrupt() as gi:
+        assert sig.getsignal(signum) == gi._on_signal  # pylint: disable=protected-access
+        ctx = Ctx()
+        gi.hook.after_run(ctx, None)
+        assert not ctx.stopped                    # no signal yet: training goes on
+        sig.raise_signal(signum)                  # the first one only asks
+        gi.hook.after_run(ctx, None)
+        assert ctx.stopped
+        with pytest.raises(stop):                 # the second one stops at once
+          sig.raise_signal(signum)
+    assert sig.getsignal(signum) == before
+    if cli:
+      sig.signal(signum, previous)
+  finally:
+    if inherited == sig.SIG_IGN:
+      sig.signal(signum, inherited)
 
 
 _STUCK_STEP = """
