@@ -153,6 +153,22 @@ for STRATEGY in ("multi_replica", "pipelined"):
   trial(f"autograph/{STRATEGY}", users_model_fn, 2, strategy=STRATEGY)
   print("autograph", STRATEGY, "USER", any(c.endswith(":users_model_fn") for c in converted),
         "OURS", sorted({c for c in converted if c.startswith("cerebras_tf")}))
+def tensor_if_model_fn(features, labels, mode, params):
+  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, dense(features))
+  if tf.reduce_sum(features) > 0:  # a Python if on a tensor: only autograph makes it a tf.cond
+    loss = loss * 1.0
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=sgd(loss))
+for NAME, CLS in (("plain", tf.estimator.Estimator), ("ours", CerebrasEstimator)):
+  for MIRRORED in (True, False):
+    dist = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=
+        tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")) if MIRRORED else None
+    est = CLS(tensor_if_model_fn, params={"batch_size": 20}, config=CSRunConfig(
+        model_dir=f"{sys.argv[1]}/tensor_if/{NAME}{MIRRORED}", train_distribute=dist))
+    try:
+      est.train(input_fn, max_steps=2)
+      print("tensor_if", NAME, MIRRORED, "TRAINED")
+    except Exception as e:  # what the test compares between the two estimators
+      print("tensor_if", NAME, MIRRORED, "FAILED", type(e).__name__)
 """
 
 
@@ -284,6 +300,11 @@ def test_in_host_replicas_autograph_converts_the_users_model_fn_and_none_of_ours
   under replicas, and nothing on one device, as tf.estimator does."""
   assert _trial_lines(replica_trials, "autograph") == [
       "multi_replica USER True OURS []", "pipelined USER False OURS []"], replica_trials[2]
+  # A user's own MirroredStrategy with use_cs=False: a Python `if` on a tensor trains through
+  # autograph under the strategy and fails on one device, with either estimator.
+  assert _trial_lines(replica_trials, "tensor_if") == [
+      "plain True TRAINED", "plain False FAILED OperatorNotAllowedInGraphError",
+      "ours True TRAINED", "ours False FAILED OperatorNotAllowedInGraphError"], replica_trials[2]
 
 
 def test_a_per_replica_counter_is_named_in_multi_replica(replica_trials):
