@@ -120,8 +120,8 @@ class _Learner:
   library's. The order the library met them in does not matter: its final vocabulary sorts
   by count, then by token, and its splitting only asks whether a token is in the set.
   The first pass does not depend on the threshold and is counted once for the whole search.
-  The library took 55 s of CPU for en_es at 8,000 tokens with the first pass counted once;
-  tests compare the result with its `learn`.
+  en_es at 8,000 tokens: 55 s of CPU with the library's pass (its first counted once), 13 s
+  with this one, the same file; tests compare the result with the library's `learn`.
   """
 
   def __init__(self, lib, word_counts, vocab_size: int, reserved_tokens: List[str]):
