@@ -8,6 +8,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tft
 
 import bert_test_base as base
 from bert_test_base import tf1
@@ -303,6 +304,51 @@ class RobertaStyleTest(base.BertTestCase):
       self.assertAllEqual(originals[r], [rows[r][i] for i in positions[r]])
       self.assertNotIn(0, positions[r])  # never [CLS]
     self.assertGreater(picked_some, 5)  # multi-piece words were picked, whole
+
+  def test_masking_equals_tensorflow_texts_for_the_same_draws(self):
+    """input_lib.mask_language_model reads and writes the picked positions with flat-index
+    ops; tft.mask_language_model with a ragged batch_gather. Given the same selector draws
+    and a chooser that marks each value (id + 1000), both return the same masked ids,
+    positions and originals: per piece and over whole words, with tf-text's deterministic
+    FirstNItemSelector and with the random selector BERT's pipeline uses (graph-seeded)."""
+    rng = np.random.RandomState(3)
+    rows = [[2] + list(rng.randint(5, 40, rng.randint(0, 12))) + [3] for _ in range(24)]
+    continues = np.zeros(40, bool)
+    continues[25:] = True
+    special = {t: i for i, t in enumerate(base.SPECIAL)}
+    unselectable = [special["[CLS]"], special["[SEP]"], special["[PAD]"]]
+
+    class Marked(tft.MaskValuesChooser):
+      def get_mask_values(self, masked_lm_ids):
+        return masked_lm_ids + 1000
+
+    def run(mask_fn, whole_words, random_selector):
+      with tf.Graph().as_default():
+        tf1.set_random_seed(7)
+        ids = tf.ragged.constant(rows, dtype=tf.int64)
+        if whole_words:
+          ids = input_lib.group_words(ids, tf.constant(continues))
+        if random_selector:
+          selector = tft.RandomItemSelector(5, 0.3, unselectable_ids=unselectable,
+                                            shuffle_fn=input_lib._row_shuffle_fn())  # pylint: disable=protected-access
+        else:
+          selector = tft.FirstNItemSelector(3, unselectable_ids=unselectable)
+        out = mask_fn(ids, selector, Marked(40, special["[MASK]"]))
+        with tf1.Session() as sess:
+          return [v.to_list() for v in sess.run(out)]
+
+    for whole_words in (False, True):
+      for random_selector in (False, True):
+        ours = run(input_lib.mask_language_model, whole_words, random_selector)
+        theirs = run(lambda i, s, c: tft.mask_language_model(i, s, c), whole_words,
+                     random_selector)
+        self.assertEqual(ours, theirs, (whole_words, random_selector))
+        masked, positions, originals = ours
+        self.assertGreater(sum(map(len, positions)), 20)
+        for r, row in enumerate(rows):
+          self.assertEqual(originals[r], [row[i] for i in positions[r]])
+          self.assertEqual(masked[r], [v + 1000 if i in positions[r] else v
+                                       for i, v in enumerate(row)])
 
 
 class OptimizationTest(base.BertTestCase):
