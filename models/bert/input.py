@@ -100,6 +100,17 @@ def tokenize(tokenizer, texts):
   return tokenizer.tokenize(texts).merge_dims(-2, -1)
 
 
+def tokenize_pair(tokenizer, a, b):
+  """[B] strings a and b -> their ragged [B, (tokens)] ids, from one tokenizer call.
+
+  The tokenizer's graph is built once rather than twice: 0.19 s instead of 0.32 s of each
+  input build's CPU (issue 42); each string is tokenized alone either way.
+  """
+  both = tokenize(tokenizer, tf.concat([a, b], 0))
+  n = tf.shape(a, out_type=tf.int64)[0]
+  return both[:n], both[n:]
+
+
 def pack_pair(a, b, max_seq_length: int, cls_id: int, sep_id: int):
   """[CLS] a [SEP] b [SEP], trimmed round-robin to max_seq_length.
 
@@ -453,8 +464,8 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
         ex = tf.io.parse_example(rows, spec)
         texts, label = [ex["sentence"]], tf.cast(ex["label"], tf.int32)
       if len(texts) == 2:  # a pair: [CLS] a [SEP] b [SEP], segments 0 and 1
-        packed, segments = pack_pair(tokenize(tokenizer, texts[0]),
-                                     tokenize(tokenizer, texts[1]), msl, ids[CLS], ids[SEP])
+        packed, segments = pack_pair(*tokenize_pair(tokenizer, texts[0], texts[1]), msl,
+                                     ids[CLS], ids[SEP])
       else:
         packed, segments = pack_single(tokenize(tokenizer, texts[0]), msl, ids[CLS], ids[SEP])
       token_ids, padding_mask = _pad(packed, msl, static_batch)
@@ -492,8 +503,8 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
   @graph_fn
   def encode(serialized):  # deterministic: safe to run in parallel
     ex = tf.io.parse_example(serialized, spec)
-    packed, segments = pack_pair(tokenize(tokenizer, ex["text_a"]),
-                                 tokenize(tokenizer, ex["text_b"]), msl, ids[CLS], ids[SEP])
+    packed, segments = pack_pair(*tokenize_pair(tokenizer, ex["text_a"], ex["text_b"]), msl,
+                                 ids[CLS], ids[SEP])
     return packed, segments, tf.cast(ex["next_sentence_label"], tf.int32)
 
   continues = None

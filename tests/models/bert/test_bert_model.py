@@ -350,6 +350,23 @@ class RobertaStyleTest(base.BertTestCase):
           self.assertEqual(masked[r], [v + 1000 if i in positions[r] else v
                                        for i, v in enumerate(row)])
 
+  def test_a_pair_tokenized_in_one_call_is_each_side_tokenized_alone(self):
+    vocab_file = os.path.join(self.make_data_dir(), "vocab", "bert_uncased_vocab.txt")
+    a = ["The movie , a great plot .", "", "dull dull dull", "zzqx unknown"]
+    b = ["", "a movie", "The plot . A dull movie", "great"]
+    with tf.Graph().as_default():
+      tokenizer = input_lib.make_tokenizer(vocab_file, base.SPECIAL.index("[UNK]"))
+      pair = input_lib.tokenize_pair(tokenizer, tf.constant(a), tf.constant(b))
+      alone = [input_lib.tokenize(tokenizer, tf.constant(t)) for t in (a, b)]
+      with tf1.Session() as sess:
+        sess.run(tf1.tables_initializer())
+        pair, alone = sess.run([pair, alone])
+    pair, alone = [t.to_list() for t in pair], [t.to_list() for t in alone]
+    self.assertEqual(pair, alone)
+    self.assertEqual([len(r) for r in pair[0]], [len(r) for r in alone[0]])
+    self.assertEqual(pair[0][1], [])
+    self.assertGreater(len(pair[1][2]), len(pair[0][2]))
+
 
 class OptimizationTest(base.BertTestCase):
 
