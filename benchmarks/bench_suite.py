@@ -115,9 +115,12 @@ def main() -> int:
   if not tests:
     print(out[-3000:], file=sys.stderr)
     return 1
-  started = sum(line.startswith("start ") for line in procs)
+  started = {line.split()[1] for line in procs if line.startswith("start ")}
   ended = [line.split(maxsplit=4) for line in procs if line.startswith("end ")]
-  with_tf = [e for e in ended if e[3] == "1"]
+  # tests/warm_python.py's children are forked from a server that started (and imported
+  # TensorFlow) once: they write an end line, inherited, and no start line of their own.
+  warm = [e for e in ended if e[1] not in started]
+  with_tf = [e for e in ended if e[3] == "1" and e[1] in started]
   s = summary(out)
   cores = len(os.sched_getaffinity(0))
   outcome = ", ".join(f"{s[k]:,} {k}" for k in ("passed", "failed", "error", "skipped",
@@ -133,10 +136,12 @@ def main() -> int:
        f"{cpu:,.0f} s: the {cores} cores {cpu / (wall * cores):.0%} busy", "-"),
       ("CPU the tests account for: the workers' own + their waited children",
        f"{own + kids:,.0f} s = {own:,.0f} + {kids:,.0f}", "-"),
-      ("Python processes started (the venv's, dev.py's and pytest's included)", f"{started:,}",
-       "-"),
+      ("Python processes started (the venv's, dev.py's and pytest's included)",
+       f"{len(started):,}", "-"),
       ("... of which exited normally / and had imported TensorFlow",
-       f"{len(ended):,} / {len(with_tf):,} (killed ones write no line)", "-"),
+       f"{len(ended) - len(warm):,} / {len(with_tf):,} (killed ones write no line)", "-"),
+      ("children forked warm by tests/warm_python.py that exited normally (no start-up)",
+       f"{len(warm):,}", "-"),
       ("`import tensorflow` (with cerebras_tf) in a fresh process, CPU", f"{import_cpu:.1f} s",
        "-"),
       ("those imports alone: TensorFlow processes that exited x the import",
