@@ -3,8 +3,9 @@ before each run's output; `fenced` splits what it printed back into runs."""
 
 import json
 import os
-import subprocess
 import sys
+
+import warm_python
 
 # The child: scripts/run.py's main for each (name, argv), one after another, as a notebook
 # would; `=== exit CODE` ends each run's output.
@@ -22,9 +23,9 @@ for name, argv in json.loads(sys.argv[1]):
 
 def run_in_one_process(runs, cwd: str, timeout: float):
   """Runs [(name, argv)] in one fresh process; returns (stdout by run, stderr by run, proc)."""
-  proc = subprocess.run([sys.executable, "-u", "-c", _CHILD, json.dumps(runs)], cwd=cwd,
-                        capture_output=True, text=True, timeout=timeout,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.run([sys.executable, "-u", "-c", _CHILD, json.dumps(runs)], cwd=cwd,
+                         capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   return fenced(proc.stdout), fenced(proc.stderr), proc
 

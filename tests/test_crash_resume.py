@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 600 MLP steps (4.7 epochs of 128 batches each, so the input pipeline's state crosses
@@ -34,8 +35,8 @@ def _cmd(model_dir):
 
 
 def _run(model_dir):
-  proc = subprocess.run(_cmd(model_dir), cwd=ROOT, capture_output=True, text=True, timeout=600,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.run(_cmd(model_dir), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-2000:]
   return proc
 
@@ -68,8 +69,9 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.slow
 def test_sigkill_then_rerun_matches_uninterrupted(tmp_path, uninterrupted):
   kill_after = random.Random().choice(range(2 * CKPT_STEPS, HALF, CKPT_STEPS))
-  proc = subprocess.Popen(_cmd(tmp_path), cwd=ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.Popen(_cmd(tmp_path), cwd=ROOT, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   deadline = time.monotonic() + 300
   while _step(tmp_path) < kill_after and proc.poll() is None and time.monotonic() < deadline:
     time.sleep(0.02)
@@ -84,9 +86,9 @@ def test_sigkill_then_rerun_matches_uninterrupted(tmp_path, uninterrupted):
 
 @pytest.mark.slow
 def test_truncated_latest_checkpoint_falls_back_to_previous(tmp_path, uninterrupted):
-  proc = subprocess.run(_cmd(tmp_path)[:-2] + ["--params_override", "runconfig.log_step_count_steps=500"]
-                        + ["--max_steps", str(HALF)], cwd=ROOT, capture_output=True,
-                        text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.run(_cmd(tmp_path)[:-2] + ["--params_override", "runconfig.log_step_count_steps=500"]
+                         + ["--max_steps", str(HALF)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-2000:]
   data = str(tmp_path / f"model.ckpt-{HALF}.data-00000-of-00001")
   with open(data, "r+b") as fh:

@@ -14,6 +14,7 @@ from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf import runner
 from cerebras_tf.errors import ConfigError, ModelFnError, TrainingError
 from conftest import ROOT
+import warm_python
 
 PIPELINED = CSConfig(execution_strategy="pipelined")
 
@@ -258,8 +259,8 @@ def test_cerebras_tf_is_a_namespace_portion():
 def test_seed_example_runs_as_printed_from_another_directory(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
   env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-  proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "seed_example.py")],
-                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  proc = warm_python.run([sys.executable, os.path.join(ROOT, "tests", "seed_example.py")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "SEED OK 5" in proc.stdout
   assert os.path.exists(tmp_path / "out" / "model.ckpt-5.index")

@@ -17,6 +17,7 @@ from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import checkpoints, strategies
 from cerebras_models.mlp.model import model_fn
 from estimator_fixtures import PARAMS, ROOT, config_in, train_input_fn
+import warm_python
 
 
 def test_auto_multi_replica_falls_back_to_one_device(tmp_path, monkeypatch, caplog):
@@ -92,8 +93,8 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
       except ConfigError as e:
         print("REFUSED", e)
       """)
-  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "mr")], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
+  proc = warm_python.run([sys.executable, "-c", script, str(tmp_path / "mr")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=False)
   assert "REFUSED the input_fn returned a tuple of tensors, not a tf.data.Dataset: " \
          "multi_replica splits a dataset" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
@@ -278,8 +279,8 @@ def replica_trials(tmp_path_factory):
   text = _REPLICA_PRELUDE + "".join(_REPLICA_TRIALS.values())
   path = tmp / "ported_model_fns.py"
   path.write_text(text)
-  proc = subprocess.run([sys.executable, str(path), str(tmp)], cwd=ROOT, capture_output=True,
-                        text=True, timeout=600, check=False)
+  proc = warm_python.run([sys.executable, str(path), str(tmp)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600, check=False)
   return path, text, proc.stdout + "\n--- stderr ---\n" + proc.stderr[-3000:]
 
 

@@ -22,6 +22,7 @@ from cerebras_tf.errors import (CompileError, ConfigError, DataError, ModelFnErr
 from cerebras_models.mlp.model import input_fn, model_fn
 from estimator_fixtures import PARAMS, ROOT, config_in, eval_input_fn, train_input_fn
 from source_marks import line_of
+import warm_python
 
 
 def test_is_an_estimator_subclass():
@@ -136,9 +137,9 @@ def test_tf_random_seed_fixes_keras_layers_initial_weights_in_every_mode(tmp_pat
   each MirroredStrategy replica thread, so runs and modes start from one point."""
   script = tmp_path / "seeded.py"
   script.write_text(SEEDED_KERAS_LAYERS)
-  proc = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=ROOT, timeout=600,
-                        capture_output=True, text=True, env=dict(os.environ,
-                                                                 TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.run([sys.executable, str(script), str(tmp_path)], cwd=ROOT, timeout=600,
+                         capture_output=True, text=True, env=dict(os.environ,
+                                                                  TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   kernels = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line[:1] in "tpm")
   assert kernels["tf1"] != kernels["tf2"], kernels   # TensorFlow's own behaviour, fixed here
@@ -647,8 +648,8 @@ def test_one_process_trains_in_every_mode_in_turn(tmp_path):
   script.write_text(NOTEBOOK)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   env.pop("TF_CONFIG", None)
-  proc = subprocess.run([sys.executable, str(script), str(tmp_path / "m")], cwd=tmp_path, env=env,
-                        capture_output=True, text=True, timeout=600)
+  proc = warm_python.run([sys.executable, str(script), str(tmp_path / "m")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.split("\n")[:4] == [
       "trained pipelined 1 2", "trained weight_streaming 1 4", "trained multi_replica 1 6",

@@ -21,6 +21,7 @@ import pytest
 
 from progress_log import losses_by_step
 from fenced_runs import run_in_one_process
+import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 24
@@ -64,8 +65,8 @@ def _parse(out, log):
 
 def _losses(tmp_path, name, *flags):
   cmd = [sys.executable, "scripts/run.py", *_argv(tmp_path / name, *flags)]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   return _parse(proc.stdout, proc.stdout + proc.stderr)
 
@@ -173,8 +174,8 @@ def test_weight_server_killed_mid_run_recovers_from_last_checkpoint(tmp_path):
          "--execution_strategy", "weight_streaming", "--num_wgt_servers", "2",
          "--params_override", f"runconfig.save_checkpoints_steps={KILL_CKPT_STEPS}",
          "--params_override", "runconfig.log_step_count_steps=500"]
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   deadline = time.monotonic() + 240
   victim = None
   while victim is None and time.monotonic() < deadline and proc.poll() is None:
@@ -214,11 +215,11 @@ def test_weight_server_that_stops_answering_is_restarted_and_the_run_finishes(tm
          "--execution_strategy", "weight_streaming",
          "--params_override", f"runconfig.save_checkpoints_steps={KILL_CKPT_STEPS}",
          "--params_override", "runconfig.log_step_count_steps=500"]
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                              CEREBRAS_TF_STALL_TIMEOUT_S="3",
-                                              # idle for 6 s, not 30: the same rule, sooner
-                                              CEREBRAS_TF_STALL_IDLE_WINDOW_S="6"))
+  proc = warm_python.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                                               CEREBRAS_TF_STALL_TIMEOUT_S="3",
+                                               # idle for 6 s, not 30: the same rule, sooner
+                                               CEREBRAS_TF_STALL_IDLE_WINDOW_S="6"))
   deadline = time.monotonic() + 240
   victim = None
   while victim is None and time.monotonic() < deadline and proc.poll() is None:
@@ -257,8 +258,8 @@ def test_client_killed_mid_run_leaves_no_weight_server_and_rerun_resumes(tmp_pat
          "--params_override", f"runconfig.save_checkpoints_steps={KILL_CKPT_STEPS}",
          "--params_override", "runconfig.log_step_count_steps=500"]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          env=env)
+  proc = warm_python.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=env)
   deadline, servers = time.monotonic() + 240, []
   ckpt = model_dir / "checkpoint"
   while time.monotonic() < deadline and proc.poll() is None:
@@ -275,7 +276,7 @@ def test_client_killed_mid_run_leaves_no_weight_server_and_rerun_resumes(tmp_pat
   assert not _server_processes(f"--parent {proc.pid}"), "weight servers outlived the client"
   step = int(re.search(r'model\.ckpt-(\d+)"', ckpt.read_text().split("\n")[0]).group(1))
   assert 0 < step < KILL_RUN_STEPS
-  rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+  rerun = warm_python.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert re.search(rf"Restoring parameters from .*model\.ckpt-{step}\b",
                    (model_dir / "cerebras_tf.log").read_text())
@@ -314,9 +315,9 @@ def test_weight_server_gone_for_good_ends_the_run_with_one_line(tmp_path):
   TrainingError code, no server is left, and the rerun resumes."""
   _needs_planner("weight_streaming")
   model_dir = tmp_path / "ws_gone"
-  proc = subprocess.Popen([sys.executable, "-c", _KILL_FOR_GOOD, str(model_dir)], cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = warm_python.Popen([sys.executable, "-c", _KILL_FOR_GOOD, str(model_dir)], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   _, err = proc.communicate(timeout=300)
   assert proc.returncode == 2, err[-3000:]
   error = [l for l in err.splitlines() if l.startswith("error: ")]
@@ -325,11 +326,11 @@ def test_weight_server_gone_for_good_ends_the_run_with_one_line(tmp_path):
   assert step and "weight server ps:0 died 4 times" in error[0], error[0]
   assert "rerun the same command to resume" in error[0]
   assert not _server_processes(f"--parent {proc.pid}")
-  rerun = subprocess.run([sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
-                          "--model_dir", str(model_dir), "--max_steps",
-                          str(int(step.group(1)) + 10), "--execution_strategy",
-                          "weight_streaming"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  rerun = warm_python.run([sys.executable, "scripts/run.py", "--params", "configs/params_mlp.yaml",
+                           "--model_dir", str(model_dir), "--max_steps",
+                           str(int(step.group(1)) + 10), "--execution_strategy",
+                           "weight_streaming"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert re.search(rf"Restoring parameters from .*model\.ckpt-{step.group(1)}\b",
                    (model_dir / "cerebras_tf.log").read_text())

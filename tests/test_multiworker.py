@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import launcher, strategies, tf_config
+import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
@@ -107,7 +108,7 @@ def _launch(tmp_path, name, *args, timeout=300, cwd=ROOT):
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
   model_dir = tmp_path_factory.mktemp("one")
-  proc = subprocess.run([sys.executable, "scripts/run.py",
+  proc = warm_python.run([sys.executable, "scripts/run.py",
                          *_run_flags(model_dir, "--execution_strategy", "pipelined")],
                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -165,7 +166,7 @@ def _task_procs(tmp_path, spec, flags, tag, task_flags=None):
   for job, i in launcher.tasks(spec):
     name = f"{job}:{i}"
     env = dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i))
-    procs[name] = subprocess.Popen(
+    procs[name] = warm_python.Popen(
         [sys.executable, "scripts/run.py", *(task_flags or {}).get(name, flags)], cwd=ROOT,
         env=env, start_new_session=True,
         stdout=subprocess.DEVNULL, text=True,
@@ -283,7 +284,7 @@ def test_sigterm_on_the_chief_saves_at_the_step_and_the_worker_names_it(tmp_path
 def _script_on_every_task(spec, script: str, *args):
   """Runs `python -c script args` as each task of `spec` (its TF_CONFIG set): a user's own
   Python program on every host. Returns each task's (stdout, stderr)."""
-  procs = [subprocess.Popen([sys.executable, "-c", script, *args], cwd=ROOT,
+  procs = [warm_python.Popen([sys.executable, "-c", script, *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, job, i)),
                             text=True, start_new_session=True)
@@ -375,7 +376,7 @@ def test_task_that_never_joins_is_named(tmp_path):
   spec = launcher.local_spec(2)
   env = dict(ENV, TF_CONFIG=launcher.tf_config_for(spec, "chief", 0),
              CEREBRAS_TF_FORMATION_TIMEOUT_S="5")
-  proc = subprocess.Popen([sys.executable, "scripts/run.py",
+  proc = warm_python.Popen([sys.executable, "scripts/run.py",
                            *_run_flags(tmp_path / "m", "--execution_strategy", "multi_replica")],
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, start_new_session=True)
@@ -532,7 +533,7 @@ def test_a_port_already_taken_is_our_line_alone(tmp_path):
             "worker": launcher.local_spec(1)["chief"]}
     env = dict(ENV, TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": "chief",
                                                                      "index": 0}}))
-    proc = subprocess.run([sys.executable, "scripts/run.py",
+    proc = warm_python.run([sys.executable, "scripts/run.py",
                            *_run_flags(tmp_path / "m", "--execution_strategy", "multi_replica")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
                           check=False)

@@ -22,6 +22,7 @@ from conftest import as_from_a_shell
 
 from cerebras_tf import cli
 from cerebras_tf.runtime import checkpoints
+import warm_python
 
 MLP = "configs/params_mlp.yaml"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -316,8 +317,8 @@ def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path,
          "--model_dir", model_dir]
   # As a user's shell has it: no TF_CPP_MIN_LOG_LEVEL (conftest sets one), no TF_CONFIG.
   env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_CONFIG")}
-  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=env, preexec_fn=as_from_a_shell)
+  proc = warm_python.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env, preexec_fn=as_from_a_shell)
   try:
     deadline = time.time() + 120
     while not glob.glob(os.path.join(model_dir, "model.ckpt-*.index")) and time.time() < deadline:
@@ -343,8 +344,8 @@ def test_ctrl_c_says_where_the_run_stands_and_the_same_command_resumes(tmp_path,
   assert os.path.exists(os.path.join(model_dir, f"input.ckpt-{resume}.index"))
   assert line == (f"error: {said}; the same command resumes from step {resume:,} "
                   f"(checkpoints in {model_dir})")
-  again = subprocess.run(cmd[:-4] + ["--max_steps", str(resume + 5), "--model_dir", model_dir],
-                         capture_output=True, text=True, timeout=180, env=env)
+  again = warm_python.run(cmd[:-4] + ["--max_steps", str(resume + 5), "--model_dir", model_dir],
+                          capture_output=True, text=True, timeout=180, env=env)
   assert again.returncode == 0, again.stderr
   assert f"step {resume + 1}/{resume + 5}" in again.stdout
 
@@ -447,9 +448,9 @@ def test_a_step_stuck_in_tensorflow_still_stops_on_ctrl_c_and_sigterm(tmp_path):
        "without a checkpoint at this step"),
       ([signal.SIGTERM], 3, 143, "SIGTERM 3s ago, and the step in progress has not finished "
        "(a peer or weight server that stopped answering?): stopped without it")):
-    proc = subprocess.Popen([sys.executable, "-c", _STUCK_STEP, str(model_dir), str(grace)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=as_from_a_shell)
+    proc = warm_python.Popen([sys.executable, "-c", _STUCK_STEP, str(model_dir), str(grace)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             preexec_fn=as_from_a_shell)
     assert proc.stdout.readline() == "stuck\n"
     time.sleep(0.5)
     t0 = time.monotonic()

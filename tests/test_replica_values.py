@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,8 +47,8 @@ SCRIPT = textwrap.dedent("""\
 def test_replica_valued_summaries_and_named_tensors_are_said_once(tmp_path):
   script = tmp_path / "replica_values.py"
   script.write_text(SCRIPT)
-  proc = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=ROOT, timeout=600,
-                        capture_output=True, text=True, check=False)
+  proc = warm_python.run([sys.executable, str(script), str(tmp_path)], cwd=ROOT, timeout=600,
+                         capture_output=True, text=True, check=False)
   out = proc.stdout + proc.stderr[-3000:]
   lines = {l.split(" SAID ")[0]: l.split(" SAID ", 1)[1] for l in proc.stdout.splitlines()
            if " SAID " in l}

@@ -18,6 +18,7 @@ import tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import ConfigError, ModelFnError, TrainingError
 from source_marks import line_of
+import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 L = tf.keras.layers
@@ -600,8 +601,8 @@ def test_a_mixed_precision_policy_trains_or_says_why_not_in_multi_replica(tmp_pa
            "multi_replica:keras": "STEP 6",
            "multi_replica:default": "STEP 6",  # no var_list: the shared variables
            "pipelined:keras": "STEP 6"}
-  proc = subprocess.run([sys.executable, "-c", _MIXED_SCRIPT, str(tmp_path), *cases],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  proc = warm_python.run([sys.executable, "-c", _MIXED_SCRIPT, str(tmp_path), *cases],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
   out = proc.stdout + proc.stderr[-4000:]
   for case, expected in cases.items():
     assert f"CASE {case} {expected}" in out, (case, out)
@@ -664,8 +665,8 @@ def test_a_keras_cnn_trains_weight_streaming_on_several_systems(tmp_path):
   evaluates. On 4 systems the host trains the shares on its 2 devices and says so; batch
   norm over 8 samples a system is named with the num_csx that keeps 16, and that the host's
   2 replicas of 16 normalize otherwise."""
-  proc = subprocess.run([sys.executable, "-c", _WS_SCRIPT, str(tmp_path)], cwd=ROOT,
-                        capture_output=True, text=True, timeout=600, check=False)
+  proc = warm_python.run([sys.executable, "-c", _WS_SCRIPT, str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, check=False)
   out = proc.stdout + proc.stderr[-4000:]
   two = next(l for l in proc.stdout.splitlines() if l.startswith("CASE two"))
   assert two == "CASE two STEP 5 HOST 2 EVAL True SAID []", out
@@ -728,8 +729,8 @@ def test_a_keras_models_optimizer_state_carries_across_modes(tmp_path):
   ('training/Adam/.../m/replica_1')": MirroredStrategy left each replica's copy of a Keras
   slot in the collection, and saved them under those names); weight streaming's Saver refused
   the slots' wrapper beside the slot. Now every mode saves each slot once, under one name."""
-  proc = subprocess.run([sys.executable, "-c", _SWITCH_SCRIPT, str(tmp_path)], cwd=ROOT,
-                        capture_output=True, text=True, timeout=600, check=False)
+  proc = warm_python.run([sys.executable, "-c", _SWITCH_SCRIPT, str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, check=False)
   out = proc.stdout + proc.stderr[-4000:]
   lines = [l for l in proc.stdout.splitlines() if l.startswith("MODE")]
   # 4 trainable variables (the conv's and the logits' kernels and biases), an Adam "m" each.
