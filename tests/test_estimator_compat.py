@@ -3,7 +3,6 @@ behaviour that tensorflow/estimator's own tests showed differing
 (benchmarks/bench_estimator_conformance.py runs those tests themselves)."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np

@@ -4,7 +4,6 @@ groups, a model_fn's own train_distribute, and input_fns that do not return a da
 """
 
 import logging
-import subprocess
 import sys
 import textwrap
 

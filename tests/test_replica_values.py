@@ -5,7 +5,6 @@ the same in every replica and is not named; pipelined says nothing.
 """
 
 import os
-import subprocess
 import sys
 import textwrap
 import warm_python
