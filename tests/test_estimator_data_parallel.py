@@ -4,6 +4,7 @@ groups, a model_fn's own train_distribute, and input_fns that do not return a da
 """
 
 import logging
+import os
 import sys
 import textwrap
 
@@ -93,7 +94,8 @@ def test_numpy_input_fn_trains_and_multi_replica_asks_for_a_dataset(tmp_path):
         print("REFUSED", e)
       """)
   proc = warm_python.run([sys.executable, "-c", script, str(tmp_path / "mr")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, check=False)
+                         capture_output=True, text=True, timeout=300, check=False,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert "REFUSED the input_fn returned a tuple of tensors, not a tf.data.Dataset: " \
          "multi_replica splits a dataset" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
@@ -279,7 +281,8 @@ def replica_trials(tmp_path_factory):
   path = tmp / "ported_model_fns.py"
   path.write_text(text)
   proc = warm_python.run([sys.executable, str(path), str(tmp)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600, check=False)
+                         text=True, timeout=600, check=False,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   return path, text, proc.stdout + "\n--- stderr ---\n" + proc.stderr[-3000:]
 
 

@@ -47,7 +47,8 @@ def test_replica_valued_summaries_and_named_tensors_are_said_once(tmp_path):
   script = tmp_path / "replica_values.py"
   script.write_text(SCRIPT)
   proc = warm_python.run([sys.executable, str(script), str(tmp_path)], cwd=ROOT, timeout=600,
-                         capture_output=True, text=True, check=False)
+                         capture_output=True, text=True, check=False,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   out = proc.stdout + proc.stderr[-3000:]
   lines = {l.split(" SAID ")[0]: l.split(" SAID ", 1)[1] for l in proc.stdout.splitlines()
            if " SAID " in l}

@@ -40,14 +40,20 @@ def test_exit_codes_are_pythons(tmp_path):
 
 def test_script_argv_path_name_cwd_and_environment(tmp_path):
   (tmp_path / "helper_mod.py").write_text("VALUE = 7\n")
+  lib = tmp_path / "lib"
+  lib.mkdir()
+  (lib / "lib_mod.py").write_text("VALUE = 8\n")
   script = tmp_path / "script.py"
-  script.write_text("import os, sys, helper_mod\n"
-                    "print(__name__, sys.argv, helper_mod.VALUE, os.getcwd(), "
-                    "os.environ.get('WARM_PROBE'), os.path.isabs(__file__))\n")
+  script.write_text("import os, sys, helper_mod, lib_mod\n"
+                    "print(__name__, sys.argv, helper_mod.VALUE, lib_mod.VALUE, os.getcwd(), "
+                    "os.environ.get('WARM_PROBE'), os.path.isabs(__file__), sys.path[:2])\n")
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
-  out = _py(str(script), "a", "--b", cwd=elsewhere, env=dict(ENV, WARM_PROBE="here")).stdout
-  assert out == f"__main__ {[str(script), 'a', '--b']} 7 {elsewhere} here True\n"
+  out = _py(str(script), "a", "--b", cwd=elsewhere,
+            env=dict(ENV, WARM_PROBE="here", PYTHONPATH=str(lib))).stdout
+  # As Python's start-up orders sys.path: the script's directory, then PYTHONPATH's entries.
+  assert out == (f"__main__ {[str(script), 'a', '--b']} 7 8 {elsewhere} here True "
+                 f"{[str(tmp_path), str(lib)]}\n")
 
 
 def test_module_and_unbuffered_flag():

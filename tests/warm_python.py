@@ -38,6 +38,13 @@ _IMPORT_TIME = re.compile(r"^(PYTHON\w*|TF_CPP_\w+|TF_ENABLE_\w+|TF_NUM_\w+|TF_X
                           r"OMP_\w+|KMP_\w+|MKL\w*|OPENBLAS_\w+|ONEDNN_\w+|DNNL_\w+|CUDA_\w+|"
                           r"LD_\w+|LANG|LC_\w+|CEREBRAS_TF_\w+)$")
 _MAX_SERVERS = 5  # per test process; ~220 MB each
+# The top-level packages the server imports (warm_python_server.PRELOAD), where they are here.
+_PRELOADED = {name: os.path.realpath(os.path.join(_TESTS, "..", name))
+              for name in ("cerebras_tf", "models", "cerebras")}
+_PRELOADED.update({name: None for name in ("tensorflow", "tensorflow_estimator",
+                                           "tensorflow_text", "keras", "matplotlib",
+                                           "numpy")})
+_PRELOADED["conftest.py"] = os.path.join(_TESTS, "conftest.py")
 
 
 def _task(env: dict) -> str:
@@ -83,8 +90,19 @@ _servers: dict = {}  # key -> _Server, least recently used first
 _lock = threading.Lock()
 
 
+def _shadows(pythonpath: str) -> bool:
+  """Whether a PYTHONPATH entry holds a package the server imported, found there first."""
+  return any(os.path.exists(os.path.join(entry, name)) and
+             os.path.realpath(os.path.join(entry, name)) != _PRELOADED.get(name)
+             for entry in pythonpath.split(os.pathsep) if entry
+             for name in _PRELOADED)
+
+
 def _server_for(env: dict) -> _Server:
-  key = (tuple(sorted((k, v) for k, v in env.items() if _IMPORT_TIME.match(k))), _task(env))
+  # PYTHONPATH is read at start-up, but only for what is imported after it: the child puts
+  # its entries on sys.path itself, unless one would have given the server another package.
+  key = (tuple(sorted((k, v) for k, v in env.items() if _IMPORT_TIME.match(k) and
+                      (k != "PYTHONPATH" or _shadows(v)))), _task(env))
   with _lock:
     server = _servers.pop(key, None)
     if server is None or server.proc.poll() is not None:

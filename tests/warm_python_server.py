@@ -29,6 +29,11 @@ PRELOAD = ("cerebras_tf", "tensorflow", "tensorflow_estimator", "tensorflow_text
            "matplotlib.figure", "matplotlib.backends.backend_agg", "numpy")
 
 
+# The server's own PYTHONPATH entries on sys.path, which a child's PYTHONPATH replaces.
+_OWN_PYTHONPATH = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                   if p]
+
+
 def _become(request: dict, fds: list) -> None:
   """In the forked child: the process `python ARGS` would have been, up to running main."""
   signal.set_wakeup_fd(-1)
@@ -45,6 +50,11 @@ def _become(request: dict, fds: list) -> None:
   os.chdir(request["cwd"])
   os.environ.clear()
   os.environ.update(request["env"])
+  # PYTHONPATH's entries, as Python's start-up puts them: after the script's directory, before
+  # the rest. The server's own (the same, or none) come out first.
+  entries = [os.path.abspath(p) for p in request["env"].get("PYTHONPATH", "").split(os.pathsep)
+             if p]
+  sys.path[1:] = entries + [p for p in sys.path[1:] if p not in _OWN_PYTHONPATH and p not in entries]
   if request["unbuffered"]:
     for stream in (sys.stdout, sys.stderr):
       stream.reconfigure(write_through=True)

@@ -602,7 +602,8 @@ def test_a_mixed_precision_policy_trains_or_says_why_not_in_multi_replica(tmp_pa
            "multi_replica:default": "STEP 6",  # no var_list: the shared variables
            "pipelined:keras": "STEP 6"}
   proc = warm_python.run([sys.executable, "-c", _MIXED_SCRIPT, str(tmp_path), *cases],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   out = proc.stdout + proc.stderr[-4000:]
   for case, expected in cases.items():
     assert f"CASE {case} {expected}" in out, (case, out)
@@ -666,7 +667,8 @@ def test_a_keras_cnn_trains_weight_streaming_on_several_systems(tmp_path):
   norm over 8 samples a system is named with the num_csx that keeps 16, and that the host's
   2 replicas of 16 normalize otherwise."""
   proc = warm_python.run([sys.executable, "-c", _WS_SCRIPT, str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600, check=False)
+                         capture_output=True, text=True, timeout=600, check=False,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   out = proc.stdout + proc.stderr[-4000:]
   two = next(l for l in proc.stdout.splitlines() if l.startswith("CASE two"))
   assert two == "CASE two STEP 5 HOST 2 EVAL True SAID []", out
@@ -730,7 +732,8 @@ def test_a_keras_models_optimizer_state_carries_across_modes(tmp_path):
   slot in the collection, and saved them under those names); weight streaming's Saver refused
   the slots' wrapper beside the slot. Now every mode saves each slot once, under one name."""
   proc = warm_python.run([sys.executable, "-c", _SWITCH_SCRIPT, str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600, check=False)
+                         capture_output=True, text=True, timeout=600, check=False,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   out = proc.stdout + proc.stderr[-4000:]
   lines = [l for l in proc.stdout.splitlines() if l.startswith("MODE")]
   # 4 trainable variables (the conv's and the logits' kernels and biases), an Adam "m" each.
