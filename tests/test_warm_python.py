@@ -110,13 +110,20 @@ def test_a_timeout_kills_the_child():
   assert time.monotonic() - start < 60
 
 
-def test_each_cluster_task_gets_a_server_of_its_own():
-  """Tasks of one cluster run on separate hosts, with separate string hash seeds."""
-  code = "print(hash('same text'))"
-  chief, worker = ('{"cluster": {}, "task": {"type": "%s", "index": 0}}' % t
-                   for t in ("chief", "worker"))
-  seeds = {_py("-c", code, env=dict(ENV, TF_CONFIG=c)).stdout for c in (chief, worker, chief)}
-  assert len(seeds) == 2
+def test_a_server_is_shared_where_the_import_time_environment_and_the_task_agree(tmp_path):
+  """Each server is a fresh interpreter, with its own string hash seed: the tasks of one
+  cluster must not share one, as they would not on separate hosts."""
+  key = warm_python.server_key
+  chief, worker = (dict(ENV, TF_CONFIG='{"cluster": {}, "task": {"type": "%s", "index": 0}}'
+                        % t) for t in ("chief", "worker"))
+  assert key(chief) != key(worker) and key(chief) != key(ENV)
+  assert key(chief) == key(dict(chief, CEREBRAS_TF_MODEL_MODULES="m"))  # read when used
+  assert key(ENV) != key(dict(ENV, TF_CPP_MIN_LOG_LEVEL="1"))  # TensorFlow reads it at import
+  assert key(ENV) != key(dict(ENV, CEREBRAS_TF_STOP_GRACE_S="3"))  # cerebras_tf reads it so
+  # A PYTHONPATH entry goes on the child's sys.path, unless it holds a package of the server's.
+  assert key(ENV) == key(dict(ENV, PYTHONPATH=str(tmp_path)))
+  (tmp_path / "numpy").mkdir()
+  assert key(ENV) != key(dict(ENV, PYTHONPATH=str(tmp_path)))
 
 
 def test_what_it_cannot_fork_warm_runs_as_subprocess_runs_it():

@@ -37,6 +37,10 @@ _RUN_PY = os.path.realpath(os.path.join(_TESTS, "..", "scripts", "run.py"))
 _IMPORT_TIME = re.compile(r"^(PYTHON\w*|TF_CPP_\w+|TF_ENABLE_\w+|TF_NUM_\w+|TF_XLA_\w+|XLA_\w+|"
                           r"OMP_\w+|KMP_\w+|MKL\w*|OPENBLAS_\w+|ONEDNN_\w+|DNNL_\w+|CUDA_\w+|"
                           r"LD_\w+|LANG|LC_\w+|CEREBRAS_TF_\w+)$")
+# cerebras_tf's variables that are read when used, not at import (precision.py, registry.py,
+# runtime/cluster.py's stall floor).
+_READ_WHEN_USED = {"CEREBRAS_TF_FORCE_BF16", "CEREBRAS_TF_MODEL_MODULES",
+                   "CEREBRAS_TF_STALL_TIMEOUT_S"}
 _MAX_SERVERS = 5  # per test process; ~220 MB each
 # The top-level packages the server imports (warm_python_server.PRELOAD), where they are here.
 _PRELOADED = {name: os.path.realpath(os.path.join(_TESTS, "..", name))
@@ -98,11 +102,17 @@ def _shadows(pythonpath: str) -> bool:
              for name in _PRELOADED)
 
 
-def _server_for(env: dict) -> _Server:
+def server_key(env: dict) -> tuple:
+  """What a child's server must share with it: the environment read at import, its task."""
   # PYTHONPATH is read at start-up, but only for what is imported after it: the child puts
   # its entries on sys.path itself, unless one would have given the server another package.
-  key = (tuple(sorted((k, v) for k, v in env.items() if _IMPORT_TIME.match(k) and
-                      (k != "PYTHONPATH" or _shadows(v)))), _task(env))
+  return (tuple(sorted((k, v) for k, v in env.items()
+                       if _IMPORT_TIME.match(k) and k not in _READ_WHEN_USED and
+                       (k != "PYTHONPATH" or _shadows(v)))), _task(env))
+
+
+def _server_for(env: dict) -> _Server:
+  key = server_key(env)
   with _lock:
     server = _servers.pop(key, None)
     if server is None or server.proc.poll() is not None:
