@@ -33,3 +33,32 @@ def test_a_process_started_so_keeps_its_bytecode_out_of_the_source_tree(monkeypa
                  check=True)
   assert not (src / "__pycache__").exists()
   assert list(cache.rglob("some_module*.pyc")), "no bytecode written under the prefix"
+
+
+def test_the_installed_bytecode_is_seeded_where_the_prefix_makes_python_look(tmp_path):
+  """Python's own mapping (importlib's cache_from_source under a pycache prefix) finds the
+  seeded file; a source changed since is recompiled into a new file, not into the seed."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import py_compile  # pylint: disable=import-outside-toplevel
+  site, prefix = tmp_path / "site", tmp_path / "prefix"
+  (site / "pkg").mkdir(parents=True)
+  source = site / "pkg" / "mod.py"
+  source.write_text("X = 1\n")
+  beside = os.path.join(site, "pkg", "__pycache__",
+                        f"mod.{sys.implementation.cache_tag}.pyc")  # where pip compiles it
+  compiled = py_compile.compile(str(source), cfile=beside, doraise=True)
+  assert dev.seed_bytecode(str(prefix), [str(site)]) == 1
+  assert dev.seed_bytecode(str(prefix), [str(site)]) == 0  # once
+  saved = sys.pycache_prefix
+  sys.pycache_prefix = str(prefix)
+  try:
+    seeded = importlib.util.cache_from_source(str(source))
+  finally:
+    sys.pycache_prefix = saved
+  assert os.path.samefile(seeded, compiled)
+  env = dict(os.environ, PYTHONPYCACHEPREFIX=str(prefix), PYTHONPATH=str(site))
+  env.pop("PYTHONDONTWRITEBYTECODE", None)
+  source.write_text("X = 22\n")
+  out = subprocess.run([sys.executable, "-c", "import pkg.mod; print(pkg.mod.X)"], env=env,
+                       capture_output=True, text=True, check=True).stdout
+  assert out == "22\n" and open(compiled, "rb").read() != open(seeded, "rb").read()
