@@ -48,7 +48,7 @@ _PRELOADED = {name: os.path.realpath(os.path.join(_TESTS, "..", name))
 _PRELOADED.update({name: None for name in ("tensorflow", "tensorflow_estimator",
                                            "tensorflow_text", "keras", "matplotlib",
                                            "numpy")})
-_PRELOADED["conftest.py"] = os.path.join(_TESTS, "conftest.py")
+_PRELOADED["conftest.py"] = os.path.realpath(os.path.join(_TESTS, "conftest.py"))
 
 
 def _task(env: dict) -> str:
