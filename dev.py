@@ -19,6 +19,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 VENV = os.path.join(ROOT, ".venv")
 PY = os.path.join(VENV, "bin", "python")
 STAMP = os.path.join(VENV, ".cerebras_tf_installed")
+DEFAULT_PYCACHE = os.path.join(VENV, "pycache")  # bytecode of the processes dev.py starts
 EXTRAS = "test,data"
 
 # The demo: BERT-tiny pretraining on the real corpus, compiled for the simulated CS-2.
@@ -133,7 +134,7 @@ def child_env() -> dict:
   issue 42). A prefix the caller set is kept.
   """
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-  env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(VENV, "pycache"))
+  env.setdefault("PYTHONPYCACHEPREFIX", DEFAULT_PYCACHE)
   env.pop("PYTHONDONTWRITEBYTECODE", None)
   return env
 
@@ -145,7 +146,8 @@ def main(argv) -> int:
   installed = ensure_env()
   env = child_env()
   prefix = env["PYTHONPYCACHEPREFIX"]
-  if installed or not os.path.isdir(prefix):
+  # Only dev.py's own prefix: one the caller chose (a tmpfs, a shared cache) is left as it is.
+  if prefix == DEFAULT_PYCACHE and (installed or not os.path.isdir(prefix)):
     seed_bytecode(prefix, _venv_library_dirs())
   if argv[1] == "test":
     rc = subprocess.call(pytest_command(argv[2:]), cwd=ROOT, env=env)

@@ -62,3 +62,18 @@ def test_the_installed_bytecode_is_seeded_where_the_prefix_makes_python_look(tmp
   out = subprocess.run([sys.executable, "-c", "import pkg.mod; print(pkg.mod.X)"], env=env,
                        capture_output=True, text=True, check=True).stdout
   assert out == "22\n" and open(compiled, "rb").read() != open(seeded, "rb").read()
+
+
+def test_only_dev_pys_own_prefix_is_seeded(monkeypatch, tmp_path):
+  """A prefix the caller chose (a tmpfs, a cache shared with other projects) is theirs: dev.py
+  neither links nor copies 20,000 files into it."""
+  seeded = []
+  monkeypatch.setattr(dev, "ensure_env", lambda: False)
+  monkeypatch.setattr(dev, "_venv_library_dirs", lambda: [])
+  monkeypatch.setattr(dev, "seed_bytecode", lambda prefix, roots: seeded.append(prefix))
+  monkeypatch.setattr(dev.subprocess, "call", lambda *a, **k: 0)
+  monkeypatch.setattr(dev, "DEFAULT_PYCACHE", str(tmp_path / "ours"))
+  monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "theirs"))
+  assert dev.main(["dev.py", "run", "x.py"]) == 0 and seeded == []
+  monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+  assert dev.main(["dev.py", "run", "x.py"]) == 0 and seeded == [str(tmp_path / "ours")]
