@@ -29,6 +29,8 @@ import subprocess
 import sys
 import threading
 
+from conftest import as_from_a_shell
+
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 _SERVER = os.path.join(_TESTS, "warm_python_server.py")
 _RUN_PY = os.path.realpath(os.path.join(_TESTS, "..", "scripts", "run.py"))
@@ -140,7 +142,7 @@ def _request(args, executable, preexec_fn, pass_fds, shell, env, others) -> dict
   """What to run in a warm child, or None when `args` is not a Python command it can run."""
   if executable is not None or shell or pass_fds or any(others):
     return None
-  if preexec_fn not in (None, _sigint_default()):
+  if preexec_fn not in (None, as_from_a_shell):
     return None
   args = [os.fspath(a) for a in args] if isinstance(args, (list, tuple)) else None
   if not args or args[0] != sys.executable:
@@ -159,11 +161,6 @@ def _request(args, executable, preexec_fn, pass_fds, shell, env, others) -> dict
   sigint_ignored = preexec_fn is None and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
   return {"kind": kind, "target": target, "args": rest, "unbuffered": unbuffered,
           "sigint_ignored": sigint_ignored}
-
-
-def _sigint_default():
-  import conftest  # pylint: disable=import-outside-toplevel
-  return conftest.as_from_a_shell
 
 
 class Popen(subprocess.Popen):
@@ -238,7 +235,8 @@ class Popen(subprocess.Popen):
     return self.returncode
 
 
-def run(*popenargs, input=None, capture_output=False, timeout=None, check=False, **kwargs):  # pylint: disable=redefined-builtin
+# pylint: disable-next=redefined-builtin
+def run(*popenargs, input=None, capture_output=False, timeout=None, check=False, **kwargs):
   """subprocess.run with a warm child where `Popen` can fork one."""
   if input is not None:
     kwargs["stdin"] = subprocess.PIPE

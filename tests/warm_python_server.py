@@ -54,7 +54,8 @@ def _become(request: dict, fds: list) -> None:
   # the rest. The server's own (the same, or none) come out first.
   entries = [os.path.abspath(p) for p in request["env"].get("PYTHONPATH", "").split(os.pathsep)
              if p]
-  sys.path[1:] = entries + [p for p in sys.path[1:] if p not in _OWN_PYTHONPATH and p not in entries]
+  sys.path[1:] = entries + [p for p in sys.path[1:]
+                            if p not in _OWN_PYTHONPATH and p not in entries]
   if request["unbuffered"]:
     for stream in (sys.stdout, sys.stderr):
       stream.reconfigure(write_through=True)
