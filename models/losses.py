@@ -2,9 +2,10 @@
 
 `sparse_softmax_xent` is `tf.nn.sparse_softmax_cross_entropy_with_logits` (same value, same
 gradient) at a fraction of its CPU cost; `dense_sparse_softmax_xent` is the same loss of an
-output layer `x @ table^T + bias`, whose gradient never forms d(logits) (BERT's masked-LM head). TF's fused CPU kernel is plain Eigen: for BERT-tiny's
-masked-LM head ([640, 30522] logits) it took 85 ms where a oneDNN softmax takes 23 ms
-(benchmarks/bench_bert_vs_google.py, per-op table). Here the forward pass is one softmax plus
+output layer `x @ table^T + bias`, whose gradient never forms d(logits) (BERT's masked-LM
+head, GPT's tied head); `on_weighted_rows` computes such a head on the rows that count.
+TF's fused CPU kernel is plain Eigen: for BERT-tiny's masked-LM head ([640, 30522] logits) it
+took 85 ms where a oneDNN softmax takes 23 ms (benchmarks/bench_bert_vs_google.py, per-op table). Here the forward pass is one softmax plus
 two max reductions and a gather, and the backward pass one multiply and a scatter of N elements.
 That is faster only with oneDNN's softmax: without it (on an AVX2 CPU with TensorFlow imported
 before cerebras_tf, or TF_ENABLE_ONEDNN_OPTS=0) TF's own op is used, which was faster there
@@ -83,6 +84,45 @@ def _xent(logits, labels, s):
     return loss, grad
 
   return tf.reshape(xent(flat_logits), shape)
+
+
+# The rows computed are a multiple of max(ROW_BUCKET, N / MAX_SHAPES): oneDNN builds a kernel
+# for each shape it meets, so a batch's count of real rows selects one of at most ~16 shapes.
+ROW_BUCKET = 32
+MAX_SHAPES = 16
+
+
+def rows_computed(real, total):
+  """How many of `total` rows on_weighted_rows computes for `real` nonzero weights (ints or
+  int tensors): `real` rounded up to the bucket, at least one bucket, at most `total`."""
+  step = tf.maximum(ROW_BUCKET, (total + MAX_SHAPES - 1) // MAX_SHAPES)
+  return tf.minimum(tf.maximum((real + step - 1) // step, 1) * step, total)
+
+
+def on_weighted_rows(per_row, weights, *rows):
+  """per_row(*rows) computed on the rows whose weight is not 0; 0 for the others.
+
+  BERT's masked-LM slots are half padding on the demo's data (47.7% real at seq 128, 20
+  slots): google-bert computes the output layer over every slot and multiplies the padding's
+  losses by 0. The same loss and gradients come from the real rows alone (BERT-tiny's bf16
+  step 1.3x). Not within the engine's trace, whose graph keeps the static shape its figures
+  are made of.
+
+  Args:
+    per_row: [M, ...] tensors -> [M] float32, row by row (no mixing of rows).
+    weights: [N].  rows: [N, ...] tensors.
+  Returns:
+    [N] float32.
+  """
+  if precision.in_engine_trace():
+    return per_row(*rows)
+  with tf.name_scope("weighted_rows"):
+    total = tf.shape(weights)[0]
+    keep = tf.cast(tf.where(tf.not_equal(weights, 0))[:, 0], tf.int32)
+    n = tf.shape(keep)[0]
+    picked = tf.pad(keep, [[0, rows_computed(n, total) - n]])  # filler: row 0, dropped below
+    values = per_row(*[tf.gather(r, picked) for r in rows])
+    return tf.scatter_nd(keep[:, tf.newaxis], values[:n], [total])
 
 
 def host_output_layer(x) -> bool:

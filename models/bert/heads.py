@@ -90,9 +90,10 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
     label_weights: [B, P] float, 0 for padded prediction slots.
     logits: [B*P, V] float32, from masked_lm_logits(head).
     training: the head then takes its loss from the output layer directly
-      (losses.dense_sparse_softmax_xent), whose gradient skips the [B*P, V] d(logits); the
-      logits are left unused (not for a 16-bit model traced for the engine:
-      losses.host_output_layer).
+      (losses.dense_sparse_softmax_xent), whose gradient skips the [B*P, V] d(logits), on the
+      slots of nonzero weight only (losses.on_weighted_rows: the padded slots' losses are
+      0 instead of multiplied by 0); the logits are left unused (not for a 16-bit model
+      traced for the engine: losses.host_output_layer).
     loss_weight: None for google-bert's mean over the real slots; a number for modelzoo's
       `mlm_loss_weight`: sum(w * l) / B * loss_weight.
   Returns:
@@ -102,7 +103,9 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
   weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
   if training and losses.host_output_layer(head.x):
     with tf1.name_scope(head.scope):
-      per_example = losses.dense_sparse_softmax_xent(head.x, head.table, head.bias, ids)
+      per_example = losses.on_weighted_rows(
+          lambda x, labels: losses.dense_sparse_softmax_xent(x, head.table, head.bias, labels),
+          weights, head.x, ids)
   else:
     per_example = losses.sparse_softmax_xent(logits, ids)
   if loss_weight is None:

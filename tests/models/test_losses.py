@@ -1,5 +1,6 @@
 """models/losses.sparse_softmax_xent against TF's own ops: value, gradient, extremes, errors."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_models import losses
+from cerebras_tf.runtime import precision
 
 tf1 = tf.compat.v1
 
@@ -143,6 +145,77 @@ def test_dense_form_in_bfloat16_matches_the_mixed_precision_output_layer(with_bi
     assert np.abs(a - b).max() <= 0.01 * np.abs(b).max(), name
 
 
+def _weighted_rows_and_all_rows(x, table, bias, labels, weights, engine=False):
+  """(loss, gradients) of the weighted mean through on_weighted_rows and over every row."""
+  per_row = lambda x, labels: losses.dense_sparse_softmax_xent(x, table, bias, labels)
+  with precision.tracing_for_engine() if engine else contextlib.nullcontext():
+    some = losses.on_weighted_rows(per_row, weights, x, labels)
+  every = per_row(x, labels)
+  variables = [x, table] + ([bias] if bias is not None else [])
+  out = []
+  for per_example in (some, every):
+    loss = tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
+    # x's gradient through the gather is IndexedSlices; the layer below makes it dense
+    gradients = [tf.convert_to_tensor(g) for g in tf.gradients(loss, variables)]
+    out.append((loss, per_example, gradients))
+  return out
+
+
+@pytest.mark.parametrize("real", ["half", "none", "all", "one_bucket_plus_one"])
+def test_weighted_rows_give_the_loss_and_gradients_of_every_row(real):
+  """The rows of weight 0 (BERT's padded masked-LM slots) are left out: the same loss and the
+  same gradients (their terms are 0 * loss), the per-row losses equal where the weight is not
+  0 and 0 where it is. Row counts around losses.ROW_BUCKET's multiples, and a batch of
+  padding alone (the loss is 0, every gradient 0)."""
+  rng = np.random.RandomState(3)
+  n, k, v = 70, 6, 40
+  x = rng.randn(n, k).astype(np.float32)
+  table, bias = rng.randn(v, k).astype(np.float32), rng.randn(v).astype(np.float32)
+  labels = rng.randint(0, v, n)
+  weights = {"half": (rng.rand(n) < 0.5) * rng.rand(n),
+             "none": np.zeros(n),
+             "all": rng.rand(n) + 0.1,
+             "one_bucket_plus_one": np.r_[np.ones(losses.ROW_BUCKET + 1),
+                                          np.zeros(n - losses.ROW_BUCKET - 1)]}[real]
+  weights = weights.astype(np.float32)
+  with tf.Graph().as_default():
+    xt, tt, bt, wt = (tf.constant(a) for a in (x, table, bias, weights))
+    lt = tf1.placeholder_with_default(labels, [None])  # the row count is dynamic in the head
+    (lo, po, go), (lr, pr, gr) = _run(_weighted_rows_and_all_rows(xt, tt, bt, lt, wt))
+  np.testing.assert_allclose(lo, lr, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(po, np.where(weights != 0, pr, 0.0), rtol=1e-5, atol=1e-6)
+  for name, a, b in zip(("x", "table", "bias"), go, gr):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6,
+                               err_msg=name)
+  assert (np.abs(np.asarray(gr[1])).max() > 0) == (real != "none")
+
+
+@pytest.mark.parametrize("real,total,computed", [
+    # BERT-tiny's 640 slots: steps of max(32, 640 / 16) = 40 rows, 16 shapes at most
+    (0, 640, 40), (1, 640, 40), (305, 640, 320), (321, 640, 360), (640, 640, 640),
+    # few rows: steps of 32, never more than there are
+    (33, 70, 64), (65, 70, 70),
+    # GPT at 8 x 1024: steps of 512
+    (8000, 8192, 8192), (4097, 8192, 4608)])
+def test_rows_computed_round_up_to_a_bounded_number_of_shapes(real, total, computed):
+  assert int(losses.rows_computed(real, total)) == computed
+
+
+def test_weighted_rows_keep_the_static_shape_in_the_engine_trace():
+  """The engine's figures are made of the graph's shapes: traced for the engine, the output
+  layer runs on all N rows ([N, V] logits, as google-bert's head), not a dynamic selection."""
+  with tf.Graph().as_default() as graph:
+    x, table = tf.zeros([24, 4]), tf.zeros([10, 4])
+    losses.on_weighted_rows(lambda x, labels: losses.dense_sparse_softmax_xent(
+        x, table, None, labels, scope="on_host"), tf.zeros([24]), x, tf.zeros([24], tf.int32))
+    with precision.tracing_for_engine():
+      losses.on_weighted_rows(lambda x, labels: losses.dense_sparse_softmax_xent(
+          x, table, None, labels, scope="for_engine"), tf.zeros([24]), x, tf.zeros([24], tf.int32))
+  products = {op.name.split("/")[0]: op.outputs[0].shape.as_list()
+              for op in graph.get_operations() if op.type == "MatMul"}
+  assert products == {"weighted_rows": [None, 10], "for_engine": [24, 10]}, products
+
+
 _PROBE = """
 import os, sys
 if sys.argv[1] == "tensorflow_first":
@@ -161,7 +234,6 @@ def test_onednn_is_read_from_the_kernels_that_run(case, implementation):
   "off" there (on the AVX-512 EPYC of 2026-11-29: the slower loss forms and a false hint)."""
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.runtime import precision  # pylint: disable=import-outside-toplevel
   if implementation != "softmax-based":
     pytest.skip("one run per case")
   env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
