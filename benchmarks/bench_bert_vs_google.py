@@ -58,6 +58,7 @@ if not GOOGLE_CHILD:
   # pylint: disable=wrong-import-position
   from cerebras_tf import params as params_lib  # noqa: E402
   from cerebras_tf import runner  # noqa: E402
+  from cerebras_models import losses  # noqa: E402
   from cerebras_models.bert import input as input_lib  # noqa: E402
   from cerebras_models.bert import model as bert_model  # noqa: E402
 
@@ -151,6 +152,21 @@ def input_pipeline_examples_per_sec(batches=60, warmup=10):
       for _ in range(batches):
         sess.run(nxt)
       return batches * BATCH / (time.perf_counter() - t0)
+
+
+def head_rows_per_batch(batches=100):
+  """(mean rows of the masked-LM output layer a training batch computes, mean real slots): the
+  weight-0 padding is left out and the rest rounded up (losses.on_weighted_rows)."""
+  params = our_params(tempfile.gettempdir())
+  with tf.Graph().as_default():
+    tf1.set_random_seed(1)
+    it = tf1.data.make_initializable_iterator(input_lib.input_fn(params, "train"))
+    weights = it.get_next()[0]["masked_lm_weights"]
+    with tf1.Session() as sess:
+      sess.run([it.initializer, tf1.tables_initializer()])
+      real = [int((sess.run(weights) != 0).sum()) for _ in range(batches)]
+  computed = [int(losses.rows_computed(n, BATCH * PREDS)) for n in real]
+  return sum(computed) / batches, sum(real) / batches
 
 
 def matmul_flops_per_sec(n=2048, reps=10):
@@ -491,15 +507,28 @@ def main():
   else:
     print(f"\n(a) skipped: {why}\n")
   flops = child["flops_per_sample"]
+  rows, real_rows = head_rows_per_batch()
+  model = our_params(tempfile.gettempdir())["model"]
+  # the output layer's three [rows, H] x [H, V] products: 6 H V FLOPs a row, fwd + bwd
+  skipped = (BATCH * PREDS - rows) / BATCH * 6 * model["hidden_size"] * model["vocab_size"]
+  executed = flops - skipped
   profile = OpProfile([])
   profile.steps = child["profiled_steps"]
   profile.by_type = {(label, head): us for label, head, us in child["profile"]}
-  achieved = flops * ours_rate
+  achieved = executed * ours_rate
   print_table("(b) training FLOP/s vs this machine's best fp32 matmul: " + title,
               ["quantity", "value", "goal"],
-              [("training GFLOP per example (compiler LayerGraph, fwd+bwd)", f"{flops / 1e9:.3f}",
-                "-"),
-               ("our training GFLOP/s", f"{achieved / 1e9:.1f}", "-"),
+              [("the model's training GFLOP per example (compiler LayerGraph, fwd+bwd; the "
+                f"masked-LM output layer on all {PREDS} slots, as google-bert computes it)",
+                f"{flops / 1e9:.3f}", "-"),
+               (f"masked-LM slots with a label: {real_rows:.1f} of {BATCH * PREDS} a batch; "
+                f"output-layer rows computed: {rows:.1f} (rounded up, losses.rows_computed)",
+                f"{rows / (BATCH * PREDS):.1%}", "-"),
+               ("training GFLOP per example we execute (the model's, less 6 H V a row left out)",
+                f"{executed / 1e9:.3f}", "-"),
+               ("our training GFLOP/s executed", f"{achieved / 1e9:.1f}", "-"),
+               ("the model's GFLOP/s (its GFLOP per example x our examples/s)",
+                f"{flops * ours_rate / 1e9:.1f}", "-"),
                ("fp32 2048^3 matmul GFLOP/s, numpy (OpenBLAS, this machine's "
                 f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})",
                 f"{matmul_np / 1e9:.1f}", "-"),
@@ -507,8 +536,10 @@ def main():
                 f"kernel {np_kernel or 'not reported'})", f"{matmul_np_own / 1e9:.1f}", "-"),
                ("fp32 2048^3 matmul GFLOP/s, TensorFlow", f"{matmul_tf / 1e9:.1f}", "-"),
                ("the fp32 limit: the best of the three", f"{matmul / 1e9:.1f}", "-"),
-               ("our training FLOP/s as a fraction of the limit", f"**{achieved / matmul:.1%}**",
-                ">= 60%")])
+               ("our executed training FLOP/s as a fraction of the limit",
+                f"**{achieved / matmul:.1%}**", ">= 60%"),
+               ("the model's FLOP/s as a fraction of the limit",
+                f"{flops * ours_rate / matmul:.1%}", "-")])
   print_table("(c) input pipeline (tokenize, pack, mask) vs training consumption: " + title,
               ["quantity", "examples/s", "goal"],
               [("input pipeline alone", f"{pipeline:.0f}", "-"),
