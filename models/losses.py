@@ -3,7 +3,7 @@
 `sparse_softmax_xent` is `tf.nn.sparse_softmax_cross_entropy_with_logits` (same value, same
 gradient) at a fraction of its CPU cost; `dense_sparse_softmax_xent` is the same loss of an
 output layer `x @ table^T + bias`, whose gradient never forms d(logits) (BERT's masked-LM
-head, GPT's tied head); `on_weighted_rows` computes such a head on the rows that count.
+head, GPT's tied head); `on_weighted_rows` computes BERT's on the slots that carry a label.
 TF's fused CPU kernel is plain Eigen: for BERT-tiny's masked-LM head ([640, 30522] logits) it
 took 85 ms where a oneDNN softmax takes 23 ms (benchmarks/bench_bert_vs_google.py, per-op table). Here the forward pass is one softmax plus
 two max reductions and a gather, and the backward pass one multiply and a scatter of N elements.

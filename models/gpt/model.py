@@ -34,7 +34,7 @@ def model_fn(features, labels, mode, params):
   per = params["model"].get("loss_scaling") or "num_tokens"
   weight = float(params["model"].get("loss_weight") or 1.0)
   if training:  # no logits tensor: the head's loss and gradient come from the hidden states
-    loss = lm_loss(modeling.lm_xent(hidden, labels, config, weights), weights, per, weight)
+    loss = lm_loss(modeling.lm_xent(hidden, labels, config), weights, per, weight)
     loss = _with_moe_loss(loss)
     total_steps = int((params.get("runconfig") or {}).get("max_steps") or 0)
     train_op, logs = optimization.build_train_op(loss, params["optimizer"], total_steps)

@@ -350,24 +350,18 @@ def _tied_head_bias(config: GPTConfig):
     return tf1.get_variable("bias", [config.vocab_size], initializer=tf1.zeros_initializer())
 
 
-def lm_xent(hidden: Hidden, labels, config: GPTConfig, weights=None):
+def lm_xent(hidden: Hidden, labels, config: GPTConfig):
   """Per-position next-token cross-entropy [B, S] from the hidden states.
 
   A tied head takes losses.dense_sparse_softmax_xent (losses.host_output_layer): its gradient
-  never forms the [B*S, V] d(logits). With `weights` ([B, S], the loss's) it is computed on
-  the positions of nonzero weight only (losses.on_weighted_rows; 0 at the others). Otherwise
-  the logits are made and losses.sparse_softmax_xent applied.
+  never forms the [B*S, V] d(logits). Otherwise the logits are made and
+  losses.sparse_softmax_xent applied.
   """
   if config.share_embedding_weights and losses.host_output_layer(hidden.h):
-    bias = _tied_head_bias(config)
-    per_row = lambda h, ids: losses.dense_sparse_softmax_xent(  # noqa: E731
-        h, hidden.word_embeddings, bias, ids, scope=None)
-    ids = tf.reshape(labels, [-1])
     with tf1.name_scope(LM_HEAD_SCOPE):
-      if weights is None:
-        xent = per_row(hidden.h, ids)
-      else:
-        xent = losses.on_weighted_rows(per_row, tf.reshape(weights, [-1]), hidden.h, ids)
+      xent = losses.dense_sparse_softmax_xent(hidden.h, hidden.word_embeddings,
+                                              _tied_head_bias(config),
+                                              tf.reshape(labels, [-1]), scope=None)
     return tf.reshape(xent, [hidden.batch, hidden.seq])
   return losses.sparse_softmax_xent(lm_logits(hidden, config), labels)
 

@@ -195,7 +195,7 @@ def test_weighted_rows_give_the_loss_and_gradients_of_every_row(real):
     (0, 640, 40), (1, 640, 40), (305, 640, 320), (321, 640, 360), (640, 640, 640),
     # few rows: steps of 32, never more than there are
     (33, 70, 64), (65, 70, 70),
-    # GPT at 8 x 1024: steps of 512
+    # 8,192 rows: steps of 512
     (8000, 8192, 8192), (4097, 8192, 4608)])
 def test_rows_computed_round_up_to_a_bounded_number_of_shapes(real, total, computed):
   assert int(losses.rows_computed(real, total)) == computed

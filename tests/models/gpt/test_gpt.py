@@ -86,36 +86,6 @@ def test_a_batch_of_unknown_size_gives_the_same_logits_per_row():
   np.testing.assert_allclose(three[2:], one, atol=1e-5)
 
 
-@pytest.mark.parametrize("head_bias", [False, True])
-def test_padded_positions_are_left_out_of_the_tied_head_with_the_same_loss_and_gradients(
-    head_bias):
-  """lm_xent with the loss's weights computes the tied head on the real positions only
-  (losses.on_weighted_rows): the same weighted loss and gradients as the head on every
-  position, and 0 where the padding is. Right-padded rows as modelzoo's GPT data has them."""
-  config = modeling.GPTConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_heads=2,
-                              filter_size=32, max_position_embeddings=8,
-                              use_bias_in_output=head_bias or None)
-  rng = np.random.RandomState(4)
-  ids = rng.randint(1, 30, (3, 8)).astype(np.int32)
-  mask = np.array([[1] * 8, [1] * 5 + [0] * 3, [1] * 2 + [0] * 6], np.int32)
-  with tf.Graph().as_default():
-    hidden = modeling.gpt_hidden(tf.constant(ids), tf.constant(mask), config, training=False)
-    labels = tf.constant(np.roll(ids, -1, axis=1))
-    variables = tf1.trainable_variables()
-    outs = []
-    for weights in (tf.constant(mask), None):
-      xent = modeling.lm_xent(hidden, labels, config, weights)
-      loss = tf.reduce_sum(xent * mask) / mask.sum()
-      outs.append((xent, loss, tf.gradients(loss, variables)))
-    with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
-      (x_some, l_some, g_some), (x_all, l_all, g_all) = sess.run(outs)
-  np.testing.assert_allclose(x_some, np.where(mask != 0, x_all, 0.0), rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(l_some, l_all, rtol=1e-6)
-  for v, a, b in zip(variables, g_some, g_all):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=v.name)
-
-
 def test_learns_a_repeating_sequence():
   params = {"model": {"vocab_size": 16, "hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2,
                       "filter_size": 64, "max_position_embeddings": 8},
