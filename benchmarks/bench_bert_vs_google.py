@@ -94,10 +94,16 @@ def our_params(model_dir, bf16=False):
 
 
 class OpProfile(tf1.train.SessionRunHook):
-  """Op time by op type over `traced` steps (TF step stats; these steps are not timed)."""
+  """Op time by op type over `traced` steps (TF step stats; these steps are not timed).
+
+  `by_type` sums each op's own duration; on 2 cores two ops often run at once, so that sum
+  exceeds the step and overstates the big multi-threaded products. `wall_by_type` splits each
+  instant of the step among the ops running then, so it adds up to the step's busy wall time.
+  """
 
   def __init__(self, traced):
     self.traced, self.step, self.by_type, self.steps = set(traced), 0, {}, 0
+    self.wall_by_type, self.wall_us = {}, 0
 
   def before_run(self, run_context):
     self.step += 1
@@ -110,12 +116,33 @@ class OpProfile(tf1.train.SessionRunHook):
     if self.step not in self.traced:
       return
     self.steps += 1
+    spans = []
     for dev in run_values.run_metadata.step_stats.dev_stats:
       for node in dev.node_stats:
         label = node.timeline_label.split(" = ")[-1].split("(")[0] or node.node_name
         head = "cls/predictions" in node.node_name or "softmax_xent" in node.node_name
         key = (label, head)
         self.by_type[key] = self.by_type.get(key, 0) + node.all_end_rel_micros
+        if node.all_end_rel_micros > 0:
+          spans.append((node.all_start_micros, node.all_start_micros + node.all_end_rel_micros,
+                        key))
+    self._share_wall(spans)
+
+  def _share_wall(self, spans):
+    """Adds each instant between the first start and the last end, split evenly among the
+    ops running then, to wall_by_type (idle instants to no one)."""
+    if not spans:
+      return
+    edges = sorted((t, i, k) for start, end, key in spans for t, i, k in
+                   ((start, 1, key), (end, -1, key)))
+    running, last = {}, edges[0][0]
+    self.wall_us += max(end for _, end, _ in spans) - last
+    for t, change, key in edges:
+      live = [k for k, n in running.items() if n > 0]
+      for k in live:
+        self.wall_by_type[k] = self.wall_by_type.get(k, 0) + (t - last) / len(live)
+      running[key] = running.get(key, 0) + change
+      last = t
 
 
 def run_ours(steps, warmup, bf16=False, profile=None):
@@ -354,6 +381,9 @@ def ours_child(args):
       "examples_per_sec": rate, "flops_per_sample": flops,
       "profile": [[label, head, us] for (label, head), us in profile.by_type.items()]
                  if profile else [],
+      "wall_profile": [[label, head, us] for (label, head), us in
+                       profile.wall_by_type.items()] if profile else [],
+      "traced_wall_us": profile.wall_us if profile else 0,
       "profiled_steps": profile.steps if profile else 0}))
 
 
@@ -366,22 +396,31 @@ def google_child(args):
 
 
 def op_rows(profile, top=12):
-  """(op type, ms per step, share, of which in the MLM head) rows, largest first."""
-  total = sum(profile.by_type.values())
-  by_type, head = {}, {}
-  for (label, in_head), us in profile.by_type.items():
-    by_type[label] = by_type.get(label, 0) + us
-    if in_head:
-      head[label] = head.get(label, 0) + us
-  rows = [(label, f"{us / profile.steps / 1000:.1f}", f"{us / total:.1%}",
-           f"{head.get(label, 0) / us:.0%}")
-          for label, us in sorted(by_type.items(), key=lambda kv: -kv[1])[:top]]
-  rest = total - sum(us for _, us in sorted(by_type.items(), key=lambda kv: -kv[1])[:top])
-  rows.append(("(all other op types)", f"{rest / profile.steps / 1000:.1f}", f"{rest / total:.1%}",
-               ""))
-  rows.append(("total op time (both cores; more than the step's wall time)",
-               f"{total / profile.steps / 1000:.1f}", "100%",
-               f"{sum(head.values()) / total:.0%}"))
+  """(op type, wall ms per step, share of the step's wall, op time ms per step, of which in the
+  MLM head) rows, largest wall share first; the wall columns split each instant among the ops
+  running then (OpProfile)."""
+  def by_label(table):
+    out, head = {}, {}
+    for (label, in_head), us in table.items():
+      out[label] = out.get(label, 0) + us
+      if in_head:
+        head[label] = head.get(label, 0) + us
+    return out, head
+
+  wall, wall_head = by_label(profile.wall_by_type)
+  op_time, _ = by_label(profile.by_type)
+  busy, n = sum(wall.values()), profile.steps
+  ranked = sorted(wall, key=lambda label: -wall[label])
+  ms = lambda us: f"{us / n / 1000:.1f}"  # noqa: E731
+  rows = [(label, ms(wall[label]), f"{wall[label] / busy:.1%}", ms(op_time.get(label, 0)),
+           f"{wall_head.get(label, 0) / wall[label]:.0%}") for label in ranked[:top]]
+  rest = ranked[top:]
+  rows.append(("(all other op types)", ms(sum(wall[label] for label in rest)),
+               f"{sum(wall[label] for label in rest) / busy:.1%}",
+               ms(sum(op_time.get(label, 0) for label in rest)), ""))
+  rows.append(("the traced step (first op's start to last op's end; its idle instants are "
+               "in no row)", ms(profile.wall_us), f"{busy / profile.wall_us:.1%} busy",
+               ms(sum(op_time.values())), f"{sum(wall_head.values()) / busy:.0%}"))
   return rows
 
 
@@ -515,6 +554,8 @@ def main():
   profile = OpProfile([])
   profile.steps = child["profiled_steps"]
   profile.by_type = {(label, head): us for label, head, us in child["profile"]}
+  profile.wall_by_type = {(label, head): us for label, head, us in child["wall_profile"]}
+  profile.wall_us = child["traced_wall_us"]
   achieved = executed * ours_rate
   print_table("(b) training FLOP/s vs this machine's best fp32 matmul: " + title,
               ["quantity", "value", "goal"],
@@ -545,9 +586,11 @@ def main():
               [("input pipeline alone", f"{pipeline:.0f}", "-"),
                ("training consumes", f"{ours_rate:.1f}", "-"),
                ("ratio", f"{pipeline / ours_rate:.1f}x", ">= 5x")])
-  print_table(f"(d) where our step goes: op time by op type, {profile.steps} traced steps after "
-              "the timed ones (TF step stats)",
-              ["op type", "ms per step", "share of op time", "of which in the MLM head + loss"],
+  print_table(f"(d) where our step goes, by op type, {profile.steps} traced steps after the "
+              "timed ones (TF step stats; wall: each instant split among the ops running then; "
+              "op time: each op's own duration, summed, so two ops at once count twice)",
+              ["op type", "wall ms per step", "share of the step's wall", "op time ms per step",
+               "of which in the MLM head + loss (wall)"],
               op_rows(profile))
   return 0
 
