@@ -3,9 +3,17 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "benchmarks"))
+import tensorflow as tf
+
+# The benchmark quiets TensorFlow's logger at import and imports benchmarks/common.py; the
+# other tests in this process read the logger and their own sys.path.
+_BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "benchmarks")
+_LEVEL = tf.get_logger().level
+sys.path.insert(0, _BENCHMARKS)
 import bench_bert_vs_google as bench  # noqa: E402  pylint: disable=wrong-import-position
+sys.path.remove(_BENCHMARKS)
+tf.get_logger().setLevel(_LEVEL)
 
 
 def test_each_instant_is_split_among_the_ops_running_then():
