@@ -34,6 +34,7 @@ dir. Without the sources, (a) is skipped with a message and (b), (c) still run.
 """
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -165,33 +166,34 @@ def run_ours(steps, warmup, bf16=False, profile=None):
   return timer.examples_per_sec(warmup), result
 
 
-def input_pipeline_examples_per_sec(batches=60, warmup=10):
+@contextlib.contextmanager
+def training_batches():
+  """(session, next batch) of our training input_fn in a graph of its own, seeded."""
   params = our_params(tempfile.gettempdir())
   with tf.Graph().as_default():
     tf1.set_random_seed(1)
     it = tf1.data.make_initializable_iterator(input_lib.input_fn(params, "train"))
-    nxt = it.get_next()
     with tf1.Session() as sess:
       sess.run([it.initializer, tf1.tables_initializer()])
-      for _ in range(warmup):
-        sess.run(nxt)
-      t0 = time.perf_counter()
-      for _ in range(batches):
-        sess.run(nxt)
-      return batches * BATCH / (time.perf_counter() - t0)
+      yield sess, it.get_next()
+
+
+def input_pipeline_examples_per_sec(batches=60, warmup=10):
+  with training_batches() as (sess, nxt):
+    for _ in range(warmup):
+      sess.run(nxt)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+      sess.run(nxt)
+    return batches * BATCH / (time.perf_counter() - t0)
 
 
 def head_rows_per_batch(batches=100):
   """(mean rows of the masked-LM output layer a training batch computes, mean real slots): the
   weight-0 padding is left out and the rest rounded up (losses.on_weighted_rows)."""
-  params = our_params(tempfile.gettempdir())
-  with tf.Graph().as_default():
-    tf1.set_random_seed(1)
-    it = tf1.data.make_initializable_iterator(input_lib.input_fn(params, "train"))
-    weights = it.get_next()[0]["masked_lm_weights"]
-    with tf1.Session() as sess:
-      sess.run([it.initializer, tf1.tables_initializer()])
-      real = [int((sess.run(weights) != 0).sum()) for _ in range(batches)]
+  with training_batches() as (sess, nxt):
+    weights = nxt[0]["masked_lm_weights"]
+    real = [int((sess.run(weights) != 0).sum()) for _ in range(batches)]
   computed = [int(losses.rows_computed(n, BATCH * PREDS)) for n in real]
   return sum(computed) / batches, sum(real) / batches
 
