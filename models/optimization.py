@@ -111,7 +111,11 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
     lr = tf.cast(self._lr_t, dtype)
     decay = []
     if self.decays(var.op.name):
-      decay = [var.assign_sub(lr * self._weight_decay_rate * var)]
+      # After the gradient: otherwise the decay may run before the forward pass reads the
+      # weights it should read undecayed, and while earlier reads are alive it copies the
+      # variable first (with clipping's global norm, after every gradient of the step).
+      with tf.control_dependencies([grad]):
+        decay = [var.assign_sub(lr * self._weight_decay_rate * var)]
     with tf.control_dependencies(decay):
       b1, b2 = self._beta_powers(dtype)
       return tf.raw_ops.ResourceApplyAdam(

@@ -3,6 +3,7 @@
 import glob
 import math
 import os
+import time
 from unittest import mock
 
 import numpy as np
@@ -388,6 +389,26 @@ class OptimizationTest(base.BertTestCase):
     self.assertFalse(opt.decays("bert/encoder/layer_0/attention/output/LayerNorm/beta"))
     self.assertTrue(opt.decays("bert/encoder/layer_0/attention/self/query/kernel"))
     self.assertTrue(opt.decays("bert/embeddings/word_embeddings"))
+
+  def test_weight_decay_waits_for_the_gradient(self):
+    # The forward pass reads w late (a 0.3 s host op first): the decay, which needs nothing
+    # but w and the rate, used to run at the step's start, so the pass read the decayed
+    # w * (1 - lr * wd) = 2 * 0.75 = 1.5. It must read 2.0 and the update use that gradient.
+    def build():
+      w = tf1.get_variable("dense/kernel", initializer=[2.0])
+      late = tf.numpy_function(lambda: (time.sleep(0.3), np.float32(0.0))[1], [], tf.float32)
+      with tf.control_dependencies([late]):
+        seen = tf.identity(w.read_value())
+      opt = optimization.AdamWeightDecayOptimizer(0.5, weight_decay_rate=0.5)
+      return w, seen, opt.minimize(tf.reduce_sum(seen * seen), var_list=[w])
+
+    sess, (w, seen, step) = self.run_graph(build)
+    read, _ = sess.run([seen, step])
+    self.assertAllEqual(read, [2.0])
+    # w - lr * (m / (sqrt(v) + eps) + wd * w), g = 4: m = 0.4, v = 0.016 -> 2 - 0.5 (3.16 + 1)
+    # (float32 rounding of 2 - 2.08; a missing decay would be 0.5 off)
+    self.assertAllClose(sess.run(w), [2.0 - 0.5 * (0.4 / (np.sqrt(0.016) + 1e-6) + 1.0)],
+                        atol=1e-4)
 
   def test_fused_adamw_is_google_berts_update(self):
     # google-bert's AdamWeightDecayOptimizer by hand, 3 updates, no bias correction:
