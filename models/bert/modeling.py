@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping
 import tensorflow as tf
 
 from cerebras_models import dropout as dropout_lib
+from cerebras_models import embedding
 from cerebras_models.bert.config import BertConfig  # the hyper-parameters, declared there
 
 tf1 = tf.compat.v1
@@ -169,7 +170,7 @@ def embeddings(token_ids, segment_ids, config: BertConfig, training: bool):
                                       [config.max_position_embeddings, config.hidden_size],
                                       initializer=init)
     # Sum order word + type + position matches google-bert, which keeps fp32 results bitwise.
-    x = tf.gather(word_table, token_ids)
+    x = embedding.lookup(word_table, token_ids)
     if type_table is not None:
       x += tf.gather(type_table, segment_ids)
     x += position_table[tf.newaxis, :tf.shape(token_ids)[1], :]

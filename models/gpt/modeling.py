@@ -19,7 +19,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from cerebras_models import losses
+from cerebras_models import embedding, losses
 from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
                                                layer_norm)
 from cerebras_models.gpt.config import GPTConfig  # the hyper-parameters, declared there
@@ -299,7 +299,7 @@ def gpt_hidden(token_ids, padding_mask, config: GPTConfig, training: bool) -> Hi
     with tf1.variable_scope("embeddings"):
       word = tf1.get_variable("word_embeddings", [config.vocab_size, config.hidden_size],
                               initializer=init)
-      x = tf.gather(word, token_ids)
+      x = embedding.lookup(word, token_ids)
       if config.learned_positions:
         pos = tf1.get_variable("position_embeddings",
                                [config.max_position_embeddings, config.hidden_size],

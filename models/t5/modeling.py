@@ -30,6 +30,7 @@ import math
 
 import tensorflow as tf
 
+from cerebras_models import embedding
 from cerebras_models.dropout import dropout as _dropout
 from cerebras_models.t5.config import T5Config  # the hyper-parameters, declared there
 
@@ -198,7 +199,7 @@ def embedding_tables(config: T5Config):
 def encoder(ids, mask, table, config: T5Config, training: bool):
   """ids, mask: [B, S] int32 (mask 1 = real) -> [B, S, M] in the compute dtype."""
   dtype = tf.as_dtype(config.dtype)
-  x = dropout(tf.cast(tf.gather(table, ids), dtype), config, training)
+  x = dropout(tf.cast(embedding.lookup(table, ids), dtype), config, training)
   length = ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
   with tf1.variable_scope("encoder"):
     bias = padding_bias(mask)
@@ -217,7 +218,7 @@ def decoder(ids, encoder_output, encoder_mask, table, config: T5Config, training
   """Teacher-forced decoder. ids: [B, T] int32 ([start] y[:-1]); encoder_output [B, S, M];
   encoder_mask [B, S] -> [B, T, M] in the compute dtype."""
   dtype = tf.as_dtype(config.dtype)
-  x = dropout(tf.cast(tf.gather(table, ids), dtype), config, training)
+  x = dropout(tf.cast(embedding.lookup(table, ids), dtype), config, training)
   length = ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
   with tf1.variable_scope("decoder"):
     self_bias = causal_bias(length)

@@ -29,6 +29,7 @@ from typing import Dict
 
 import tensorflow as tf
 
+from cerebras_models import embedding
 from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
                                                layer_norm)
 from cerebras_models.transformer.config import TransformerConfig  # declared there
@@ -85,7 +86,7 @@ def embed(ids, table, config: TransformerConfig, training: bool, start=0):
   """
   length = tf.shape(ids)[1]
   dtype = compute_dtype(config)
-  x = tf.cast(tf.gather(table, ids), dtype) * (config.hidden_size ** 0.5)
+  x = tf.cast(embedding.lookup(table, ids), dtype) * (config.hidden_size ** 0.5)
   if config.position_embedding_type == "fixed":
     pos = sinusoids(length, config.hidden_size, start)
   else:

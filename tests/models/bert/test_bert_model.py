@@ -15,7 +15,7 @@ import bert_test_base as base
 from bert_test_base import tf1
 from cerebras_tf.errors import DataError
 from cerebras_tf.runtime import precision
-from cerebras_models import optimization
+from cerebras_models import embedding, optimization
 from cerebras_models.bert import heads, input as input_lib, model, modeling
 
 TRAIN, EVAL, PREDICT = (tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.EVAL,
@@ -409,6 +409,28 @@ class OptimizationTest(base.BertTestCase):
     # (float32 rounding of 2 - 2.08; a missing decay would be 0.5 off)
     self.assertAllClose(sess.run(w), [2.0 - 0.5 * (0.4 / (np.sqrt(0.016) + 1e-6) + 1.0)],
                         atol=1e-4)
+
+  def test_embedding_lookup_reads_the_table_densely(self):
+    # tf.gather on the variable (ResourceGather) puts it in copy-on-read mode, and every later
+    # read and update of BERT's word table copied its 15.6 MB. Same rows, same gradient.
+    def build():
+      table = tf1.get_variable("word_embeddings", initializer=np.arange(12.0).reshape(4, 3)
+                               .astype(np.float32))
+      ids = tf.constant([[3, 1], [3, 0]])
+      ours = embedding.lookup(table, ids)
+      ref = tf.gather(table, ids)
+      weights = tf.constant(np.arange(12.0).reshape(2, 2, 3).astype(np.float32))
+      grads = [tf.convert_to_tensor(tf.gradients(tf.reduce_sum(t * weights), table)[0])
+               for t in (ours, ref)]
+      return ours, ref, grads
+
+    sess, (ours, ref, grads) = self.run_graph(build)
+    self.assertAllEqual(*sess.run([ours, ref]))
+    self.assertAllEqual(*sess.run(grads))
+    readers = {op.type for op in ours.op.inputs[0].op.outputs[0].consumers()}
+    self.assertEqual(ours.op.type, "GatherV2")
+    self.assertEqual(ours.op.inputs[0].op.type, "ReadVariableOp")
+    self.assertNotIn("ResourceGather", readers)
 
   def test_fused_adamw_is_google_berts_update(self):
     # google-bert's AdamWeightDecayOptimizer by hand, 3 updates, no bias correction:
