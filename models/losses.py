@@ -5,16 +5,20 @@ gradient) at a fraction of its CPU cost; `dense_sparse_softmax_xent` is the same
 output layer `x @ table^T + bias`, whose gradient never forms d(logits) (BERT's masked-LM
 head, GPT's tied head); `on_weighted_rows` computes BERT's on the slots that carry a label.
 TF's fused CPU kernel is plain Eigen: for BERT-tiny's masked-LM head ([640, 30522] logits) it
-took 85 ms where a oneDNN softmax takes 23 ms (benchmarks/bench_bert_vs_google.py, per-op table). Here the forward pass is one softmax plus
-two max reductions and a gather, and the backward pass one multiply and a scatter of N elements.
+took 85 ms where a oneDNN softmax takes 23 ms (benchmarks/bench_bert_vs_google.py, per-op
+table). Here the forward pass is one softmax and two gathers of N elements (two max reductions
+as well where a label's probability underflows), and the backward pass one multiply and a
+scatter of N elements.
 That is faster only with oneDNN's softmax: without it (on an AVX2 CPU with TensorFlow imported
 before cerebras_tf, or TF_ENABLE_ONEDNN_OPTS=0) TF's own op is used, which was faster there
 (benchmarks/bench_host_speed.py).
 """
 
 import contextlib
+import functools
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
 from cerebras_tf.runtime import onednn, precision
@@ -69,9 +73,8 @@ def _xent(logits, labels, s):
   @tf.custom_gradient
   def xent(l):
     p = tf.nn.softmax(l)
-    top = tf.argmax(l, axis=-1, output_type=tf.int32)
-    lse = tf.gather(l, top, batch_dims=1) - tf.math.log(tf.gather(p, top, batch_dims=1))
-    loss = lse - (1.0 - s) * tf.gather(l, flat_labels, batch_dims=1)
+    at_label = tf.gather(l, flat_labels, batch_dims=1)
+    loss = _log_sum_exp(l, p, at_label, flat_labels) - (1.0 - s) * at_label
     if s:
       loss -= s * tf.reduce_mean(l, axis=-1)
 
@@ -86,16 +89,52 @@ def _xent(logits, labels, s):
   return tf.reshape(xent(flat_logits), shape)
 
 
-# The rows computed are a multiple of max(ROW_BUCKET, N / MAX_SHAPES): oneDNN builds a kernel
-# for each shape it meets, so a batch's count of real rows selects one of at most ~16 shapes.
-ROW_BUCKET = 32
-MAX_SHAPES = 16
+def _log_sum_exp(logits, p, at_label, labels):
+  """log(sum(exp(logits))) of each row, from its softmax p = exp(logits - lse).
+
+  lse = l[j] - log(p[j]) for any j. At the label it is a gather of N values. Where some
+  p[label] is below the smallest normal float32 (a logit gap past ~87: a diverging model) its
+  log is inexact or inf, and j = argmax is used instead: max(l) - log(max(p)), where the
+  largest p is at least 1/V, two reductions over [N, V] (1.3 and 1.1 ms of BERT-tiny's fp32
+  step; TF's CPU ArgMax is scalar and slower still). On the host those run only then (a
+  cond); in the engine's trace always, so its graph has no cond.
+
+  Args:
+    logits, p: [N, V] float32.  at_label: [N], logits at the labels.  labels: [N] int32.
+  Returns:
+    [N] float32.
+  """
+  def from_max():
+    return tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(p, axis=-1))
+
+  if precision.in_engine_trace():
+    return from_max()
+  p_label = tf.gather(p, labels, batch_dims=1)
+  normal = tf.reduce_all(p_label >= np.finfo(np.float32).tiny)
+  return tf.cond(normal, lambda: at_label - tf.math.log(p_label), from_max)
+
+
+@functools.lru_cache(maxsize=None)
+def _table_gradient_untransposed() -> bool:
+  """Whether float32 d_table is p^T @ (dy x) rather than ((dy x)^T @ p)^T: on an AVX-512
+  host oneDNN runs the first 12.4 ms where the second and its transpose take 14.0 (BERT-tiny's
+  320 rows); on the AVX2 hosts the second was faster (bench_host_speed.py's lever table)."""
+  return "avx512f" in precision.cpu_flags()
+
+
+# The rows computed are a multiple of ROW_BUCKET (AVX-512's 16 floats), coarser for a head of
+# more than MAX_SHAPES buckets: oneDNN builds a kernel for each shape it meets, so a batch's
+# count of real rows selects one of at most MAX_SHAPES shapes. BERT-tiny's 640 slots: steps of
+# 16 rows leave 8 padding rows a batch on average, where steps of 40 left 20.
+ROW_BUCKET = 16
+MAX_SHAPES = 40
 
 
 def rows_computed(real, total):
   """How many of `total` rows on_weighted_rows computes for `real` nonzero weights (ints or
-  int tensors): `real` rounded up to the bucket, at least one bucket, at most `total`."""
-  step = tf.maximum(ROW_BUCKET, (total + MAX_SHAPES - 1) // MAX_SHAPES)
+  int tensors): `real` rounded up to the step, at least one step, at most `total`."""
+  span = ROW_BUCKET * MAX_SHAPES
+  step = ROW_BUCKET * tf.maximum((total + span - 1) // span, 1)
   return tf.minimum(tf.maximum((real + step - 1) // step, 1) * step, total)
 
 
@@ -140,11 +179,10 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
   dy folds into x, so only the softmax p itself is [N, V]:
     dx = dy * (p @ table - table[labels]);   d_table = (dy x)^T-by-p, transposed, minus
     scatter(labels, dy x);   d_bias = p^T dy - scatter(labels, dy).
-  In float32, d_table is computed as ((dy x)^T @ p)^T: oneDNN runs that [K, N] x [N, V] product
-  faster than p^T @ (dy x) (benchmarks/bench_host_speed.py, lever table); in bfloat16 the
-  other way round is faster (BERT-tiny's head on an avx512_bf16 host: 18.1 ms against 20.4
-  plus a transpose). Without oneDNN the plain logits and TF's op are used, as in
-  sparse_softmax_xent.
+  d_table is computed as p^T @ (dy x) in bfloat16 and on an AVX-512 host (BERT-tiny's head
+  with avx512_bf16: 18.1 ms against 20.4 plus a transpose), as ((dy x)^T @ p)^T in float32
+  elsewhere (faster on the AVX2 hosts: benchmarks/bench_host_speed.py, lever table). Without
+  oneDNN the plain logits and TF's op are used, as in sparse_softmax_xent.
 
   Mixed precision: with a bfloat16 x the three products run in bfloat16 (the table cast to
   it, p cast once for the two backward ones); the logits, softmax, loss and the table's and
@@ -172,18 +210,16 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
       if bias is not None:
         logits = tf.nn.bias_add(logits, bias)
       p = tf.nn.softmax(logits)
-      # lse = max(logits) - log(max(p)): the largest p is >= 1/V, so its log is finite; two
-      # vectorized reductions, bit for bit the value an argmax and two gathers give, at half
-      # their time (TF's CPU ArgMax is scalar; [640, 30522]: 13.6 vs 7.9 ms, issue 42).
-      lse = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(p, axis=-1))
-      loss = lse - tf.gather(logits, labels, batch_dims=1)
+      at_label = tf.gather(logits, labels, batch_dims=1)
+      loss = _log_sum_exp(logits, p, at_label, labels) - at_label
 
       def grad(dy):
         at_label = labels[:, tf.newaxis]
         dyx = dy[:, tf.newaxis] * tf.cast(x, tf.float32)
         if compute == tf.float32:
           dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - tf.gather(table, labels))
-          d_table = tf.transpose(tf.matmul(dyx, p, transpose_a=True))
+          d_table = (tf.matmul(p, dyx, transpose_a=True) if _table_gradient_untransposed()
+                     else tf.transpose(tf.matmul(dyx, p, transpose_a=True)))
         else:
           p_c = tf.cast(p, compute)
           dx = dy[:, tf.newaxis] * (tf.cast(tf.matmul(p_c, table_c), tf.float32)

@@ -85,10 +85,13 @@ def _dense_and_autodiff(x, table, bias, labels, weights):
           tf.gradients(tf.reduce_sum(ref * weights), wrt))
 
 
+@pytest.mark.parametrize("untransposed", [True, False])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_dense_form_matches_autodiff_of_the_output_layer(with_bias):
+def test_dense_form_matches_autodiff_of_the_output_layer(with_bias, untransposed, monkeypatch):
   # Labels repeat (rows 0, 3, 5 share label 7): the two scatters must add, not overwrite.
-  # Zero weights (padded prediction slots) must contribute nothing.
+  # Zero weights (padded prediction slots) must contribute nothing. Both forms of the table's
+  # float32 gradient (the AVX-512 host's and the AVX2 hosts'), whichever this host runs.
+  monkeypatch.setattr(losses, "_table_gradient_untransposed", lambda: untransposed)
   rng = np.random.RandomState(1)
   n, k, v = 8, 6, 30
   x = rng.randn(n, k).astype(np.float32)
@@ -115,6 +118,32 @@ def test_dense_form_finite_where_the_label_probability_underflows():
     ours = losses.dense_sparse_softmax_xent(tf.constant(x), tf.constant(table), tf.zeros([3]), [2])
     o = _run(ours)
   np.testing.assert_allclose(o, [200.0 + np.log1p(2 * np.exp(-200.0))], rtol=1e-6)
+
+
+def test_underflowing_label_rows_take_the_max_form_and_the_others_keep_their_value():
+  """One row's label is 200 below its top logit (p[label] underflows: the batch's lse comes
+  from the max reductions), the other's 80 below (p[label] = e^-80 is a normal float32). The
+  same losses either way, and finite; a batch of the second row alone takes the label form."""
+  x = np.ones((2, 1), np.float32)
+  table = np.array([[200.0], [0.0], [0.0], [120.0]], np.float32)
+  with tf.Graph().as_default():
+    both = losses.dense_sparse_softmax_xent(tf.constant(x), tf.constant(table), None, [1, 3])
+    alone = losses.dense_sparse_softmax_xent(tf.constant(x[:1]), tf.constant(table), None, [3])
+    b, a = _run([both, alone])
+  np.testing.assert_allclose(b, [200.0, 80.0], rtol=1e-6)
+  np.testing.assert_allclose(a, [80.0], rtol=1e-6)
+
+
+def test_the_engine_trace_has_no_cond(implementation):
+  """The underflow guard is a cond on the host only: the engine's graph keeps its straight
+  reductions (the compiler places what it traces). TF's fused op has none."""
+  def conds(trace):
+    with tf.Graph().as_default() as graph:
+      with precision.tracing_for_engine() if trace else contextlib.nullcontext():
+        losses.dense_sparse_softmax_xent(tf.zeros([4, 2]), tf.zeros([5, 2]), None, [0, 1, 2, 3])
+    return [op.type for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+  assert bool(conds(trace=False)) == (implementation == "softmax-based")
+  assert not conds(trace=True)
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
@@ -191,12 +220,12 @@ def test_weighted_rows_give_the_loss_and_gradients_of_every_row(real):
 
 
 @pytest.mark.parametrize("real,total,computed", [
-    # BERT-tiny's 640 slots: steps of max(32, 640 / 16) = 40 rows, 16 shapes at most
-    (0, 640, 40), (1, 640, 40), (305, 640, 320), (321, 640, 360), (640, 640, 640),
-    # few rows: steps of 32, never more than there are
-    (33, 70, 64), (65, 70, 70),
-    # 8,192 rows: steps of 512
-    (8000, 8192, 8192), (4097, 8192, 4608)])
+    # BERT-tiny's 640 slots: steps of 16 rows (640 / 16 = 40 shapes at most)
+    (0, 640, 16), (1, 640, 16), (305, 640, 320), (321, 640, 336), (640, 640, 640),
+    # few rows: steps of 16, never more than there are
+    (33, 70, 48), (65, 70, 70),
+    # 8,192 rows: steps of 16 * ceil(8192 / 640) = 208, so 40 shapes at most
+    (8000, 8192, 8112), (4097, 8192, 4160), (8192, 8192, 8192)])
 def test_rows_computed_round_up_to_a_bounded_number_of_shapes(real, total, computed):
   assert int(losses.rows_computed(real, total)) == computed
 
