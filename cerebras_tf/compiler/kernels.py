@@ -160,7 +160,8 @@ def _table() -> Dict[str, Kernel]:
   add(("Cast", "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
        "LogicalAnd", "LogicalOr", "LogicalNot", "Select", "SelectV2", "OnesLike", "Fill",
        "IsFinite", "IsNan", "IsInf", "StopGradient", "PreventGradient", "Dropout", "RandomUniform",
-       "RandomUniformInt", "RandomStandardNormal", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
+       "RandomUniformInt", "RandomStandardNormal", "StatelessRandomUniformV2",
+       "StatelessRandomUniformFullIntV2", "StatelessRandomGetKeyCounter",
        "StatelessRandomGetKeyCounterAlg", "TruncatedNormal", "OneHot", "ArgMax", "ArgMin",
        "InTopKV2", "BroadcastTo", "Tile", "CheckNumerics", "ZerosLike"), ELEMENTWISE, "out",
       layers="casts, masks, Dropout, comparisons")

@@ -61,3 +61,24 @@ def test_dynamic_shape_and_odd_last_dimension():
       out = sess.run(y, {x: np.ones([1000, 3], np.float32)})
   assert out.shape == (1000, 3)
   assert set(np.unique(out)) <= {0.0, 2.0} and abs((out != 0).mean() - 0.5) < 0.05
+
+
+def _masks(graph_seed, ops=2, runs=2):
+  """The keep masks of `ops` dropout ops over `runs` session runs of one new graph."""
+  with tf.Graph().as_default():
+    if graph_seed is not None:
+      tf1.set_random_seed(graph_seed)
+    ys = [dropout.dropout(tf.ones([64, 33]), 0.5) for _ in range(ops)]
+    with tf1.Session() as sess:
+      return [[m != 0 for m in sess.run(ys)] for _ in range(runs)]
+
+
+def test_the_graph_seed_decides_the_masks_and_each_op_and_run_draws_its_own():
+  """The stateless draw is keyed by the op's stateful generator: a seeded graph repeats its
+  masks in a new process-like graph, an unseeded one does not, and two ops or two runs of
+  one op never share a mask (64 x 33 elements at rate 0.5: a repeat by chance is 2^-2112)."""
+  first, again, unseeded = _masks(7), _masks(7), _masks(None)
+  assert all(np.array_equal(a, b) for ra, rb in zip(first, again) for a, b in zip(ra, rb))
+  assert not np.array_equal(first[0][0], unseeded[0][0])
+  assert not np.array_equal(first[0][0], first[0][1])  # two ops
+  assert not np.array_equal(first[0][0], first[1][0])  # two runs
