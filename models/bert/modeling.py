@@ -39,10 +39,34 @@ def activation(config: BertConfig):
 # Building blocks
 
 
+_GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+@tf.custom_gradient
 def gelu(x):
-  """GELU, tanh approximation (what google-bert and its checkpoints were trained with)."""
-  cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
-  return x * cdf
+  """GELU, tanh approximation (what google-bert and its checkpoints were trained with).
+
+  The forward pass is google-bert's expression (x^3 as grappler rewrites its pow, x^2 * x);
+  the gradient is the derivative written out, cdf + x (1 - t^2) (c/2) (1 + 3 a x^2), in 6
+  elementwise ops (TanhGrad gives x (1 - t^2) in one) where TensorFlow's chain rule took about
+  a dozen: forward and backward at [4096, 512] alone 8.3 -> 4.7 ms on the AVX-512 host; in
+  BERT-tiny's serialized fp32 step its two layers' GELUs 10.7 -> 9.8 ms (issue 42).
+
+  Args:
+    x: any shape, float dtype.
+  Returns:
+    the same shape and dtype.
+  """
+  x2 = tf.square(x)
+  t = tf.tanh(_GELU_C * (x + _GELU_A * (x2 * x)))
+  cdf = 0.5 * (1.0 + t)
+
+  def grad(dy):
+    slope = tf.raw_ops.TanhGrad(y=t, dy=x) * (0.5 * _GELU_C + 1.5 * _GELU_C * _GELU_A * x2)
+    return dy * (cdf + slope)
+
+  return x * cdf, grad
 
 
 def gelu_erf(x):

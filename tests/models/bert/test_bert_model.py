@@ -174,6 +174,22 @@ class CheckpointCompatibilityTest(base.BertTestCase):
     self.assertGreater(np.max(np.abs(got - erf_form)), 1e-4)
     self.assertIs(modeling.activation(modeling.BertConfig()), modeling.gelu)
 
+  def test_gelu_gradient_is_the_derivative_of_the_tanh_form(self):
+    # Its own gradient against TF's chain rule through google-bert's expression, in float32
+    # and (the mixed-precision activations) bfloat16.
+    x = np.linspace(-6.0, 6.0, 241).astype(np.float32)
+    dy = np.cos(x).astype(np.float32)
+    for dtype, tol in ((tf.float32, 1e-5), (tf.bfloat16, 2e-2)):
+      xt = tf.constant(x, dtype)
+      with tf.GradientTape(persistent=True) as tape:
+        tape.watch(xt)
+        ours = modeling.gelu(xt)
+        ref = 0.5 * xt * (1.0 + tf.tanh(math.sqrt(2 / math.pi) * (xt + 0.044715 * tf.pow(xt, 3))))
+      got, want = (tf.cast(tape.gradient(y, xt, output_gradients=tf.constant(dy, dtype)),
+                           tf.float32) for y in (ours, ref))
+      self.assertAllClose(got, want, atol=tol, rtol=tol, msg=str(dtype))
+      self.assertGreater(float(tf.reduce_max(tf.abs(want))), 1.0)
+
 
 class HeadsAndTrainingTest(base.BertTestCase):
 
