@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from cerebras_tf.core import ir, source
 from cerebras_tf.compiler import kernels, layer_rules
-from cerebras_tf.compiler.capture import CapturedGraph
+from cerebras_tf.compiler.capture import CapturedGraph, ancestors
 from cerebras_tf.errors import CompileError, UnsupportedOpError
 
 # Backward ops: tf.gradients' scope, at the top or under another (Keras's optimizers build
@@ -1017,10 +1017,16 @@ def count_params(trainable, namer: LayerNamer,
     tallies.setdefault(layer, layer_rules.LayerTally(layer)).params += _static_size(v.shape) or 0
 
 
-def backward_ops(graph: tf.Graph, fwd_set: Set[tf.Operation]) -> List[tf.Operation]:
-  """The ops TF's autodiff made (under `gradients*/` or `gradient_tape/`), in graph order."""
+def backward_ops(graph: tf.Graph, fwd_set: Set[tf.Operation],
+                 train_op: Optional[tf.Operation] = None) -> List[tf.Operation]:
+  """The ops TF's autodiff made (under `gradients*/` or `gradient_tape/`), in graph order;
+  with `train_op`, those running it runs. tf.gradients also builds zeros for the outputs of
+  a multi-output op that nothing differentiates (each custom gradient's IdentityN: LayerNorm's,
+  GELU's), which nothing reads and TensorFlow never runs: they are no layer's work."""
+  runs = set(ancestors(train_op)) if train_op is not None else None
   return [op for op in graph.get_operations()
-          if op not in fwd_set and _GRAD_PREFIX.match(op.name)]
+          if op not in fwd_set and _GRAD_PREFIX.match(op.name)
+          and (runs is None or op in runs)]
 
 
 def tally_backward(bwd_ops: List[tf.Operation], namer: LayerNamer, routed: Routed,
@@ -1122,7 +1128,7 @@ def lower(captured: CapturedGraph, name: str, act_dtype_bytes: int = 2,
   inputs = host_inputs(graph, namer.fwd_set, host)
   tally_inputs(inputs, namer, tallies)
   count_params(trainable, namer, tallies)
-  bwd = backward_ops(graph, namer.fwd_set)
+  bwd = backward_ops(graph, namer.fwd_set, captured.train_op)
   tally_backward(bwd, namer, routed, tallies)
   total = sum(t.fwd_flops for t in tallies.values()) or 1.0
   kept, merged = layer_rules.fold_small(pipeline_order(tallies), total)

@@ -175,3 +175,30 @@ def test_a_tensor_passed_inside_a_folded_layer_is_not_kept_as_handed_on():
   assert "gpt/decoder/layer_0/mlp" not in names  # folded
   assert g.layer("gpt/decoder/layer_0/mlp/fc_in").activation_bytes == 6 * 32 * 2
   assert g.layer("gpt/decoder/layer_0/mlp/fc_gate").activation_bytes == 6 * 32 * 2
+
+
+def test_gradient_zeros_nothing_reads_are_no_layers_work():
+  # tf.gradients makes a ZerosLike for each output of a custom gradient's IdentityN that
+  # nothing differentiates (here GELU's input passthrough); TensorFlow never runs them, so they must not add to a layer's backward FLOPs (the GPT head above gained
+  # 768 per GELU once GELU had its own gradient).
+  from cerebras_models.bert import modeling as bert  # pylint: disable=import-outside-toplevel
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [8, 4], "x")
+    with tf.compat.v1.variable_scope("layer"):
+      y = bert.gelu(bert.dense(x, 4, "dense", 0.02))
+    loss = tf.reduce_mean(y)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+  cap = capture.CapturedGraph(graph=graph, loss=loss, train_op=train_op, inputs={"x": x},
+                              batch_size=8, optimizers=("GradientDescentOptimizer",))
+  fwd = set(lower.forward_ops(cap))
+  every = lower.backward_ops(graph, fwd)
+  run = lower.backward_ops(graph, fwd, train_op)
+  zeros = [op for op in every if op.type == "ZerosLike"]
+  assert zeros and not [op for op in run if op.type == "ZerosLike"]
+  # Both products of the MatMul's gradient run (tf.tuple groups them, so even x's, which no
+  # variable needs); what is left out computes nothing: the zeros and an unread Identity.
+  names = {op.name for op in run}
+  assert {"gradients/layer/dense/MatMul_grad/MatMul",
+          "gradients/layer/dense/MatMul_grad/MatMul_1"} <= names
+  assert {op.type for op in every if op not in run} == {"ZerosLike", "Identity"}
