@@ -179,8 +179,9 @@ def test_a_tensor_passed_inside_a_folded_layer_is_not_kept_as_handed_on():
 
 def test_gradient_zeros_nothing_reads_are_no_layers_work():
   # tf.gradients makes a ZerosLike for each output of a custom gradient's IdentityN that
-  # nothing differentiates (here GELU's input passthrough); TensorFlow never runs them, so they must not add to a layer's backward FLOPs (the GPT head above gained
-  # 768 per GELU once GELU had its own gradient).
+  # nothing differentiates (here GELU's input passthrough); TensorFlow never runs them, so
+  # they must not add to a layer's backward FLOPs (the GPT head above gained 768 per GELU
+  # once GELU had its own gradient).
   from cerebras_models.bert import modeling as bert  # pylint: disable=import-outside-toplevel
   graph = tf.Graph()
   with graph.as_default():
