@@ -11,6 +11,7 @@ host: the floor every test that starts a fresh process pays.
 
     python benchmarks/bench_suite.py                      # the whole suite, as dev.py runs it
     python benchmarks/bench_suite.py tests/test_cli.py    # a part: pytest with dev.py's flags
+    python benchmarks/bench_suite.py --json tests.json    # also every test's record, as JSON
 """
 
 import collections
@@ -94,6 +95,11 @@ def run_suite(log_dir: str, paths) -> tuple:
 
 def main() -> int:
   paths = sys.argv[1:]
+  json_out = None
+  if "--json" in paths:
+    at = paths.index("--json")
+    json_out = paths[at + 1]
+    del paths[at:at + 2]
   import_cpu = tf_import_cpu()
   site = venv_site_packages()
   log_dir = tempfile.mkdtemp(prefix="bench_suite_")
@@ -115,6 +121,9 @@ def main() -> int:
   if not tests:
     print(out[-3000:], file=sys.stderr)
     return 1
+  if json_out:
+    with open(json_out, "w", encoding="utf-8") as fh:
+      json.dump(sorted(tests, key=lambda t: -(t["self"] + t["children"])), fh, indent=1)
   started = {line.split()[1] for line in procs if line.startswith("start ")}
   ended = [line.split(maxsplit=4) for line in procs if line.startswith("end ")]
   # tests/warm_python.py's children are forked from a server that started (and imported
