@@ -196,7 +196,7 @@ def embeddings(token_ids, segment_ids, config: BertConfig, training: bool):
     # Sum order word + type + position matches google-bert, which keeps fp32 results bitwise.
     x = embedding.lookup(word_table, token_ids)
     if type_table is not None:
-      x += tf.gather(type_table, segment_ids)
+      x += embedding.lookup(type_table, segment_ids)
     x += position_table[tf.newaxis, :tf.shape(token_ids)[1], :]
     x = layer_norm(x, config.layer_norm_epsilon)
     x = dropout(x, config.dropout_rate, training)

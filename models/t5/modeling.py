@@ -128,7 +128,7 @@ def position_bias(query_length: int, key_length: int, bidirectional: bool, confi
   buckets = relative_position_bucket(relative, bidirectional,
                                      config.num_relative_attention_buckets,
                                      config.relative_attention_max_distance)
-  values = tf.gather(table, buckets)                       # [Lq, Lk, N]
+  values = embedding.lookup(table, buckets)               # [Lq, Lk, N]
   return tf.transpose(values, [2, 0, 1])[tf.newaxis]       # [1, N, Lq, Lk]
 
 
