@@ -4,7 +4,7 @@ Same model and batch (2 layers, hidden 128, 2 heads, filter 512, batch 32, seq 1
 predictions, dropout 0.1), same step timing (a hook stamps every step; the first --warmup
 steps are dropped), rounds interleaved so machine noise hits both alike, each run in a fresh
 process (the same step ran up to 12% apart from one process to the next on this 2-core VM, so a
-median over processes, not over rounds in one, is the figure). Four tables:
+median over processes, not over rounds in one, is the figure). Four tables, a fifth on request:
 
   (a) examples/s, ours / google's                                     goal >= 1.5x
       google's runs in a child process with TensorFlow's defaults, as its users run it (on an
@@ -21,6 +21,9 @@ median over processes, not over rounds in one, is the figure). Four tables:
       in the same run; the higher is the limit)                            goal >= 60%
   (c) our input pipeline alone (tokenize + pack + mask) / training consumption  goal >= 5x
   (d) where our step goes: op time by op type over a few traced steps (TF's step stats)
+  (e) with --serialized: the largest ops of our fp32 step run one at a time
+      (TF_NUM_INTEROP_THREADS=1), each op's own time; (d)'s wall share splits the instants two
+      ops overlap evenly, which makes a small op beside a big product look several times its cost
 
 google-research/bert is never part of this project. The script needs its sources at run time:
 --google_bert_dir names a checkout or a bare git repository (e.g. the mirror that
@@ -30,7 +33,7 @@ through tf.compat.v1 with a runtime shim for tf.contrib (layer_norm, tpu, data):
 files is edited. It reads TFRecords in its own format, written from our data into the temp
 dir. Without the sources, (a) is skipped with a message and (b), (c) still run.
 
-    python benchmarks/bench_bert_vs_google.py --google_bert_dir /path/to/bert [--quick] [--fp32_only]
+    python benchmarks/bench_bert_vs_google.py --google_bert_dir /path/to/bert [--quick] [--fp32_only] [--serialized]
 """
 
 import argparse
@@ -105,6 +108,7 @@ class OpProfile(tf1.train.SessionRunHook):
   def __init__(self, traced):
     self.traced, self.step, self.by_type, self.steps = set(traced), 0, {}, 0
     self.wall_by_type, self.wall_us = {}, 0
+    self.by_node = {}  # node name -> [op type, microseconds]
 
   def before_run(self, run_context):
     self.step += 1
@@ -124,6 +128,7 @@ class OpProfile(tf1.train.SessionRunHook):
         head = "cls/predictions" in node.node_name or "softmax_xent" in node.node_name
         key = (label, head)
         self.by_type[key] = self.by_type.get(key, 0) + node.all_end_rel_micros
+        self.by_node.setdefault(node.node_name, [label, 0])[1] += node.all_end_rel_micros
         if node.all_end_rel_micros > 0:
           spans.append((node.all_start_micros, node.all_start_micros + node.all_end_rel_micros,
                         key))
@@ -367,12 +372,15 @@ def child_result(cmd, env, who):
   raise RuntimeError(f"{who} child failed:\n" + out.stderr[-3000:])
 
 
-def ours_in_child(steps, warmup, bf16, traced):
+def ours_in_child(steps, warmup, bf16, traced, serialized=False):
   """Ours in a fresh process, as google's rows run: {examples_per_sec, flops_per_sample,
-  profile: [[op type, in the MLM head, microseconds], ...], profiled_steps}."""
+  profile: [[op type, in the MLM head, microseconds], ...], nodes: {name: [op type, us]},
+  profiled_steps}. `serialized`: TF_NUM_INTEROP_THREADS=1, so one op runs at a time and each
+  op's duration is its own (the step is then slower, and not timed for table (a))."""
   cmd = [sys.executable, os.path.abspath(__file__), "--ours_child", "--steps", str(steps),
          "--warmup", str(warmup)] + (["--bf16"] if bf16 else []) + (["--traced"] if traced else [])
-  return child_result(cmd, None, "cerebras_tf")
+  env = dict(os.environ, TF_NUM_INTEROP_THREADS="1") if serialized else None
+  return child_result(cmd, env, "cerebras_tf")
 
 
 def ours_child(args):
@@ -386,6 +394,7 @@ def ours_child(args):
       "wall_profile": [[label, head, us] for (label, head), us in
                        profile.wall_by_type.items()] if profile else [],
       "traced_wall_us": profile.wall_us if profile else 0,
+      "nodes": profile.by_node if profile else {},
       "profiled_steps": profile.steps if profile else 0}))
 
 
@@ -424,6 +433,28 @@ def op_rows(profile, top=12):
                "in no row)", ms(profile.wall_us), f"{busy / profile.wall_us:.1%} busy",
                ms(sum(op_time.values())), f"{sum(wall_head.values()) / busy:.0%}"))
   return rows
+
+
+def node_rows(nodes, steps, top=15, unit="ops"):
+  """(op, op type, ms per step, share of the step's op time) rows of the `top` largest nodes,
+  then the rest and the sum; `nodes`: {node name: [op type, microseconds over `steps`]}."""
+  total = sum(us for _, us in nodes.values())
+  ranked = sorted(nodes.items(), key=lambda kv: -kv[1][1])
+  ms = lambda us: f"{us / steps / 1000:.2f}"  # noqa: E731
+  rows = [(name, label, ms(us), f"{us / total:.1%}") for name, (label, us) in ranked[:top]]
+  rest = sum(us for _, (_, us) in ranked[top:])
+  rows.append((f"(the other {len(ranked) - top} {unit})", "", ms(rest), f"{rest / total:.1%}"))
+  rows.append(("the step, one op at a time", "", ms(total), "100%"))
+  return rows
+
+
+def by_op_type(nodes):
+  """{node: [op type, us]} -> {op type: ["<n> ops", their summed us]}."""
+  summed, count = {}, {}
+  for label, us in nodes.values():
+    summed[label] = summed.get(label, 0) + us
+    count[label] = count.get(label, 0) + 1
+  return {label: [f"{count[label]} ops", us] for label, us in summed.items()}
 
 
 def anchor_rows(google, google_onednn, google_by, google_bf16, google_same, ours_fp32,
@@ -476,6 +507,9 @@ def main():
   ap.add_argument("--fp32_only", action="store_true",
                   help="no bf16 rows even where the CPU has bf16 math (half the run time)")
   ap.add_argument("--quick", action="store_true", help="1 round of 40 steps")
+  ap.add_argument("--serialized", action="store_true",
+                  help="also table (e): our fp32 step's largest ops with one op at a time "
+                       "(TF_NUM_INTEROP_THREADS=1), each op's own time; one more child")
   ap.add_argument("--google_child", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--ours_child", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
@@ -528,6 +562,8 @@ def main():
     if bf16:
       ours["bf16"].append(ours_in_child(args.steps, args.warmup, True,
                                         traced=False)["examples_per_sec"])
+  serial = ours_in_child(args.steps, args.warmup, False, traced=True,
+                         serialized=True) if args.serialized else None
   pipeline = input_pipeline_examples_per_sec()
   matmul_tf = matmul_flops_per_sec()
   matmul_np = numpy_matmul_flops_per_sec()
@@ -594,6 +630,15 @@ def main():
               ["op type", "wall ms per step", "share of the step's wall", "op time ms per step",
                "of which in the MLM head + loss (wall)"],
               op_rows(profile))
+  if serial is not None:
+    print_table(f"(e) our fp32 step one op at a time (TF_NUM_INTEROP_THREADS=1; "
+                f"{serial['examples_per_sec']:.1f} examples/s so): the largest ops' own time, "
+                f"{serial['profiled_steps']} traced steps",
+                ["op", "op type", "ms per step", "share of the step's op time"],
+                node_rows(serial["nodes"], serial["profiled_steps"]))
+    print_table("(e') the same, by op type", ["op type", "ops of it", "ms per step",
+                                              "share of the step's op time"],
+                node_rows(by_op_type(serial["nodes"]), serial["profiled_steps"], unit="op types"))
   return 0
 
 

@@ -31,3 +31,18 @@ def test_each_instant_is_split_among_the_ops_running_then():
   assert a == ("A", "0.0", "70.0%", "0.0", "100%")
   assert rest[2] == "30.0%"
   assert step[2] == "83.3% busy" and step[4] == "70%"
+
+
+def test_the_serialized_table_ranks_nodes_by_their_own_time():
+  """By hand, 2 traced steps: matmul 300 us, softmax 100, two 50-us adds: 500 in all, so 0.25
+  ms a step in all, the matmul 0.15 ms a step and 60%; with top=2 the adds are the rest."""
+  nodes = {"head/MatMul": ["_MklMatMul", 300], "head/Softmax": ["_MklSoftmax", 100],
+           "a/add": ["AddV2", 50], "b/add": ["AddV2", 50]}
+  rows = bench.node_rows(nodes, steps=2, top=2)
+  assert rows[0] == ("head/MatMul", "_MklMatMul", "0.15", "60.0%")
+  assert rows[1] == ("head/Softmax", "_MklSoftmax", "0.05", "20.0%")
+  assert rows[2] == ("(the other 2 ops)", "", "0.05", "20.0%")
+  assert rows[3] == ("the step, one op at a time", "", "0.25", "100%")
+  by_type = bench.node_rows(bench.by_op_type(nodes), steps=2, top=1, unit="op types")
+  assert by_type[0] == ("_MklMatMul", "1 ops", "0.15", "60.0%")
+  assert by_type[1] == ("(the other 2 op types)", "", "0.10", "40.0%")  # AddV2 x 2, softmax
