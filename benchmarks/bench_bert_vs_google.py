@@ -18,7 +18,8 @@ median over processes, not over rounds in one, is the figure). Four tables, a fi
       ratio that is the framework's own shows too.
   (b) our training FLOP/s (compiler LayerGraph flops_per_sample x examples/s) as a fraction
       of this machine's best fp32 matmul FLOP/s (numpy's and TensorFlow's 2048^3, both measured
-      in the same run; the higher is the limit)                            goal >= 60%
+      in the same run; the higher is the limit), each round against the limit measured right
+      after its step, and the median of those fractions                    goal >= 60%
   (c) our input pipeline alone (tokenize + pack + mask) / training consumption  goal >= 5x
   (d) where our step goes: op time by op type over a few traced steps (TF's step stats)
   (e) with --serialized: the largest ops of our fp32 step run one at a time
@@ -544,6 +545,7 @@ def main():
   google, google_same, google_bf16, child = [], [], [], None
   google_onednn = None
   google_by = {True: [], False: []}  # oneDNN forced on / off in the child
+  round_limits = []  # the fp32 limit measured right after each round's fp32 child
   for r in range(args.rounds):
     if gb is not None:
       run = lambda **kw: google_in_child(src, work, record_file, args.steps,  # noqa: E731
@@ -559,6 +561,10 @@ def main():
     # fp32's child is kept: its FLOPs and (last round) its op profile make tables (b) and (d)
     child = ours_in_child(args.steps, args.warmup, False, traced=r == args.rounds - 1)
     ours["fp32"].append(child["examples_per_sec"])
+    # The limit beside each round's step: this VM's speed moves 15-17% within an hour, and a
+    # limit measured once, minutes after the steps, moved the fraction with it (issue 42).
+    round_limits.append(max(matmul_flops_per_sec(), numpy_matmul_flops_per_sec(),
+                            numpy_in_child_unpinned()[0]))
     if bf16:
       ours["bf16"].append(ours_in_child(args.steps, args.warmup, True,
                                         traced=False)["examples_per_sec"])
@@ -595,6 +601,7 @@ def main():
   profile.wall_by_type = {(label, head): us for label, head, us in child["wall_profile"]}
   profile.wall_us = child["traced_wall_us"]
   achieved = executed * ours_rate
+  paired = [executed * rate / limit for rate, limit in zip(ours["fp32"], round_limits)]
   print_table("(b) training FLOP/s vs this machine's best fp32 matmul: " + title,
               ["quantity", "value", "goal"],
               [("the model's training GFLOP per example (compiler LayerGraph, fwd+bwd; the "
@@ -615,8 +622,13 @@ def main():
                 f"kernel {np_kernel or 'not reported'})", f"{matmul_np_own / 1e9:.1f}", "-"),
                ("fp32 2048^3 matmul GFLOP/s, TensorFlow", f"{matmul_tf / 1e9:.1f}", "-"),
                ("the fp32 limit: the best of the three", f"{matmul / 1e9:.1f}", "-"),
-               ("our executed training FLOP/s as a fraction of the limit",
-                f"**{achieved / matmul:.1%}**", ">= 60%"),
+               ("the fp32 limit measured right after each round's step (the best of the three "
+                "then)", ", ".join(f"{l / 1e9:.1f}" for l in round_limits), "-"),
+               ("our executed training FLOP/s as a fraction of the limit beside it, each round "
+                "(median; each)", f"**{median(paired):.1%}** ("
+                + ", ".join(f"{f:.1%}" for f in paired) + ")", ">= 60%"),
+               ("our executed training FLOP/s (median) as a fraction of the limit above "
+                "(measured once, after every round)", f"{achieved / matmul:.1%}", "-"),
                ("the model's FLOP/s as a fraction of the limit",
                 f"{flops * ours_rate / matmul:.1%}", "-")])
   print_table("(c) input pipeline (tokenize, pack, mask) vs training consumption: " + title,
