@@ -545,7 +545,10 @@ def main():
   google, google_same, google_bf16, child = [], [], [], None
   google_onednn = None
   google_by = {True: [], False: []}  # oneDNN forced on / off in the child
-  round_limits = []  # the fp32 limit measured right after each round's fp32 child
+  # (TensorFlow's, numpy's, numpy's own kernel's) fp32 matmul FLOP/s right after each round's
+  # fp32 child: this VM's speed moves 15-17% within an hour, and a limit measured once, minutes
+  # after the steps, moved the fraction with it (issue 42).
+  round_matmuls, np_kernel = [], None
   for r in range(args.rounds):
     if gb is not None:
       run = lambda **kw: google_in_child(src, work, record_file, args.steps,  # noqa: E731
@@ -561,20 +564,17 @@ def main():
     # fp32's child is kept: its FLOPs and (last round) its op profile make tables (b) and (d)
     child = ours_in_child(args.steps, args.warmup, False, traced=r == args.rounds - 1)
     ours["fp32"].append(child["examples_per_sec"])
-    # The limit beside each round's step: this VM's speed moves 15-17% within an hour, and a
-    # limit measured once, minutes after the steps, moved the fraction with it (issue 42).
-    round_limits.append(max(matmul_flops_per_sec(), numpy_matmul_flops_per_sec(),
-                            numpy_in_child_unpinned()[0]))
+    own, np_kernel = numpy_in_child_unpinned()
+    round_matmuls.append((matmul_flops_per_sec(), numpy_matmul_flops_per_sec(), own))
     if bf16:
       ours["bf16"].append(ours_in_child(args.steps, args.warmup, True,
                                         traced=False)["examples_per_sec"])
   serial = ours_in_child(args.steps, args.warmup, False, traced=True,
                          serialized=True) if args.serialized else None
   pipeline = input_pipeline_examples_per_sec()
-  matmul_tf = matmul_flops_per_sec()
-  matmul_np = numpy_matmul_flops_per_sec()
-  matmul_np_own, np_kernel = numpy_in_child_unpinned()
-  matmul = max(matmul_tf, matmul_np, matmul_np_own)
+  matmul_tf, matmul_np, matmul_np_own = (max(col) for col in zip(*round_matmuls))
+  round_limits = [max(each) for each in round_matmuls]
+  matmul = max(round_limits)
   shutil.rmtree(work, ignore_errors=True)
 
   ours_rate = median(ours["fp32"])
@@ -615,20 +615,21 @@ def main():
                ("our training GFLOP/s executed", f"{achieved / 1e9:.1f}", "-"),
                ("the model's GFLOP/s (its GFLOP per example x our examples/s)",
                 f"{flops * ours_rate / 1e9:.1f}", "-"),
-               ("fp32 2048^3 matmul GFLOP/s, numpy (OpenBLAS, this machine's "
+               ("fp32 2048^3 matmul GFLOP/s (each the best of the rounds), numpy (OpenBLAS, this "
+                "machine's "
                 f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})",
                 f"{matmul_np / 1e9:.1f}", "-"),
                (f"fp32 2048^3 matmul GFLOP/s, numpy with its own kernel (pin unset in a child; "
                 f"kernel {np_kernel or 'not reported'})", f"{matmul_np_own / 1e9:.1f}", "-"),
                ("fp32 2048^3 matmul GFLOP/s, TensorFlow", f"{matmul_tf / 1e9:.1f}", "-"),
                ("the fp32 limit: the best of the three", f"{matmul / 1e9:.1f}", "-"),
-               ("the fp32 limit measured right after each round's step (the best of the three "
-                "then)", ", ".join(f"{l / 1e9:.1f}" for l in round_limits), "-"),
-               ("our executed training FLOP/s as a fraction of the limit beside it, each round "
+               ("the fp32 limit of each round (the best of the three right after its step)",
+                ", ".join(f"{l / 1e9:.1f}" for l in round_limits), "-"),
+               ("our executed training FLOP/s as a fraction of its round's limit "
                 "(median; each)", f"**{median(paired):.1%}** ("
                 + ", ".join(f"{f:.1%}" for f in paired) + ")", ">= 60%"),
-               ("our executed training FLOP/s (median) as a fraction of the limit above "
-                "(measured once, after every round)", f"{achieved / matmul:.1%}", "-"),
+               ("our executed training FLOP/s (median) as a fraction of the best limit of all "
+                "rounds", f"{achieved / matmul:.1%}", "-"),
                ("the model's FLOP/s as a fraction of the limit",
                 f"{flops * ours_rate / matmul:.1%}", "-")])
   print_table("(c) input pipeline (tokenize, pack, mask) vs training consumption: " + title,

@@ -98,6 +98,8 @@ def main() -> int:
   json_out = None
   if "--json" in paths:
     at = paths.index("--json")
+    if at + 1 == len(paths):
+      sys.exit("bench_suite.py: --json needs a file name, e.g. --json tests.json")
     json_out = paths[at + 1]
     del paths[at:at + 2]
   import_cpu = tf_import_cpu()
