@@ -26,7 +26,8 @@ setup(
         "numpy<2",
         "absl-py",
         "pyyaml",
-        "matplotlib",               # wafer placement and scaling pictures
+        "matplotlib",               # scaling charts; the wafer picture's colour map and font
+        "pillow",                   # draws wafer.png (matplotlib requires it too)
         "h5py",                     # modelzoo's HDF5 datasets (TensorFlow requires it too)
         "sacrebleu",                # BLEU of the Transformer's detokenized translations
     ],

@@ -157,16 +157,23 @@ def test_use_cs_true_trains_evaluates_predicts_exports(tmp_path):
   assert plan["fits"] is True and plan["execution_strategy"] in ("pipelined", "multi_replica")
   assert any(n.startswith("auto: chose") for n in plan["notes"])
   assert plan["samples_per_sec"] > 0 and plan["batch_size"] == 16
-  tags = set()
+  tags, images = set(), []
   for f in tf.io.gfile.glob(os.path.join(est.model_dir, "events.out.tfevents.*")):
     for event in tf.compat.v1.train.summary_iterator(f):
       for v in event.summary.value:
         tags.add((v.tag, v.WhichOneof("value")))
+        if v.WhichOneof("value") == "image":
+          images.append(v.image)
   assert ("cerebras/simulated_samples_per_sec", "simple_value") in tags
   assert ("cerebras/simulated_utilization", "simple_value") in tags
   assert ("cerebras/host_examples_per_sec", "simple_value") in tags
   assert ("cerebras/host_input_samples_per_sec", "simple_value") in tags
   assert ("cerebras/wafer_placement", "image") in tags
+  # TensorBoard is told the picture's own size and colours (RGB: colorspace 3).
+  with open(os.path.join(est.compile_dir, "wafer.png"), "rb") as fh:
+    png = fh.read()
+  decoded = tf.io.decode_png(png).shape
+  assert [(i.height, i.width, i.colorspace) for i in images] == [tuple(decoded)], images
   with open(os.path.join(est.compile_dir, "report.txt")) as fh:
     assert re.search(r"^input: +this host's input_fn delivered [\d,]+ samples/s", fh.read(), re.M)
   metrics = est.evaluate(eval_input_fn, steps=8, use_cs=True)

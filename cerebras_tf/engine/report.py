@@ -6,7 +6,7 @@ uncertainty band of the prediction (the validation-set error of the nearest clas
 engine/specs/fidelity_bands.yaml), the three calibration constants the prediction is most
 sensitive to, and the advisor's suggestions (registered by the compiler: `register_advisor`).
 
-Pure Python + matplotlib (Agg); no TensorFlow.
+Pure Python, Pillow and matplotlib (Agg); no TensorFlow.
 """
 
 import dataclasses
@@ -18,6 +18,7 @@ import re
 from typing import Callable, Dict, List, Optional
 
 import yaml
+from PIL import Image, ImageDraw, ImageFont
 
 from cerebras_tf.core import ir
 from cerebras_tf.core import plans
@@ -537,86 +538,136 @@ def _short(name: str) -> str:
   return f"L{m.group(1)} {tail}" if m else name.split("/", 1)[-1] if "/" in name else name
 
 
+_WAFER_PX = 900  # the taller side of the grid, in pixels
+_MARGIN = (74, 54, 150, 56)  # left, top, right, bottom: ticks and labels, title, colour bar
+
+
+@functools.lru_cache(maxsize=None)
+def _font(size: int):
+  """DejaVu Sans (matplotlib ships it, so the picture reads like the scaling charts)."""
+  from matplotlib import get_data_path  # pylint: disable=import-outside-toplevel
+  return ImageFont.truetype(os.path.join(get_data_path(), "fonts", "ttf", "DejaVuSans.ttf"),
+                            size)
+
+
+def _text(img, xy, text: str, size: int, fill="black", vertical=False, anchor="mm") -> None:
+  """`text` centred on `xy` (`anchor` as Pillow's), read bottom to top when `vertical`."""
+  if not vertical:
+    ImageDraw.Draw(img).multiline_text(xy, text, font=_font(size), fill=fill, anchor=anchor,
+                                       align="center")
+    return
+  box = ImageDraw.Draw(img).textbbox((0, 0), text, font=_font(size))
+  mask = Image.new("L", (box[2] - box[0] + 2, box[3] - box[1] + 2))
+  ImageDraw.Draw(mask).text((1 - box[0], 1 - box[1]), text, font=_font(size), fill=255)
+  mask = mask.transpose(Image.Transpose.ROTATE_90)
+  img.paste(fill, (round(xy[0] - mask.width / 2), round(xy[1] - mask.height / 2)), mask)
+
+
+def _ticks(n: int) -> List[int]:
+  """0, a round step, ... up to `n` cores (4-8 ticks)."""
+  step = 10 ** max(0, len(str(max(1, n // 4))) - 1)
+  for k in (1, 2, 5, 10):
+    if n / (step * k) <= 7:
+      return list(range(0, n + 1, step * k))
+  return [0, n]
+
+
 def draw_wafer(path: str, graph, plan, perf, engine) -> None:
   """wafer.png: the usable grid with each layer's region, coloured by program order.
 
-  Drawn on every compile, so drawn cheaply: a bare Figure, the layers as one PatchCollection,
-  and the axes placed by hand instead of tight_layout, which lays the text out an extra time
-  (0.35-0.43 s a ResNet50 picture before, 0.21 s after; issue 42). The Figure has its own Agg
-  canvas: pyplot or matplotlib.use("Agg") would switch the backend of the user's notebook."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  from matplotlib import cm, colors, patches  # pylint: disable=import-outside-toplevel
-  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
-  from matplotlib.collections import PatchCollection  # pylint: disable=import-outside-toplevel
-  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+  Drawn on every compile, so drawn with Pillow straight into pixels: matplotlib's figure
+  (axes, tick objects, text layout) took 0.4-0.8 s a picture on an AVX2 host, most of a small
+  model's compile (issue 42). matplotlib supplies the colour map and the font.
+  """
+  from matplotlib import colormaps  # pylint: disable=import-outside-toplevel
   w, h = engine.grid_width, engine.grid_height
-  # Inches: margins for the title (2 lines), the axis labels and ticks, and the colour bar.
-  fig_w, fig_h = 9.0, 9.0 * h / w + 0.8
-  left, right, top, bottom = 0.8, 1.4, 0.6, 0.6
-  scale = min((fig_w - left - right) / w, (fig_h - top - bottom) / h)  # inches per core
-  ax_w, ax_h = w * scale, h * scale
-  ax_x, ax_y = left, bottom + (fig_h - top - bottom - ax_h) / 2
-  fig = Figure(figsize=(fig_w, fig_h), dpi=110)
-  FigureCanvasAgg(fig)
-  ax = fig.add_axes((ax_x / fig_w, ax_y / fig_h, ax_w / fig_w, ax_h / fig_h))
-  ax.add_patch(patches.Rectangle((0, 0), w, h, facecolor="#f2f2f2", edgecolor="black", lw=1))
+  scale = _WAFER_PX / max(w, h)  # pixels per core
+  ml, mt, mr, mb = _MARGIN
+  aw, ah = round(w * scale), round(h * scale)
+  img = Image.new("RGB", (ml + aw + mr, mt + ah + mb), "white")
+  draw = ImageDraw.Draw(img)
+
+  def px(x, y):
+    return ml + x * scale, mt + y * scale
+
+  def box(x, y, bw, bh):
+    (x0, y0), (x1, y1) = px(x, y), px(x + bw, y + bh)
+    return [round(x0), round(y0), max(round(x0), round(x1) - 1), max(round(y0), round(y1) - 1)]
+
+  draw.rectangle(box(0, 0, w, h), fill="#f2f2f2")
   placed = [p for p in plan.layers if p.region is not None]
   per_replica = max(1, len(plan.layers) // max(1, plan.num_replicas))
   n = max(1, per_replica - 1)
-  cmap = matplotlib.colormaps["turbo"]
-  ppu = scale * 72  # points one core column spans in the figure
-  rects, faces = [], []
+  cmap = colormaps["turbo"]
+
+  def colour(v: float):
+    return tuple(round(255 * c) for c in cmap(v)[:3])
+
+  labels = []
   for i, p in enumerate(plan.layers):
     r = p.region
     if r is None:
       continue
-    rects.append(patches.Rectangle((r.x, r.y), r.w, r.h))
-    faces.append(cmap((i % per_replica) / n))
+    fill = colour((i % per_replica) / n)
+    draw.rectangle(box(r.x, r.y, r.w, r.h), fill=fill,
+                   outline="white" if min(r.w, r.h) * scale >= 4 else None)
     label = _short(p.name)
-    along, across = (r.h, r.w) if r.h > r.w else (r.w, r.h)
-    fs = min(8.0, across * ppu * 0.7)  # points; label only what can hold its text
-    if fs >= 4.0 and len(label) * fs * 0.62 <= along * ppu:
-      ax.text(r.x + r.w / 2, r.y + r.h / 2, label, ha="center", va="center",
-              fontsize=fs, rotation=90 if r.h > r.w else 0, color="black", zorder=3)
-  if rects:
-    ax.add_collection(PatchCollection(rects, facecolors=faces, edgecolors="white",
-                                      linewidths=0.3, zorder=2))
-  ax.set_xlim(0, w)
-  ax.set_ylim(h, 0)  # row 0 at the top, like the fabric coordinates
-  ax.set_xlabel(f"x (core column, {w})")
-  ax.set_ylabel(f"y (core row, {h})")
+    ink = "white" if 0.299 * fill[0] + 0.587 * fill[1] + 0.114 * fill[2] < 110 else "black"
+    vertical = r.h > r.w
+    along, across = (r.h * scale, r.w * scale) if vertical else (r.w * scale, r.h * scale)
+    size = min(11, int(across * 0.7))  # label only what can hold its text
+    if size >= 6 and len(label) * size * 0.62 <= along:
+      labels.append((px(r.x + r.w / 2, r.y + r.h / 2), label, size, vertical, ink))
+  for xy, label, size, vertical, ink in labels:  # on top of every region
+    _text(img, xy, label, size, fill=ink, vertical=vertical)
   for k in range(plan.num_replicas if placed else 0):  # outline each copy
     rs = [p.region for p in placed if p.replica == k]
     if rs:
       x0, x1 = min(r.x for r in rs), max(r.x + r.w for r in rs)
-      ax.add_patch(patches.Rectangle((x0, 0), x1 - x0, h, fill=False, edgecolor="black",
-                                     lw=1.2, zorder=4))
+      draw.rectangle(box(x0, 0, x1 - x0, h), outline="black", width=2)
       if plan.num_replicas > 1:
-        ax.text((x0 + x1) / 2, h * 0.01, f"replica {k}", ha="center", va="top", fontsize=6,
-                zorder=5)
+        _text(img, px((x0 + x1) / 2, 0), f"replica {k}", 9, anchor="mt")
   if placed:
-    sm = cm.ScalarMappable(cmap=cmap, norm=colors.Normalize(0, per_replica - 1))
-    bar_h = ax_h * 0.6
-    cax = fig.add_axes(((ax_x + ax_w + 0.2) / fig_w, (ax_y + (ax_h - bar_h) / 2) / fig_h,
-                        0.2 / fig_w, bar_h / fig_h))
-    cb = fig.colorbar(sm, cax=cax)
-    cb.set_label(f"layer index in program order (0 = {_short(plan.layers[0].name)}, "
-                 f"{len(plan.layers) - 1} = {_short(plan.layers[-1].name)})", fontsize=7)
+    bar_h, bar_x = round(ah * 0.6), ml + aw + 22
+    bar_y = mt + (ah - bar_h) // 2
+    for j in range(bar_h):  # the colour bar, 0 at the bottom
+      draw.line([(bar_x, bar_y + j), (bar_x + 20, bar_y + j)], fill=colour(1 - j / max(1, bar_h - 1)))
+    draw.rectangle([bar_x, bar_y, bar_x + 20, bar_y + bar_h], outline="black")
+    for v in _ticks(per_replica - 1):
+      y = bar_y + bar_h - bar_h * v / max(1, per_replica - 1)
+      draw.line([(bar_x + 20, y), (bar_x + 24, y)], fill="black")
+      _text(img, (bar_x + 27, y), str(v), 11, anchor="lm")
+    _text(img, (bar_x + 70, bar_y + bar_h / 2),
+          f"layer index in program order (0 = {_short(plan.layers[0].name)}, "
+          f"{per_replica - 1} = {_short(plan.layers[per_replica - 1].name)})", 10,
+          vertical=True)
   elif plan.fits:  # weight streaming: the whole grid runs one layer at a time
-    ax.add_patch(patches.Rectangle((0, 0), w, h, facecolor="#9ecae1", edgecolor="black", lw=1))
-    ax.text(w / 2, h / 2, f"{plan.execution_strategy}: the whole grid runs one layer at a "
-            f"time\n(x {plan.num_csx} system(s)); weights stream from MemoryX\n" +
-            _wrap(plan.reason, 50), ha="center", va="center", fontsize=9)
+    draw.rectangle(box(0, 0, w, h), fill="#9ecae1")
+    _text(img, px(w / 2, h / 2), f"{plan.execution_strategy}: the whole grid runs one layer "
+          f"at a time\n(x {plan.num_csx} system(s)); weights stream from MemoryX\n" +
+          _wrap(plan.reason, 50), 13)
   else:
-    ax.text(w / 2, h / 2, "does not fit\n" + _wrap(plan.reason, 50), ha="center",
-            va="center", fontsize=10, color="darkred")
+    _text(img, px(w / 2, h / 2), "does not fit\n" + _wrap(plan.reason, 50), 14,
+          fill="darkred")
+  draw.rectangle(box(0, 0, w, h), outline="black")
+  for v in _ticks(w):  # axes: ticks every round number of cores, row 0 at the top
+    x = px(v, 0)[0]
+    draw.line([(x, mt + ah), (x, mt + ah + 5)], fill="black")
+    _text(img, (x, mt + ah + 7), str(v), 12, anchor="mt")
+  for v in _ticks(h):
+    y = px(0, v)[1]
+    draw.line([(ml - 5, y), (ml, y)], fill="black")
+    _text(img, (ml - 8, y), str(v), 12, anchor="rm")
+  _text(img, (ml + aw / 2, mt + ah + 28), f"x (core column, {w})", 13, anchor="mt")
+  _text(img, (16, mt + ah / 2), f"y (core row, {h})", 13, vertical=True)
   sps = f"{perf.samples_per_sec:,.0f} samples/s, {fmt_share(perf.utilization)} util" \
       if perf and plan.fits else "no prediction"
-  ax.set_title(f"{graph.name} on {engine.name} ({plan.execution_strategy}): "
-               f"{'fits' if plan.fits else 'does NOT fit'}, {sps}\n"
-               f"{len(placed)} layers, {sum(p.cores for p in placed):,} of {w * h:,} cores",
-               fontsize=9)
-  fig.savefig(path, pil_kwargs={"compress_level": 1})
+  _text(img, (ml + aw / 2, mt - 8),
+        f"{graph.name} on {engine.name} ({plan.execution_strategy}): "
+        f"{'fits' if plan.fits else 'does NOT fit'}, {sps}\n"
+        f"{len(placed)} layers, {sum(p.cores for p in placed):,} of {w * h:,} cores", 12,
+        anchor="md")
+  img.save(path, format="PNG", compress_level=1)
 
 
 def _wrap(text: str, width: int) -> str:

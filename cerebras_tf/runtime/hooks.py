@@ -24,15 +24,20 @@ from cerebras_tf.runtime import ckpt_files
 STOP_GRACE_S = float(os.environ.get("CEREBRAS_TF_STOP_GRACE_S", 60))
 
 
-def _png_size(png: bytes):
-  """(width, height) from a PNG header."""
-  return struct.unpack(">II", png[16:24])
+# PNG colour type (IHDR) -> Summary.Image colorspace: grey, grey + alpha, RGB, RGBA.
+_COLORSPACE = {0: 1, 4: 2, 2: 3, 6: 4}
+
+
+def _png_header(png: bytes):
+  """(width, height, Summary colorspace) from a PNG header."""
+  width, height = struct.unpack(">II", png[16:24])
+  return width, height, _COLORSPACE.get(png[25], 3)
 
 
 def wafer_image_summary(png: bytes, tag: str = "cerebras/wafer_placement") -> tf.compat.v1.Summary:
-  width, height = _png_size(png)
+  width, height, colorspace = _png_header(png)
   image = tf.compat.v1.Summary.Image(encoded_image_string=png, height=height, width=width,
-                                     colorspace=4)
+                                     colorspace=colorspace)
   return tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag, image=image)])
 
 

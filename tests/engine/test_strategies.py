@@ -481,6 +481,39 @@ def test_reports_for_replicas_and_streaming(cs2, tmp_path):
   assert open(path, "rb").read(4) == b"\x89PNG"
 
 
+def test_wafer_picture_paints_each_layers_cores_in_its_program_order_colour(cs2, tmp_path):
+  """wafer.png (Pillow): the pixel at the centre of every placed region has the colour map's
+  colour for the layer's index within its replica, the first layer turbo(0) and the last
+  turbo(1), with 4 replicas of BERT-base side by side; the title names the model."""
+  from matplotlib import colormaps  # pylint: disable=import-outside-toplevel
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  g = analytic.bert_base()
+  plan = get_planner("multi_replica").plan(g, cs2, plans.PlanOptions(batch_size=256))
+  assert plan.num_replicas == 4
+  path = tmp_path / "wafer.png"
+  report.draw_wafer(str(path), g, plan, None, cs2)
+  img = Image.open(path)
+  assert img.mode == "RGB"
+  scale = report._WAFER_PX / max(cs2.grid_width, cs2.grid_height)  # pylint: disable=protected-access
+  left, top = report._MARGIN[:2]  # pylint: disable=protected-access
+  per_replica = len(plan.layers) // 4
+  turbo = colormaps["turbo"]
+  checked = 0
+  for i, p in enumerate(plan.layers):
+    r = p.region
+    if r is None or min(r.w, r.h) * scale < 6:  # too thin to sample past its outline
+      continue
+    # A corner of the region, 2 px in: never under the centred label.
+    x, y = left + r.x * scale + 2.5, top + r.y * scale + 2.5
+    want = [round(255 * c) for c in turbo((i % per_replica) / (per_replica - 1))[:3]]
+    got = img.getpixel((int(x), int(y)))
+    assert all(abs(a - b) <= 1 for a, b in zip(got, want)), (p.name, got, want)
+    checked += 1
+  assert checked > 300  # most of the 404 regions
+  # Outside the grid: white.
+  assert img.getpixel((2, img.height - 2)) == (255, 255, 255)
+
+
 def test_the_pictures_leave_a_users_matplotlib_backend_and_figures_alone(cs2, tmp_path):
   """A notebook's inline backend (svg stands in for it) and its open figures survive a compile's
   wafer picture and a scaling report: each draws on its own canvas, and neither calls pyplot
