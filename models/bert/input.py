@@ -38,6 +38,7 @@ Output: (features, labels)
 """
 
 import os
+import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
@@ -553,7 +554,12 @@ def input_fn(params, mode=ModeKeys.TRAIN, input_context=None):
     decode = encode
   ds = ds.batch(batch_size, drop_remainder=training)
   ds = ds.map(decode, num_parallel_calls=parallel, deterministic=True)
-  ds = ds.map(mask)
+  with warnings.catch_warnings():
+    # tf.data warns that the graph seed reaches the masking draws (the library's selector and
+    # chooser take no seed); that is the design: with tf_random_seed the masks repeat.
+    warnings.filterwarnings("ignore", message=r"Seed \d+ from outer graph might be getting "
+                            r"used by function Dataset_map_mask", category=UserWarning)
+    ds = ds.map(mask)
   return ds.prefetch(fields.prefetch_batches(section))
 
 
