@@ -7,6 +7,7 @@ import glob
 import logging
 import os
 import re
+import shutil
 import time
 
 import numpy as np
@@ -207,6 +208,31 @@ def test_a_relative_model_dir_resumes(tmp_path, monkeypatch, strategy):
   monkeypatch.setenv("HOME", str(tmp_path / "home"))  # `~` is the home, not a directory "~"
   est = CerebrasEstimator(model_fn, config=cfg.replace(model_dir="~/m"), params=PARAMS)
   assert est.model_dir == str(tmp_path / "home" / "m")
+
+
+def test_weight_streaming_after_the_first_runs_model_dir_was_deleted(tmp_path, monkeypatch):
+  """A notebook trains in weight streaming, deletes that model_dir, changes directory and
+  trains a new model. The process's weight servers are restarted in the new directory (their
+  restore ops read relative paths as the client does), and they logged into the first run's
+  model_dir: restarting them failed (no such file, cluster_logs/ps_0.log), and every later
+  weight-streaming run of the process then said "start a new process" (the suite found it).
+  Now they log under the current run's model_dir."""
+  ws = CSConfig(execution_strategy="weight_streaming")
+  first, second = tmp_path / "a", tmp_path / "b"
+  first.mkdir()
+  second.mkdir()
+  monkeypatch.chdir(first)
+  est = CerebrasEstimator(model_fn, config=CSRunConfig(model_dir=str(first / "m"), cs_config=ws),
+                          params=PARAMS)
+  est.train(train_input_fn, max_steps=1, use_cs=True)
+  shutil.rmtree(first / "m")
+  monkeypatch.chdir(second)
+  est = CerebrasEstimator(model_fn, config=CSRunConfig(model_dir=str(second / "m"),
+                                                       cs_config=ws), params=PARAMS)
+  est.train(train_input_fn, max_steps=2, use_cs=True)
+  assert est.get_variable_value("global_step") == 2
+  assert glob.glob(str(second / "m" / "cluster_logs" / "ps_*.log"))
+  assert not (first / "m").exists()  # not made again for the restarted servers' logs
 
 
 @pytest.mark.parametrize("how", ["init_checkpoint", "warm_start_from", "WarmStartSettings",

@@ -114,6 +114,7 @@ class LocalCluster:
     # init_from_checkpoint): relative paths in it must mean what they mean to the client.
     self._cwd = os.getcwd()
     self._logs = []
+    self._log_paths: Dict[int, str] = {}  # the file each ps task's latest start logs to
     self._closing = threading.Event()
     self.restarts = 0
     self.failed: Optional[str] = None
@@ -154,13 +155,21 @@ class LocalCluster:
     self._watchdog = threading.Thread(target=self._watch, daemon=True)
     self._watchdog.start()
 
+  def log_path(self, i: int) -> str:
+    """Where ps task `i` logs: under the log_dir of the training call that last started it."""
+    return self._log_paths.get(i, os.path.join(self.log_dir, f"ps_{i}.log"))
+
   def _start(self, i: int) -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     # In the client's directory, importing this package from where the client did (-P: not
     # whatever the user's directory holds).
     env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    log = open(os.path.join(self.log_dir, f"ps_{i}.log"), "a")
+    # The current call's log_dir (client_for moves it to each call's model_dir), made again if
+    # gone: a notebook that deleted the first run's model_dir still restarts its servers.
+    os.makedirs(self.log_dir, exist_ok=True)
+    self._log_paths[i] = os.path.join(self.log_dir, f"ps_{i}.log")
+    log = open(self._log_paths[i], "a")
     self._logs.append(log)
     return subprocess.Popen(
         [sys.executable, "-P", "-m", "cerebras_tf.runtime.server", "--cluster",
@@ -184,7 +193,7 @@ class LocalCluster:
         if self.restarts >= MAX_RESTARTS:
           if self.failed is None:
             self.failed = (f"weight server ps:{i} died {self.restarts + 1} times (last exit "
-                           f"code {p.returncode}); see {self.log_dir}/ps_{i}.log")
+                           f"code {p.returncode}); see {self.log_path(i)}")
             timer = threading.Timer(SESSION_TIMEOUT_S, self._abandon)
             timer.daemon = True
             timer.start()
@@ -303,17 +312,17 @@ class LocalCluster:
       while not _port_open(address):
         proc = self.procs[i] if i < len(self.procs) else None
         if proc is not None and proc.poll() is not None:
-          log_path = os.path.join(self.log_dir, f"ps_{i}.log")
+          log_path = self.log_path(i)
           with open(log_path, errors="replace") as fh:
             if "in use" in fh.read().lower():
               raise _PortTaken(f"weight server ps:{i} could not bind {address}: the port is "
                                f"already in use (3 attempts with fresh ports); see {log_path}")
           raise ConfigError(f"weight server ps:{i} ({address}) exited with code {proc.returncode} "
-                            f"before it came up; see {self.log_dir}/ps_{i}.log")
+                            f"before it came up; see {self.log_path(i)}")
         if time.monotonic() > deadline:
           raise ConfigError(f"weight server ps:{i} ({address}) did not come up within "
                             f"{self.ready_timeout_s:.0f}s; check the address/port"
-                            + (f" and {self.log_dir}/ps_{i}.log" if proc else ""))
+                            + (f" and {self.log_path(i)}" if proc else ""))
         time.sleep(0.1)
 
   def close(self) -> None:
@@ -391,6 +400,7 @@ def client_for(num_ps: int, log_dir: str, replicas: int) -> Client:
         or _CLIENT.replicas < replicas or not all(_port_open(a) for a in _CLIENT.cluster["ps"])):
       raise ConfigError("this process already serves a weight-streaming cluster of another shape "
                         "or one whose weight servers died; start a new process to change it")
+    _CLIENT.local.log_dir = log_dir  # a server started from now on logs with this call
     _CLIENT.local.follow_cwd()
     return _CLIENT
   import atexit  # pylint: disable=import-outside-toplevel
