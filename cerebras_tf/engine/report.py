@@ -630,8 +630,9 @@ def draw_wafer(path: str, graph, plan, perf, engine) -> None:
   if placed:
     bar_h, bar_x = round(ah * 0.6), ml + aw + 22
     bar_y = mt + (ah - bar_h) // 2
-    for j in range(bar_h):  # the colour bar, 0 at the bottom
-      draw.line([(bar_x, bar_y + j), (bar_x + 20, bar_y + j)], fill=colour(1 - j / max(1, bar_h - 1)))
+    # The colour bar, 0 at the bottom: one column of the map, stretched to the bar's width.
+    column = cmap([1 - j / max(1, bar_h - 1) for j in range(bar_h)], bytes=True)[:, None, :3]
+    img.paste(Image.fromarray(column.repeat(20, axis=1), "RGB"), (bar_x, bar_y))
     draw.rectangle([bar_x, bar_y, bar_x + 20, bar_y + bar_h], outline="black")
     for v in _ticks(per_replica - 1):
       y = bar_y + bar_h - bar_h * v / max(1, per_replica - 1)

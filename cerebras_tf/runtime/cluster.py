@@ -149,7 +149,6 @@ class LocalCluster:
     self.close()
 
   def _launch(self) -> None:
-    os.makedirs(self.log_dir, exist_ok=True)
     for i in range(self.num_ps):
       self.procs.append(self._start(i))
     self._watchdog = threading.Thread(target=self._watch, daemon=True)
