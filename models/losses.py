@@ -148,10 +148,11 @@ def on_weighted_rows(per_row, weights, *rows):
   are made of.
 
   Args:
-    per_row: [M, ...] tensors -> [M] float32, row by row (no mixing of rows).
+    per_row: [M, ...] tensors -> [M] tensor, or a tuple of them, row by row (no mixing of
+      rows).
     weights: [N].  rows: [N, ...] tensors.
   Returns:
-    [N] float32.
+    [N], or a tuple of [N] tensors as per_row returns.
   """
   if precision.in_engine_trace():
     return per_row(*rows)
@@ -161,7 +162,8 @@ def on_weighted_rows(per_row, weights, *rows):
     n = tf.shape(keep)[0]
     picked = tf.pad(keep, [[0, rows_computed(n, total) - n]])  # filler: row 0, dropped below
     values = per_row(*[tf.gather(r, picked) for r in rows])
-    return tf.scatter_nd(keep[:, tf.newaxis], values[:n], [total])
+    scatter = lambda v: tf.scatter_nd(keep[:, tf.newaxis], v[:n], [total])  # noqa: E731
+    return tuple(map(scatter, values)) if isinstance(values, tuple) else scatter(values)
 
 
 def host_output_layer(x) -> bool:

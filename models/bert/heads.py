@@ -40,6 +40,12 @@ def gather_positions(sequence_output, positions):
   return tf.gather(tf.reshape(sequence_output, [-1, width]), flat_positions)
 
 
+class MaskedLMScores(NamedTuple):
+  """Each masked-LM slot's loss and predicted id (masked_lm_scores)."""
+  losses: tf.Tensor       # [B*P] float32, 0 on the slots of weight 0
+  predictions: tf.Tensor  # [B*P] int32, 0 on the slots of weight 0
+
+
 class MaskedLMHead(NamedTuple):
   """The masked-LM head before its output layer: what the logits and the loss are made of."""
   x: tf.Tensor          # [B*P, H] compute dtype: transformed hidden states at the positions
@@ -81,7 +87,7 @@ def masked_lm_logits(head: MaskedLMHead):
 
 
 def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, training: bool,
-                   loss_weight: Optional[float] = None):
+                   loss_weight: Optional[float] = None, per_example=None):
   """google-bert's weighted masked-LM loss.
 
   Args:
@@ -96,12 +102,16 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
       traced for the engine: losses.host_output_layer).
     loss_weight: None for google-bert's mean over the real slots; a number for modelzoo's
       `mlm_loss_weight`: sum(w * l) / B * loss_weight.
+    per_example: [B*P] float32 losses computed already (evaluation's masked_lm_scores); then
+      only their weighted mean is made here.
   Returns:
     (loss scalar, per_example_loss [B*P]). loss = sum(w * l) / (sum(w) + 1e-5).
   """
   ids = tf.reshape(label_ids, [-1])
   weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
-  if training and losses.host_output_layer(head.x):
+  if per_example is not None:
+    pass
+  elif training and losses.host_output_layer(head.x):
     with tf1.name_scope(head.scope):
       per_example = losses.on_weighted_rows(
           lambda x, labels: losses.dense_sparse_softmax_xent(x, head.table, head.bias, labels),
@@ -114,6 +124,28 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
     batch = tf.cast(tf.shape(label_ids)[0], tf.float32)
     loss = tf.reduce_sum(weights * per_example) / batch * loss_weight
   return loss, per_example
+
+
+def masked_lm_scores(head: MaskedLMHead, label_ids, label_weights):
+  """What evaluation reads of the masked-LM head: each slot's loss and predicted id, computed
+  on the slots of nonzero weight only (losses.on_weighted_rows); 0 on the others, which every
+  metric weighs by 0. The output layer over all B*P slots is most of BERT-tiny's eval step,
+  and half the slots are padding on the demo's data.
+
+  Args:
+    head: from masked_lm_head.
+    label_ids: [B, P] int (`masked_lm_ids`).  label_weights: [B, P] float.
+  Returns:
+    MaskedLMScores.
+  """
+
+  def per_row(x, ids):
+    logits = masked_lm_logits(head._replace(x=x))
+    return losses.sparse_softmax_xent(logits, ids), tf.argmax(logits, -1, output_type=tf.int32)
+
+  with tf1.name_scope(head.scope):
+    return MaskedLMScores(*losses.on_weighted_rows(
+        per_row, tf.reshape(label_weights, [-1]), head.x, tf.reshape(label_ids, [-1])))
 
 
 def next_sentence_logits(pooled_output, config):

@@ -42,7 +42,8 @@ def _task(model_params: Mapping[str, Any]) -> str:
 def _pretraining(features, outputs, config, training, nsp: bool,
                  mlm_loss_weight: Optional[float] = None):
   """MLM heads, and the NSP head unless `nsp` is off (model.disable_nsp); returns
-  (total_loss, tensors dict). `mlm_loss_weight`: heads.masked_lm_loss's."""
+  (total_loss, tensors dict, heads.MaskedLMScores outside training or None).
+  `mlm_loss_weight`: heads.masked_lm_loss's."""
   head = heads.masked_lm_head(outputs["sequence_output"], features["masked_lm_positions"],
                               outputs["word_embeddings"], config)
   mlm_logits = heads.masked_lm_logits(head)  # the fp32 training loss does not read it
@@ -61,26 +62,28 @@ def _pretraining(features, outputs, config, training, nsp: bool,
              next_sentence_probabilities=tf.exp(nsp_log_probs),
              next_sentence_predictions=tf.argmax(nsp_log_probs, -1, output_type=tf.int32))
   if "masked_lm_ids" not in features:  # PREDICT without labels
-    return None, t
-  mlm_loss, mlm_example = heads.masked_lm_loss(head, features["masked_lm_ids"],
-                                               features["masked_lm_weights"],
-                                               mlm_logits, training, mlm_loss_weight)
+    return None, t, None
+  ids, weights = features["masked_lm_ids"], features["masked_lm_weights"]
+  # Evaluation scores the labelled slots alone; masked_lm_predictions stays every slot's.
+  scores = None if training else heads.masked_lm_scores(head, ids, weights)
+  mlm_loss, mlm_example = heads.masked_lm_loss(
+      head, ids, weights, mlm_logits, training, mlm_loss_weight,
+      per_example=None if scores is None else scores.losses)
   t.update(masked_lm_loss=mlm_loss, masked_lm_example_loss=mlm_example)
   if not nsp:
-    return mlm_loss, t
+    return mlm_loss, t, scores
   nsp_labels = tf.reshape(features["next_sentence_label"], [-1])
   nsp_example = -tf.gather(nsp_log_probs, tf.cast(nsp_labels, tf.int32), batch_dims=1)
   nsp_loss = tf.reduce_mean(nsp_example)
   t.update(next_sentence_loss=nsp_loss, next_sentence_example_loss=nsp_example)
-  return mlm_loss + nsp_loss, t
+  return mlm_loss + nsp_loss, t, scores
 
 
-def _pretraining_metrics(features, t):
+def _pretraining_metrics(features, t, scores: heads.MaskedLMScores):
   weights = tf.reshape(features["masked_lm_weights"], [-1])
   ids = tf.reshape(features["masked_lm_ids"], [-1])
   metrics = {
-      "masked_lm_accuracy": tf1.metrics.accuracy(
-          ids, tf.reshape(t["masked_lm_predictions"], [-1]), weights=weights),
+      "masked_lm_accuracy": tf1.metrics.accuracy(ids, scores.predictions, weights=weights),
       "masked_lm_loss": tf1.metrics.mean(t["masked_lm_example_loss"], weights=weights),
   }
   if "next_sentence_predictions" in t:
@@ -159,8 +162,8 @@ def model_fn(features, labels, mode, params, config=None):
                                 features["padding_mask"], config, training,
                                 with_pooler=task == CLASSIFICATION or nsp)
   if task == PRETRAINING:
-    loss, t = _pretraining(features, outputs, config, training, nsp,
-                           model_params.get("mlm_loss_weight"))
+    loss, t, scores = _pretraining(features, outputs, config, training, nsp,
+                                   model_params.get("mlm_loss_weight"))
     cls_labels = None
   else:
     num_classes = int(model_params.get("num_classes") or 2)
@@ -196,7 +199,7 @@ def model_fn(features, labels, mode, params, config=None):
     return tf.estimator.EstimatorSpec(mode, predictions=preds, export_outputs=export)
 
   if mode == tf.estimator.ModeKeys.EVAL:
-    metrics = (_pretraining_metrics(features, t) if task == PRETRAINING
+    metrics = (_pretraining_metrics(features, t, scores) if task == PRETRAINING
                else _classification_metrics(cls_labels, t, num_classes))
     return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics,
                                       predictions=everything)

@@ -15,6 +15,7 @@ import tensorflow_text as tft
 import bert_test_base as base
 from bert_test_base import tf1
 from cerebras_tf.errors import DataError
+from cerebras_tf.compiler import capture
 from cerebras_tf.runtime import precision
 from cerebras_models import embedding, optimization
 from cerebras_models.bert import heads, input as input_lib, model, modeling
@@ -96,6 +97,38 @@ class CheckpointCompatibilityTest(base.BertTestCase):
     self.assertAllClose(values["masked_lm_accuracy"], mlm_acc)
     nsp_acc = np.mean(ref["next_sentence_log_probs"].argmax(-1) == [0, 1])
     self.assertAllClose(values["next_sentence_accuracy"], nsp_acc)
+
+  @needs_fixture
+  def test_eval_scores_the_labelled_slots_alone_and_agrees_with_every_slots_values(self):
+    """EVAL's loss and masked-LM metrics come from the output layer on the slots of nonzero
+    weight (heads.masked_lm_scores; most of BERT-tiny's eval step, half the demo's slots are
+    padding): no [B*P, V] tensor feeds them, and they equal the weighted means of the
+    every-slot log-probs the spec still carries (google-bert's fixture, two slots unweighted)."""
+    features, _ = load_fixture()
+    features["masked_lm_weights"] = np.array([[1, 1, 0], [1, 0, 1]], np.float32)
+    params = google_tiny_params(disable_nsp=True)
+    vocab = params["model"]["vocab_size"]
+
+    def build():
+      return model.model_fn({k: tf.constant(v) for k, v in features.items()}, None, EVAL, params)
+
+    sess, spec = self.run_graph(build)
+    scored = [op for _, update in spec.eval_metric_ops.values() for op in
+              capture.ancestors(update)] + list(capture.ancestors(spec.loss))
+    full = [t.name for op in scored for t in op.outputs
+            if t.shape.rank == 2 and t.shape.as_list() == [6, vocab]]
+    self.assertEqual(full, [], "eval's loss and metrics read every slot's logits")
+    sess.run([op for _, op in spec.eval_metric_ops.values()])
+    values, loss, got = sess.run(
+        ({k: v for k, (v, _) in spec.eval_metric_ops.items()}, spec.loss, spec.predictions))
+    log_probs = got["masked_lm_log_probs"].reshape(6, vocab)  # every slot, as before
+    ids, w = features["masked_lm_ids"].reshape(-1), features["masked_lm_weights"].reshape(-1)
+    example = -log_probs[np.arange(6), ids]
+    self.assertAllClose(loss, np.sum(w * example) / (np.sum(w) + 1e-5), atol=1e-5)
+    self.assertAllClose(values["masked_lm_loss"], np.sum(w * example) / np.sum(w), atol=1e-5)
+    self.assertAllClose(values["masked_lm_accuracy"],
+                        np.sum(w * (log_probs.argmax(-1) == ids)) / np.sum(w))
+    self.assertAllEqual(got["masked_lm_predictions"].reshape(-1), log_probs.argmax(-1))
 
   @needs_fixture
   def test_estimator_predict_warm_starts_from_init_checkpoint(self):
