@@ -148,7 +148,9 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
   """
   q = project_heads(query_input, "query", config)
   k, v = kv if kv is not None else key_values(query_input, config)
-  scores = tf.matmul(q, k, transpose_b=True)  # [B, N, Lq, Lk]
+  # An einsum, not matmul: TF 2.15's oneDNN remapper fuses BatchMatMul * scale + a [1, 1, L, L]
+  # addend (the causal bias) into one op that runs ~250x slower (benchmarks/bench_eval_speed.py).
+  scores = tf.einsum("bnqd,bnkd->bnqk", q, k)  # [B, N, Lq, Lk]
   if config.scaled_attention:
     scores *= config.head_size ** -0.5
   probs = tf.nn.softmax(tf.cast(scores, tf.float32) + bias)  # float32: the -1e9 bias
