@@ -297,16 +297,16 @@ def decode_step(ids, step, cache, cross_kv, cross_bias, config: TransformerConfi
   # Keys 0..step are visible; later cache slots are still zero.
   positions = tf.range(max_length)
   self_bias = tf.where(positions <= step, 0.0, NEG_INF)[tf.newaxis, tf.newaxis, tf.newaxis, :]
-  write = tf.cast(tf.equal(positions, step),
-                  compute_dtype(config))[tf.newaxis, tf.newaxis, :, tf.newaxis]
+  # The cache's column `step` by one select over it (four elementwise passes did the same).
+  write = tf.equal(positions, step)[tf.newaxis, tf.newaxis, :, tf.newaxis]
   new_cache = dict(cache)
   with tf1.variable_scope("decoder", reuse=tf1.AUTO_REUSE):
     for i in range(config.num_decoder_layers):
       name = "layer_%d" % i
 
       def extend(kv, name=name):
-        k = cache[name + "/k"] * (1.0 - write) + kv[0] * write  # [B,N,1,D] broadcast over Tmax
-        v = cache[name + "/v"] * (1.0 - write) + kv[1] * write
+        k = tf.where(write, kv[0], cache[name + "/k"])  # [B,N,1,D] broadcast over Tmax
+        v = tf.where(write, kv[1], cache[name + "/v"])
         new_cache[name + "/k"], new_cache[name + "/v"] = k, v
         return k, v
 
