@@ -364,6 +364,8 @@ class _CerebrasMethods:
                                      list(hooks) + list(worker_hooks),
                                      f"model_fn{defined_at(self._user_model_fn)}")
     lints.say_updates_not_run(graph, train_op, global_step_tensor)
+    if onednn.active():
+      lints.say_slow_attention_scores(graph)
     run, progress = self._call.engine, None
     if run is not None:
       progress = run.progress_hook(estimator_spec.loss, self.model_dir)

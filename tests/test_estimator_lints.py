@@ -1,5 +1,6 @@
 """CerebrasEstimator's single-device graph lints (compiler/lints.py): a train_op that never
-advances the global step, batch-norm updates the train_op leaves out.
+advances the global step, batch-norm updates the train_op leaves out, attention scores in the
+form TensorFlow runs slowly with oneDNN.
 """
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig
+from cerebras_tf import estimator as estimator_lib
 from cerebras_tf.errors import ModelFnError
 from estimator_fixtures import PARAMS, config_in, train_input_fn
 
@@ -68,3 +70,43 @@ def test_batch_norm_updates_left_out_of_the_train_op_are_named(tmp_path, caplog,
     moved = float(np.abs(est.get_variable_value("bn/moving_mean")).sum())
     said = "bn/moving_mean (and 1 more) is written by ops the train_op does not run" in caplog.text
     assert (moved > 0, said) == (wired, not wired), (moved, caplog.text[-2000:])
+
+
+@pytest.mark.parametrize("scores", ["matmul", "einsum"])
+def test_attention_scores_in_the_slow_fused_form_are_named_with_the_users_line(
+    tmp_path, caplog, monkeypatch, scores):
+  """A hand-written causal attention, tf.matmul(q, k, transpose_b=True) * scale + a [1, 1, L, L]
+  bias: TF 2.15 with oneDNN fuses it into one op 200x slower (the Transformer's eval spent
+  most of its time there). The warning names the line; an einsum is not fused, and not named.
+  oneDNN is said to be on, so the lint runs on any host."""
+  monkeypatch.setattr(estimator_lib.onednn, "active", lambda: True)
+
+  def input_fn(params):
+    x = np.random.RandomState(0).rand(32, 2, 8, 4).astype("float32")
+    return tf.data.Dataset.from_tensor_slices(({"x": x}, np.zeros(32, np.int32))).repeat() \
+        .batch(params["batch_size"], drop_remainder=True)
+
+  def model_fn(features, labels, mode, params):
+    w = tf.compat.v1.get_variable("w", [4, 4])
+    q = tf.matmul(features["x"], w)  # [B, 2, 8, 4]
+    causal = tf.linalg.band_part(tf.ones([8, 8]), -1, 0)[tf.newaxis, tf.newaxis] - 1.0
+    if scores == "matmul":
+      s = tf.matmul(q, q, transpose_b=True) * 0.5 + causal * 1e9  # the line named
+    else:
+      s = tf.einsum("bnqd,bnkd->bnqk", q, q) * 0.5 + causal * 1e9
+    loss = tf.reduce_mean(tf.nn.softmax(s)[..., 0]) + 0 * tf.reduce_sum(tf.cast(labels, tf.float32))
+    step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+
+  est = CerebrasEstimator(model_fn, params={"batch_size": 8}, config=config_in(
+      tmp_path, cs_config=CSConfig(execution_strategy="pipelined")))
+  est.train(input_fn, max_steps=1, use_cs=False)
+  line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1)
+              if "# the line named" in text)
+  said = [r.getMessage() for r in caplog.records if "attention scores as" in r.getMessage()]
+  if scores == "einsum":
+    assert said == []
+  else:
+    assert len(said) == 1 and f"test_estimator_lints.py:{line}: " in said[0], said
+    assert "(1 such op(s))" in said[0] and "tf.einsum" in said[0]

@@ -11,7 +11,7 @@ calls them from its training-loop override (`check_global_step_advances`,
 """
 
 import re
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -307,6 +307,44 @@ def say_updates_not_run(graph, train_op, global_step) -> None:
         "that: build the train_op under tf.control_dependencies(tf.compat.v1.get_collection("
         "tf.compat.v1.GraphKeys.UPDATE_OPS)) (tf.compat.v1.layers), adding a Keras model's "
         ".updates", unrun[0], more)
+
+
+# Ops of a batched matmul; TF 2.15's remapper fuses one times a scalar plus an addend into one
+# oneDNN op (_MklFusedBatchMatMulV2), whose kernel for a [1, 1, L, L] addend took 936 ms where
+# the ops unfused take 4 ms (benchmarks/bench_eval_speed.py, table b). Other addend shapes are
+# fast, and so is an Einsum, which the remapper leaves alone.
+_BATCH_MATMULS = frozenset({"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+
+
+def slow_attention_scores(graph) -> List[tf.Operation]:
+  """The Add ops of `graph` adding a [1, 1, ?, ?] tensor (a causal bias) to a BatchMatMul times
+  a scale: attention scores in the form TF 2.15 runs slowly where oneDNN is on."""
+  found = []
+  for op in graph.get_operations():
+    if op.type not in ("Add", "AddV2") or len(op.inputs) != 2:
+      continue
+    for addend, scaled in (tuple(op.inputs), tuple(reversed(op.inputs))):
+      dims = addend.shape.as_list() if addend.shape.rank == 4 else None
+      if dims and dims[:2] == [1, 1] and scaled.op.type == "Mul" and any(
+          t.op.type in _BATCH_MATMULS for t in scaled.op.inputs):
+        found.append(op)
+        break
+  return found
+
+
+def say_slow_attention_scores(graph) -> None:
+  """Names the user's line of attention scores in the slow fused form. For a process whose
+  TensorFlow runs oneDNN kernels (the face checks); the reference models use an einsum."""
+  found = [op for op in slow_attention_scores(graph) if not lower_lib.built_by_cerebras_tf(op)]
+  if not found:
+    return
+  where = lower_lib.user_source(found[0]) or found[0].name
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: %s: attention scores as a batched tf.matmul times a scale plus a "
+      "[1, 1, L, L] bias (%d such op(s)), which TensorFlow 2.15 with oneDNN fuses into one op "
+      "that runs about 200x slower than the ops apart: compute the scores with "
+      "tf.einsum('bnqd,bnkd->bnqk', q, k), which it does not fuse, or give the bias another "
+      "shape ([B, 1, L, L])", where, len(found))
 
 
 def _restores(assign) -> bool:

@@ -1,4 +1,5 @@
-"""No reference model computes attention scores in the form TF 2.15's oneDNN runs slowly.
+"""No reference model computes attention scores in the form TF 2.15's oneDNN runs slowly
+(compiler/lints.slow_attention_scores).
 
 TensorFlow's remapper fuses BatchMatMul * scale + addend into one oneDNN op; with a
 [1, 1, L, L] addend (a causal bias) that op took 0.7-1.2 s where the unfused ops take 5 ms
@@ -12,13 +13,12 @@ import os
 import pytest
 import tensorflow as tf
 
+from cerebras_tf.compiler import lints
 from cerebras_tf.params import load_params
 from cerebras_tf.registry import get_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 tf1 = tf.compat.v1
-
-BATCH_MATMULS = ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 
 # The families with a causal (decoder) self-attention, shrunk to one layer.
 CAUSAL = {
@@ -29,21 +29,6 @@ CAUSAL = {
 }
 
 
-def slow_fusions(graph):
-  """The AddV2 ops of `graph` that add a [1, 1, ?, ?] tensor to a scaled BatchMatMul: the
-  pattern the remapper fuses into the slow op."""
-  found = []
-  for op in graph.get_operations():
-    if op.type not in ("Add", "AddV2"):
-      continue
-    for addend, other in (op.inputs, reversed(list(op.inputs))):
-      dims = addend.shape.as_list() if addend.shape.rank == 4 else None
-      if dims and dims[:2] == [1, 1] and other.op.type == "Mul" and any(
-          t.op.type in BATCH_MATMULS for t in other.op.inputs):
-        found.append(op.name)
-  return found
-
-
 def test_the_check_finds_the_pattern():
   with tf.Graph().as_default() as graph:
     q = tf1.placeholder(tf.float32, [None, 4, None, 32])
@@ -52,7 +37,7 @@ def test_the_check_finds_the_pattern():
     tf.identity(tf.einsum("bnqd,bnkd->bnqk", q, q) * 0.17 + causal, name="einsum")
     padding = tf1.placeholder(tf.float32, [None, 1, 1, None])
     tf.identity(tf.matmul(q, q, transpose_b=True) * 0.17 + padding, name="padding")
-  assert slow_fusions(graph) == ["add"]
+  assert [op.name for op in lints.slow_attention_scores(graph)] == ["add"]
 
 
 @pytest.mark.parametrize("mode", [tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.EVAL])
@@ -66,4 +51,4 @@ def test_no_attention_takes_the_slow_fusion(family, mode):
     dataset = input_fn(params, "train" if mode == tf.estimator.ModeKeys.TRAIN else "eval")
     features, labels = tf1.data.make_initializable_iterator(dataset).get_next()
     model_fn(features, labels, mode, params)
-  assert slow_fusions(graph) == []
+  assert lints.slow_attention_scores(graph) == []
