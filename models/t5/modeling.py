@@ -237,15 +237,26 @@ def decoder(ids, encoder_output, encoder_mask, table, config: T5Config, training
     return dropout(rms_norm(x, config.layer_norm_epsilon, "final_rms_norm"), config, training)
 
 
-def t5(encoder_ids, encoder_mask, decoder_ids, config: T5Config, training: bool):
-  """The whole model.
+def t5_output_layer(encoder_ids, encoder_mask, decoder_ids, config: T5Config, training: bool):
+  """The whole model up to its output layer.
 
   encoder_ids, encoder_mask: [B, S] int32; decoder_ids: [B, T] int32
-  -> logits [B, T, V] float32 (the decoder output * d_model^-1/2 times the decoder table^T)."""
+  -> (the decoder output * d_model^-1/2 [B, T, M] compute dtype, the decoder table [V, M]
+  float32): logits = the first times the second^T."""
   with tf1.variable_scope("t5", reuse=tf1.AUTO_REUSE):
     enc_table, dec_table = embedding_tables(config)
     enc = encoder(encoder_ids, encoder_mask, enc_table, config, training)
     dec = decoder(decoder_ids, enc, encoder_mask, dec_table, config, training)
-    dec = dec * tf.cast(config.d_model ** -0.5, dec.dtype)
-    logits = _matmul_last(dec, tf.cast(dec_table, dec.dtype), transpose_b=True)
-    return tf.cast(logits, tf.float32)
+    return dec * tf.cast(config.d_model ** -0.5, dec.dtype), dec_table
+
+
+def t5_logits(x, table):
+  """[B, T, V] float32 logits of t5_output_layer's (x, table)."""
+  with tf1.name_scope("t5/"):
+    return tf.cast(_matmul_last(x, tf.cast(table, x.dtype), transpose_b=True), tf.float32)
+
+
+def t5(encoder_ids, encoder_mask, decoder_ids, config: T5Config, training: bool):
+  """The whole model: logits [B, T, V] float32 (the decoder output * d_model^-1/2 times the
+  decoder table^T)."""
+  return t5_logits(*t5_output_layer(encoder_ids, encoder_mask, decoder_ids, config, training))

@@ -158,3 +158,48 @@ def test_trains_with_use_cs_as_plain_estimator_and_evaluates(tmp_path, data_dir)
   assert 0 <= metrics["token_accuracy"] <= 1
   np.testing.assert_allclose(metrics["perplexity"], math.exp(metrics["cross_entropy"]),
                              rtol=1e-4)
+
+
+def test_the_hosts_training_loss_and_gradients_are_the_logits_forms(tmp_path, data_dir,
+                                                                    monkeypatch):
+  """On the host, TRAIN takes its loss from the output layer directly (losses.
+  dense_sparse_softmax_xent on the real target tokens, no [B*T, V] gradient tensor); the
+  engine's trace and EVAL keep logits -> masked_xent. Both forms of one batch, in one graph
+  with the same weights (a padded target token included): the same loss and gradients.
+  (The dense form is taken where oneDNN is on; said on here, whatever the test's process.)"""
+  from cerebras_models import losses  # pylint: disable=import-outside-toplevel
+  from cerebras_models.t5 import input as input_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_models.t5 import model as model_lib  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(losses, "onednn_active", lambda: True)
+  params = load_params(_yaml(tmp_path, data_dir))
+  with tf.Graph().as_default():
+    tf1.set_random_seed(0)
+    tf1.train.get_or_create_global_step()
+    iterator = tf1.data.make_initializable_iterator(
+        input_lib.input_fn(params, "train").take(1).cache().repeat())
+    features, labels = iterator.get_next()
+    spec = model_lib.model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, params)
+    with tf1.variable_scope("", reuse=True):
+      x, table = model_lib.modeling.t5_output_layer(
+          features["encoder_input_ids"], features["encoder_mask"],
+          features["decoder_input_ids"],
+          model_lib.modeling.T5Config.from_params(params["model"], 30622), True)
+    reference, _ = model_lib.masked_xent(model_lib.modeling.t5_logits(x, table), labels,
+                                         features["decoder_mask"])
+    variables = tf1.trainable_variables()
+    grads = [tf.convert_to_tensor(g) for g in  # IndexedSlices (a table's rows) made dense
+             tf.gradients(spec.loss, variables) + tf.gradients(reference, variables)]
+    vocab = 30622
+    wide = [t.name for op in tf1.get_default_graph().get_operations() if "gradients" in op.name
+            and op.name.startswith("gradients/t5/weighted_rows") for t in op.outputs
+            if t.shape.as_list() == [None, vocab]]  # [rows, V]; [K, V] is d_table's
+    with tf1.Session() as sess:
+      sess.run((tf1.global_variables_initializer(), tf1.tables_initializer()))
+      sess.run(iterator.initializer)
+      mask, got, want, g = sess.run((features["decoder_mask"], spec.loss, reference, grads))
+  assert 0 < mask.sum() < mask.size  # some target tokens are padding
+  assert wide == [], wide
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  n = len(variables)
+  for a, b, v in zip(g[:n], g[n:], variables):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=v.name)
