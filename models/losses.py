@@ -173,14 +173,19 @@ def host_output_layer(x) -> bool:
   return x.dtype == tf.float32 or not precision.in_engine_trace()
 
 
-def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sparse_softmax_xent"):
-  """sparse_softmax_xent(x @ table^T + bias, labels), without a [N, V] gradient tensor.
+def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sparse_softmax_xent",
+                              smoothing: float = 0.0):
+  """sparse_softmax_xent(x @ table^T + bias, labels, smoothing), without a [N, V] gradient
+  tensor.
 
   With G = d(loss)/d(logits) = dy * (softmax - onehot), the output layer's gradients are
   G @ table, G^T @ x and sum_n G: the onehot part is a gather and two scatters of N rows, and
   dy folds into x, so only the softmax p itself is [N, V]:
     dx = dy * (p @ table - table[labels]);   d_table = p^T (dy x) - scatter(labels, dy x);
     d_bias = p^T dy - scatter(labels, dy).
+  Label smoothing s makes G = dy * (p - (1 - s) onehot - s / V): the scatters take (1 - s)
+  and each gradient loses s / V of a sum over the other axis (sum_v table_v for dx,
+  sum_n dy x for every row of d_table, sum_n dy for d_bias).
   d_table is computed as p^T @ (dy x) in bfloat16 and on an AVX-512 host (BERT-tiny's head
   with avx512_bf16: 18.1 ms against 20.4 plus a transpose), as ((dy x)^T @ p)^T in float32
   elsewhere (faster on the AVX2 hosts: benchmarks/bench_host_speed.py, lever table). Without
@@ -195,16 +200,18 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
     float32, or None for a layer without one.  labels: [N] int in [0, V).
     scope: the ops' name scope, None for the caller's (the compiler names a layer that owns no
       variables by its ops' scope: GPT's tied `gpt/lm_head`).
+    smoothing: s in [0, 1), as sparse_softmax_xent's.
   Returns:
     [N] float32 losses.
   """
+  s = float(smoothing)
   with tf.name_scope(scope) if scope else contextlib.nullcontext():
     labels = tf.cast(labels, tf.int32)
     x, table = tf.convert_to_tensor(x), tf.convert_to_tensor(table)
     compute = x.dtype
     if not onednn_active():
       logits = tf.cast(tf.matmul(x, tf.cast(table, compute), transpose_b=True), tf.float32)
-      return _tf_xent(logits if bias is None else tf.nn.bias_add(logits, bias), labels, 0.0)
+      return _tf_xent(logits if bias is None else tf.nn.bias_add(logits, bias), labels, s)
 
     def forward(x, table, bias):
       table_c = table if compute == tf.float32 else tf.cast(table, compute)
@@ -213,26 +220,34 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
         logits = tf.nn.bias_add(logits, bias)
       p = tf.nn.softmax(logits)
       at_label = tf.gather(logits, labels, batch_dims=1)
-      loss = _log_sum_exp(logits, p, at_label, labels) - at_label
+      loss = _log_sum_exp(logits, p, at_label, labels) - (1.0 - s) * at_label
+      if s:
+        loss -= s * tf.reduce_mean(logits, axis=-1)
 
       def grad(dy):
         label_index = labels[:, tf.newaxis]
         dyx = dy[:, tf.newaxis] * tf.cast(x, tf.float32)
+        at_labels = tf.gather(table, labels)
+        if s:  # p - (1 - s) onehot - s / V: the rows at the labels, and every row's mean
+          at_labels = (1.0 - s) * at_labels + s * tf.reduce_mean(table, axis=0)
         if compute == tf.float32:
-          dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - tf.gather(table, labels))
+          dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - at_labels)
           d_table = (tf.matmul(p, dyx, transpose_a=True) if _table_gradient_untransposed()
                      else tf.transpose(tf.matmul(dyx, p, transpose_a=True)))
         else:
           p_c = tf.cast(p, compute)
-          dx = dy[:, tf.newaxis] * (tf.cast(tf.matmul(p_c, table_c), tf.float32)
-                                    - tf.gather(table, labels))
+          dx = dy[:, tf.newaxis] * (tf.cast(tf.matmul(p_c, table_c), tf.float32) - at_labels)
           d_table = tf.cast(tf.matmul(p_c, tf.cast(dyx, compute), transpose_a=True), tf.float32)
-        d_table = tf.tensor_scatter_nd_sub(d_table, label_index, dyx)
+        if s:
+          d_table -= (s / tf.cast(tf.shape(table)[0], tf.float32)) * tf.reduce_sum(dyx, 0)
+        d_table = tf.tensor_scatter_nd_sub(d_table, label_index, (1.0 - s) * dyx if s else dyx)
         dx = tf.cast(dx, compute)
         if bias is None:
           return dx, d_table
-        d_bias = tf.tensor_scatter_nd_sub(tf.linalg.matvec(p, dy, transpose_a=True),
-                                          label_index, dy)
+        d_bias = tf.linalg.matvec(p, dy, transpose_a=True)
+        if s:
+          d_bias -= (s / tf.cast(tf.shape(p)[1], tf.float32)) * tf.reduce_sum(dy)
+        d_bias = tf.tensor_scatter_nd_sub(d_bias, label_index, (1.0 - s) * dy if s else dy)
         return dx, d_table, d_bias
 
       return loss, grad

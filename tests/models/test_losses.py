@@ -71,26 +71,32 @@ def test_out_of_range_label_fails():
       _run(ours)
 
 
-def _dense_and_autodiff(x, table, bias, labels, weights):
+def _dense_and_autodiff(x, table, bias, labels, weights, smoothing=0.0):
   """(ours, reference, our gradients, the reference's) of the output layer's loss: the
   reference is autodiff of `x @ table^T + bias` as a plain layer builds it (the table cast to
-  x's dtype, float32 logits) through log_softmax; gradients w.r.t. x, table (and bias)."""
-  ours = losses.dense_sparse_softmax_xent(x, table, bias, labels)
+  x's dtype, float32 logits) through log_softmax, against the label-smoothed target
+  (1 - s) onehot + s / V; gradients w.r.t. x, table (and bias)."""
+  ours = losses.dense_sparse_softmax_xent(x, table, bias, labels, smoothing=smoothing)
   logits = tf.cast(tf.matmul(x, tf.cast(table, x.dtype), transpose_b=True), tf.float32)
   if bias is not None:
     logits = tf.nn.bias_add(logits, bias)
-  ref = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=1)
+  log_p = tf.nn.log_softmax(logits)
+  ref = (-(1.0 - smoothing) * tf.gather(log_p, labels, batch_dims=1)
+         - smoothing * tf.reduce_mean(log_p, axis=-1))
   wrt = [x, table] + ([bias] if bias is not None else [])
   return (ours, ref, tf.gradients(tf.reduce_sum(ours * weights), wrt),
           tf.gradients(tf.reduce_sum(ref * weights), wrt))
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("untransposed", [True, False])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_dense_form_matches_autodiff_of_the_output_layer(with_bias, untransposed, monkeypatch):
+def test_dense_form_matches_autodiff_of_the_output_layer(with_bias, untransposed, smoothing,
+                                                         monkeypatch):
   # Labels repeat (rows 0, 3, 5 share label 7): the two scatters must add, not overwrite.
   # Zero weights (padded prediction slots) must contribute nothing. Both forms of the table's
-  # float32 gradient (the AVX-512 host's and the AVX2 hosts'), whichever this host runs.
+  # float32 gradient (the AVX-512 host's and the AVX2 hosts'), whichever this host runs; with
+  # the Transformer's label smoothing 0.1 and without.
   monkeypatch.setattr(losses, "_table_gradient_untransposed", lambda: untransposed)
   rng = np.random.RandomState(1)
   n, k, v = 8, 6, 30
@@ -103,7 +109,7 @@ def test_dense_form_matches_autodiff_of_the_output_layer(with_bias, untransposed
   with tf.Graph().as_default():
     xt, tt = tf.constant(x), tf.constant(table)
     bt = tf.constant(bias) if with_bias else None
-    ours, ref, g_ours, g_ref = _dense_and_autodiff(xt, tt, bt, labels, weights)
+    ours, ref, g_ours, g_ref = _dense_and_autodiff(xt, tt, bt, labels, weights, smoothing)
     o, r, go, gr = _run([ours, ref, g_ours, g_ref])
   np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)
   for name, a, b in zip(("x", "table", "bias"), go, gr):
