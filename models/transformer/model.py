@@ -23,6 +23,7 @@ from cerebras_models.transformer import decoding
 from cerebras_models.transformer import input as input_lib
 from cerebras_models.transformer import modeling
 from cerebras_models.transformer import vocab as vocab_lib
+from cerebras_tf.runtime import precision
 
 tf1 = tf.compat.v1
 ModeKeys = tf.estimator.ModeKeys
@@ -45,6 +46,29 @@ def smoothed_xent(logits, labels, weights, smoothing: float):
     nll += smoothing * (tf.reduce_mean(logits, axis=-1) - tf.gather(logits, labels, batch_dims=2))
   weights = tf.cast(weights, tf.float32)
   return tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0), nll
+
+
+def host_training_loss(decoder_output, labels, weights, config, smoothing: float):
+  """smoothed_xent's loss, from the tied output layer directly (losses.
+  dense_sparse_softmax_xent on the real target tokens: no [B*T, V] gradient tensor), for
+  training on the host. The engine's trace and EVAL keep the logits form, so the engine's
+  figures do not depend on how the host computes.
+
+  Args:
+    decoder_output: [B, T, H].  labels: [B, T] int32.  weights: [B, T] (1 = real token).
+  Returns:
+    the mean loss over real tokens.
+  """
+  with tf1.variable_scope("transformer", reuse=True):
+    _, table = modeling.embedding_tables(config)
+  with tf1.name_scope("transformer/"):
+    rows = tf.reshape(decoder_output, [-1, config.hidden_size])
+    per_token = losses.on_weighted_rows(
+        lambda x, ids: losses.dense_sparse_softmax_xent(x, table, None, ids,
+                                                        smoothing=smoothing),
+        tf.reshape(weights, [-1]), rows, tf.reshape(labels, [-1]))
+  w = tf.cast(tf.reshape(weights, [-1]), tf.float32)
+  return tf.reduce_sum(per_token * w) / tf.maximum(tf.reduce_sum(w), 1.0)
 
 
 def decode(source_ids, source_padding_mask, encoder_output, config, max_length: int,
@@ -180,8 +204,12 @@ def model_fn(features, labels, mode, params):
     src, src_mask = features["source_ids"], features["source_padding_mask"]
   out = modeling.transformer(src, src_mask, features["target_input_ids"], config, training)
   weights = features["target_padding_mask"]
-  loss, nll = smoothed_xent(out["logits"], labels, weights,
-                            float(model_params.get("label_smoothing") or 0.0))
+  smoothing = float(model_params.get("label_smoothing") or 0.0)
+  if training and config.tie_output_projection and not precision.in_engine_trace():
+    loss = host_training_loss(out["decoder_output"], labels, weights, config, smoothing)
+    nll = None  # EVAL's metric only
+  else:
+    loss, nll = smoothed_xent(out["logits"], labels, weights, smoothing)
   predictions = tf.argmax(out["logits"], axis=-1, output_type=tf.int32)
 
   if mode == ModeKeys.EVAL:

@@ -255,7 +255,8 @@ def output_logits(x, config: TransformerConfig):
 
 def decoder(target_input_ids, encoder_output, source_padding_mask, config: TransformerConfig,
             training: bool):
-  """Teacher-forced decoder: [B, T] ids ([START] y) -> logits [B, T, V] (scope `decoder`)."""
+  """Teacher-forced decoder: [B, T] ids ([START] y) -> final states [B, T, H] (scope
+  `decoder`); output_logits makes the logits of them."""
   _, target_table = embedding_tables(config)
   x = embed(target_input_ids, target_table, config, training)
   self_bias = causal_bias(tf.shape(target_input_ids)[1])
@@ -266,8 +267,7 @@ def decoder(target_input_ids, encoder_output, source_padding_mask, config: Trans
         with tf1.variable_scope("cross_attention"):
           cross_kv = key_values(encoder_output, config)
         x = decoder_layer(x, self_bias, cross_bias, cross_kv, config, training)
-    x = final_norm(x, config)
-  return output_logits(x, config)
+    return final_norm(x, config)
 
 
 def init_cache(batch, max_length: int, config: TransformerConfig) -> Dict[str, tf.Tensor]:
@@ -321,12 +321,13 @@ def transformer(source_ids, source_padding_mask, target_input_ids, config: Trans
   """Full teacher-forced forward pass under scope `transformer`.
 
   Returns:
-    {"encoder_output": [B, S, H], "logits": [B, T, V]}.
+    {"encoder_output": [B, S, H], "decoder_output": [B, T, H], "logits": [B, T, V]}.
   """
   with tf1.variable_scope("transformer", reuse=tf1.AUTO_REUSE):
     enc = encoder(source_ids, source_padding_mask, config, training)
-    logits = decoder(target_input_ids, enc, source_padding_mask, config, training)
-  return {"encoder_output": enc, "logits": logits}
+    dec = decoder(target_input_ids, enc, source_padding_mask, config, training)
+    logits = output_logits(dec, config)
+  return {"encoder_output": enc, "decoder_output": dec, "logits": logits}
 
 
 def num_parameters(config: TransformerConfig) -> int:

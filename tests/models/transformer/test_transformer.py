@@ -171,6 +171,42 @@ def test_label_smoothing_matches_one_hot_formula():
   np.testing.assert_allclose(loss.numpy(), want, rtol=1e-5)
 
 
+def test_the_hosts_training_loss_and_gradients_are_the_logits_forms(monkeypatch):
+  """Training on the host takes the label-smoothed loss from the tied output layer directly
+  (model.host_training_loss: losses.dense_sparse_softmax_xent on the real target tokens, no
+  [B*T, V] gradient tensor); EVAL and the engine's trace keep logits -> smoothed_xent. Both
+  forms on one batch with padded targets, one graph, the same weights: the same loss and
+  gradients. (The dense form is taken where oneDNN is on; said on here.)"""
+  from cerebras_models import losses  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(losses, "onednn_active", lambda: True)
+  rng = np.random.RandomState(0)
+  src, tgt, labels = (rng.randint(4, 20, [3, 6]), rng.randint(4, 20, [3, 5]),
+                      rng.randint(0, 20, [3, 5]))
+  weights = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], np.int32)
+  with tf.Graph().as_default():
+    tf1.set_random_seed(3)
+    config = _tiny_config()
+    out = modeling.transformer(tf.constant(src), tf.ones([3, 6], tf.int32), tf.constant(tgt),
+                               config, training=True)
+    got = model_lib.host_training_loss(out["decoder_output"], tf.constant(labels), weights,
+                                       config, 0.1)
+    want, _ = model_lib.smoothed_xent(out["logits"], tf.constant(labels), weights, 0.1)
+    variables = tf1.trainable_variables()
+    grads = [tf.convert_to_tensor(g) for g in  # IndexedSlices (the table's rows) made dense
+             tf.gradients(got, variables) + tf.gradients(want, variables)]
+    wide = [t.name for op in tf1.get_default_graph().get_operations()
+            if op.name.startswith("gradients/transformer/weighted_rows") for t in op.outputs
+            if t.shape.as_list() == [None, config.vocab_size]]  # [rows, V]
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      a, b, g = sess.run((got, want, grads))
+  assert wide == [], wide
+  np.testing.assert_allclose(a, b, rtol=1e-5)
+  n = len(variables)
+  for x, y, v in zip(g[:n], g[n:], variables):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6, err_msg=v.name)
+
+
 def test_bleu_statistics_sum_to_sacrebleu_corpus_score():
   import sacrebleu  # pylint: disable=import-outside-toplevel
   hyps = ["Y dijo Jehová á Moisés.", "el gato ve un perro", "nada"]
