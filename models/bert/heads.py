@@ -109,14 +109,12 @@ def masked_lm_loss(head: MaskedLMHead, label_ids, label_weights, logits, trainin
   """
   ids = tf.reshape(label_ids, [-1])
   weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
-  if per_example is not None:
-    pass
-  elif training and losses.host_output_layer(head.x):
+  if per_example is None and training and losses.host_output_layer(head.x):
     with tf1.name_scope(head.scope):
       per_example = losses.on_weighted_rows(
           lambda x, labels: losses.dense_sparse_softmax_xent(x, head.table, head.bias, labels),
           weights, head.x, ids)
-  else:
+  elif per_example is None:
     per_example = losses.sparse_softmax_xent(logits, ids)
   if loss_weight is None:
     loss = tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
