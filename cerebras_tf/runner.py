@@ -258,6 +258,11 @@ def _run_mode(est, spec, params, opts, summary, input_for, use_cs, max_steps, ev
     interval = rc.get("eval_frequency") or rc["save_checkpoints_steps"] or last
     throttle = rc.get("throttle_secs") or 0
     summary["evals"] = []
+    if step >= last:  # the loop below trains and evaluates nothing: say so, not only the step
+      summary["nothing_to_do"] = (
+          f"{rc['model_dir']} is at step {step} already, max_steps is {last}: nothing to train "
+          f"or evaluate; --mode eval evaluates it again, a higher --max_steps trains on, "
+          f"another --model_dir starts over")
     evaluated_at = None  # monotonic time the last evaluation started
     while step < last:
       target = min(step + interval, last)
@@ -454,6 +459,8 @@ def format_summary(summary: dict) -> str:
       lines.append(f"eval: {format_metrics(metrics)}")
   if "global_step" in summary and not summary.get("evals"):
     lines.append(f"global_step={summary['global_step']}")
+  if summary.get("nothing_to_do"):
+    lines.append(summary["nothing_to_do"])
   if summary.get("not_here"):
     lines.append(summary["not_here"])
   if summary.get("export"):

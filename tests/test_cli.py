@@ -340,6 +340,21 @@ def test_runner_train_and_eval_alternates(params_file):
       ("train", "train", None, 8), ("train", "train", None, 10), ("evaluate", "eval", 2, None)]
 
 
+def test_train_and_eval_on_a_finished_model_dir_says_there_is_nothing_to_do(params_file):
+  """`python3 dev.py demo` run a second time printed "global_step=3600" and nothing else:
+  train_and_eval trains and evaluates nothing once the model_dir is at max_steps (as
+  tf.estimator.train_and_evaluate). It now says so, and what to run instead."""
+  os.makedirs("done", exist_ok=True)
+  open("done/model.ckpt-10.index", "w").close()
+  summary, calls = _run(params_file, ["--mode", "train_and_eval", "--model_dir", "done"])
+  assert calls == []
+  assert (f"{os.getcwd()}/done is at step 10 already, max_steps is 10: nothing to train or "
+          "evaluate; --mode eval evaluates it again") in runner.format_summary(summary)
+  summary, calls = _run(params_file, ["--mode", "train_and_eval", "--model_dir", "done",
+                                      "--max_steps", "12"])
+  assert [c[0] for c in calls] == ["train", "evaluate"] and "nothing_to_do" not in summary
+
+
 def test_runner_compile_and_validate(params_file):
   summary, calls = _run(params_file, ["--validate_only"])
   assert calls == [("compile", {"mode": "train", "batch_size": 8}, True, "train")]
