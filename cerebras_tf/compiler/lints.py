@@ -309,23 +309,25 @@ def say_updates_not_run(graph, train_op, global_step) -> None:
         ".updates", unrun[0], more)
 
 
-# Ops of a batched matmul; TF 2.15's remapper fuses one times a scalar plus an addend into one
-# oneDNN op (_MklFusedBatchMatMulV2), whose kernel for a [1, 1, L, L] addend took 936 ms where
-# the ops unfused take 4 ms (benchmarks/bench_eval_speed.py, table b). Other addend shapes are
-# fast, and so is an Einsum, which the remapper leaves alone.
+# Ops of a batched matmul; TF 2.15's remapper fuses one times (or over) a scalar plus an addend
+# into one oneDNN op (_MklFusedBatchMatMulV2), whose kernel for a [1, 1, L, L] addend took
+# 936 ms where the ops unfused take 4 ms (benchmarks/bench_eval_speed.py, table b); a division
+# by sqrt(d) is rewritten to a multiply first (837 ms). Other addend shapes are fast, and so is
+# an Einsum, which the remapper leaves alone.
 _BATCH_MATMULS = frozenset({"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+_SCALINGS = frozenset({"Mul", "RealDiv", "Div"})
 
 
 def slow_attention_scores(graph) -> List[tf.Operation]:
   """The Add ops of `graph` adding a [1, 1, ?, ?] tensor (a causal bias) to a BatchMatMul times
-  a scale: attention scores in the form TF 2.15 runs slowly where oneDNN is on."""
+  or over a scale: attention scores in the form TF 2.15 runs slowly where oneDNN is on."""
   found = []
   for op in graph.get_operations():
     if op.type not in ("Add", "AddV2") or len(op.inputs) != 2:
       continue
     for addend, scaled in (tuple(op.inputs), tuple(reversed(op.inputs))):
       dims = addend.shape.as_list() if addend.shape.rank == 4 else None
-      if dims and dims[:2] == [1, 1] and scaled.op.type == "Mul" and any(
+      if dims and dims[:2] == [1, 1] and scaled.op.type in _SCALINGS and any(
           t.op.type in _BATCH_MATMULS for t in scaled.op.inputs):
         found.append(op)
         break
@@ -340,7 +342,7 @@ def say_slow_attention_scores(graph) -> None:
     return
   where = lower_lib.user_source(found[0]) or found[0].name
   tf.compat.v1.logging.warning(
-      "cerebras_tf: %s: attention scores as a batched tf.matmul times a scale plus a "
+      "cerebras_tf: %s: attention scores as a batched tf.matmul scaled plus a "
       "[1, 1, L, L] bias (%d such op(s)), which TensorFlow 2.15 with oneDNN fuses into one op "
       "that runs about 200x slower than the ops apart: compute the scores with "
       "tf.einsum('bnqd,bnkd->bnqk', q, k), which it does not fuse, or give the bias another "

@@ -34,10 +34,11 @@ def test_the_check_finds_the_pattern():
     q = tf1.placeholder(tf.float32, [None, 4, None, 32])
     causal = tf1.placeholder(tf.float32, [1, 1, None, None])
     tf.identity(tf.matmul(q, q, transpose_b=True) * 0.17 + causal, name="slow")
+    tf.identity(tf.matmul(q, q, transpose_b=True) / tf.sqrt(32.0) + causal, name="divided")
     tf.identity(tf.einsum("bnqd,bnkd->bnqk", q, q) * 0.17 + causal, name="einsum")
     padding = tf1.placeholder(tf.float32, [None, 1, 1, None])
     tf.identity(tf.matmul(q, q, transpose_b=True) * 0.17 + padding, name="padding")
-  assert [op.name for op in lints.slow_attention_scores(graph)] == ["add"]
+  assert [op.name for op in lints.slow_attention_scores(graph)] == ["add", "add_1"]
 
 
 @pytest.mark.parametrize("family", sorted(CAUSAL))
