@@ -166,6 +166,24 @@ def on_weighted_rows(per_row, weights, *rows):
     return tuple(map(scatter, values)) if isinstance(values, tuple) else scatter(values)
 
 
+def output_layer_token_mean(x, table, labels, weights, smoothing: float = 0.0):
+  """The mean over real tokens of a tied output layer's cross-entropy, from the layer directly:
+  dense_sparse_softmax_xent on the rows of nonzero weight (on_weighted_rows), for training a
+  sequence model's head on the host (T5's, the Transformer's).
+
+  Args:
+    x: [..., K] the final states.  table: [V, K].  labels: [...] int.  weights: [...] (1 =
+      a real token).  smoothing: label smoothing s.
+  Returns:
+    sum(w * loss) / max(sum(w), 1), float32.
+  """
+  w = tf.cast(tf.reshape(weights, [-1]), tf.float32)
+  per_token = on_weighted_rows(
+      lambda rows, ids: dense_sparse_softmax_xent(rows, table, None, ids, smoothing=smoothing),
+      w, tf.reshape(x, [-1, x.shape[-1]]), tf.reshape(labels, [-1]))
+  return tf.reduce_sum(per_token * w) / tf.maximum(tf.reduce_sum(w), 1.0)
+
+
 def host_output_layer(x) -> bool:
   """Whether a training head on `x` takes dense_sparse_softmax_xent: yes, except for a 16-bit
   model traced for the engine, which keeps the plain logits form (as it did before the

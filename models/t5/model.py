@@ -47,12 +47,7 @@ def model_fn(features, labels, mode, params):
     # the token-accuracy summary, on summary steps. The engine's trace keeps the logits form,
     # so its figures do not depend on how the host computes.
     with tf1.name_scope("t5/"):
-      flat = tf.reshape(x, [-1, x.shape[-1]])
-      per_token = tf.reshape(losses.on_weighted_rows(
-          lambda rows, ids: losses.dense_sparse_softmax_xent(rows, table, None, ids),
-          tf.reshape(mask, [-1]), flat, tf.reshape(labels, [-1])), tf.shape(labels))
-    weights = tf.cast(mask, tf.float32)
-    loss = tf.reduce_sum(per_token * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+      loss = losses.output_layer_token_mean(x, table, labels, mask)
   else:
     loss, per_token = masked_xent(logits, labels, mask)
   predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)

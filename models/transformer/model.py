@@ -50,8 +50,7 @@ def smoothed_xent(logits, labels, weights, smoothing: float):
 
 def host_training_loss(decoder_output, labels, weights, config, smoothing: float):
   """smoothed_xent's loss, from the tied output layer directly (losses.
-  dense_sparse_softmax_xent on the real target tokens: no [B*T, V] gradient tensor), for
-  training on the host. The engine's trace and EVAL keep the logits form, so the engine's
+  output_layer_token_mean: no [B*T, V] gradient tensor), for training on the host. The engine's trace and EVAL keep the logits form, so the engine's
   figures do not depend on how the host computes.
 
   Args:
@@ -62,13 +61,7 @@ def host_training_loss(decoder_output, labels, weights, config, smoothing: float
   with tf1.variable_scope("transformer", reuse=True):
     _, table = modeling.embedding_tables(config)
   with tf1.name_scope("transformer/"):
-    rows = tf.reshape(decoder_output, [-1, config.hidden_size])
-    per_token = losses.on_weighted_rows(
-        lambda x, ids: losses.dense_sparse_softmax_xent(x, table, None, ids,
-                                                        smoothing=smoothing),
-        tf.reshape(weights, [-1]), rows, tf.reshape(labels, [-1]))
-  w = tf.cast(tf.reshape(weights, [-1]), tf.float32)
-  return tf.reduce_sum(per_token * w) / tf.maximum(tf.reduce_sum(w), 1.0)
+    return losses.output_layer_token_mean(decoder_output, table, labels, weights, smoothing)
 
 
 def decode(source_ids, source_padding_mask, encoder_output, config, max_length: int,
