@@ -102,6 +102,7 @@ def main() -> int:
       sys.exit("bench_suite.py: --json needs a file name, e.g. --json tests.json")
     json_out = paths[at + 1]
     del paths[at:at + 2]
+  dev.ensure_env()  # a fresh clone has no .venv yet; the import timing below needs it
   import_cpu = tf_import_cpu()
   site = venv_site_packages()
   log_dir = tempfile.mkdtemp(prefix="bench_suite_")
