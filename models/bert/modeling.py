@@ -240,7 +240,10 @@ def self_attention(x, bias, batch, seq, config: BertConfig, training: bool):
     q = _split_heads(dense(x, config.hidden_size, "query", r), batch, seq, n, d)
     k = _split_heads(dense(x, config.hidden_size, "key", r), batch, seq, n, d)
     v = _split_heads(dense(x, config.hidden_size, "value", r), batch, seq, n, d)
-    scores = tf.matmul(q, k, transpose_b=True)  # [B, N, S, S]
+    # An einsum, not matmul(q, k, transpose_b=True): TF 2.15's oneDNN remapper fuses
+    # BatchMatMul * scale + bias into one op, slower than the three apart with BERT's
+    # [B, 1, 1, S] bias (benchmarks/bench_eval_speed.py (b)); an einsum is left unfused.
+    scores = tf.einsum("bnqd,bnkd->bnqk", q, k)  # [B, N, S, S]
     scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(float(d)))
     probs = tf.nn.softmax(scores + bias)
     probs = dropout(probs, config.attention_dropout_rate, training)
