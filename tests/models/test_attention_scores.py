@@ -44,10 +44,9 @@ def test_the_check_finds_the_pattern():
   assert [op.name for op in lints.slow_attention_scores(graph)] == ["add", "add_1"]
 
 
-@pytest.mark.parametrize("family", sorted(CAUSAL))
-def test_no_attention_takes_the_slow_fusion(family):
-  """EVAL's graph: the forward pass training shares, and the Transformer's decoding."""
-  config, overrides = CAUSAL[family]
+def _eval_graph(config, overrides):
+  """EVAL's graph of a shipped config: the forward pass training shares (and the
+  Transformer's decoding)."""
   params = load_params(os.path.join(ROOT, "configs", config), overrides)
   model_fn, input_fn = get_model(params["model"]["name"]).resolve()
   with tf.Graph().as_default() as graph:
@@ -55,18 +54,16 @@ def test_no_attention_takes_the_slow_fusion(family):
     features, labels = tf1.data.make_initializable_iterator(
         input_fn(params, "eval")).get_next()
     model_fn(features, labels, tf.estimator.ModeKeys.EVAL, params)
-  assert lints.slow_attention_scores(graph) == []
+  return graph
+
+
+@pytest.mark.parametrize("family", sorted(CAUSAL))
+def test_no_attention_takes_the_slow_fusion(family):
+  assert lints.slow_attention_scores(_eval_graph(*CAUSAL[family])) == []
 
 
 def test_bert_scores_are_an_einsum_the_remapper_leaves_unfused():
-  params = load_params(os.path.join(ROOT, "configs", "params_bert_tiny_msl128.yaml"),
-                       ["model.num_hidden_layers=1"])
-  model_fn, input_fn = get_model(params["model"]["name"]).resolve()
-  with tf.Graph().as_default() as graph:
-    tf1.train.get_or_create_global_step()
-    features, labels = tf1.data.make_initializable_iterator(
-        input_fn(params, "eval")).get_next()
-    model_fn(features, labels, tf.estimator.ModeKeys.EVAL, params)
+  graph = _eval_graph("params_bert_tiny_msl128.yaml", ["model.num_hidden_layers=1"])
   scaled_products = [op.name for op in graph.get_operations()
                      if op.type in ("Mul", "RealDiv") and any(
                          t.op.type in ("BatchMatMulV2", "BatchMatMul") for t in op.inputs)]
