@@ -33,11 +33,17 @@ def main():
   clone = os.path.join(work, "cerebras_tf")
   subprocess.run(["git", "clone", "--quiet", ROOT, clone], check=True)
   os.symlink(os.path.join(ROOT, ".venv"), os.path.join(clone, ".venv"))
+  # The linked venv's editable install maps cerebras_tf and cerebras_models to ROOT: the demo
+  # then prepared its data in ROOT/data_cache and read the clone's, which was not there. The
+  # clone first on the path (and its models/ under the package's name) makes it the clone's.
+  os.symlink("models", os.path.join(clone, "cerebras_models"))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      p for p in (clone, os.environ.get("PYTHONPATH")) if p))
   head = subprocess.run(["git", "-C", clone, "rev-parse", "--short", "HEAD"], check=True,
                         capture_output=True, text=True).stdout.strip()
   t0 = time.perf_counter()
-  out = subprocess.run([sys.executable, "dev.py", "demo"], cwd=clone, capture_output=True,
-                       text=True, check=False)
+  out = subprocess.run([sys.executable, "dev.py", "demo"], cwd=clone, env=env,
+                       capture_output=True, text=True, check=False)
   minutes = (time.perf_counter() - t0) / 60
   if out.returncode:
     print(out.stdout[-2000:], out.stderr[-3000:], sep="\n", file=sys.stderr)
