@@ -47,6 +47,7 @@ def main():
   minutes = (time.perf_counter() - t0) / 60
   if out.returncode:
     print(out.stdout[-2000:], out.stderr[-3000:], sep="\n", file=sys.stderr)
+    print(f"bench_demo.py: the demo failed; its clone is kept in {clone}", file=sys.stderr)
     return out.returncode
   evals = re.findall(r"^eval: .*masked_lm_accuracy=([\d.]+)", out.stdout, re.M)
   steps = re.findall(r"^step (\d+)/(\d+) .*host ([\d.]+) examples/s", out.stdout, re.M)
