@@ -93,6 +93,28 @@ def run_suite(log_dir: str, paths) -> tuple:
   return proc.stdout + proc.stderr, wall, cpu
 
 
+def print_workers(tests) -> None:
+  """Each xdist worker's timeline: when its first test started and its last ended, relative to
+  the first test of all, and how long it sat with no test while another still ran one (the
+  tail a long test that starts late leaves the other cores)."""
+  by_worker = collections.defaultdict(list)
+  for t in tests:
+    by_worker[t["worker"]].append(t)
+  t0 = min(t["start"] for t in tests)
+  end = max(t["start"] + t["wall"] for t in tests)
+  rows = []
+  for worker, its in sorted(by_worker.items()):
+    its.sort(key=lambda t: t["start"])
+    last = its[-1]
+    rows.append((worker, len(its), f"{its[0]['start'] - t0:.0f}",
+                 f"{last['start'] + last['wall'] - t0:.0f}", f"{end - last['start'] - last['wall']:.0f}",
+                 f"{last['id']} ({last['wall']:.0f} s)"))
+  print_table(f"Each pytest worker's tests on the clock (s after the first test started; "
+              f"the last ended at {end - t0:.0f} s)",
+              ["worker", "tests", "first start", "last end", "idle until the last end",
+               "its last test"], rows)
+
+
 def main() -> int:
   paths = sys.argv[1:]
   json_out = None
@@ -175,6 +197,7 @@ def main() -> int:
                "summed wall s"],
               [(f, n, f"{a:.0f}", f"{b:.0f}", f"{(a + b) / total:.1%}", f"{w:.0f}")
                for f, (n, a, b, w) in ranked[:15]])
+  print_workers(tests)
   top = sorted(tests, key=lambda t: -(t["self"] + t["children"]))[:15]
   print_table("Tests by CPU, the 15 largest (a module fixture counts in the first test that "
               "used it)", ["test", "CPU s", "wall s"],

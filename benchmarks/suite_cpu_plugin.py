@@ -4,7 +4,8 @@ Loaded with `-p suite_cpu_plugin`; SUITE_CPU_DIR names the directory each pytest
 xdist worker) appends its lines to. CPU is split into the process's own ("self") and that of
 the processes it started and waited for ("children": getrusage counts a child once it has been
 waited for; tests/warm_python.py's forked children, which are not this process's own, as their
-server reports them). A module fixture's cost goes to the first test that used it.
+server reports them). A module fixture's cost goes to the first test that used it. "start" (epoch
+seconds) and "worker" (xdist's gw0, gw1, ...) place each test on its worker's timeline.
 """
 
 import json
@@ -32,9 +33,10 @@ def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
   if _OUT is None:
     _OUT = open(os.path.join(os.environ["SUITE_CPU_DIR"], f"tests_{os.getpid()}.jsonl"), "a",
                 encoding="utf-8")
-  wall, (own, kids) = time.monotonic(), _cpu()
+  start, wall, (own, kids) = time.time(), time.monotonic(), _cpu()
   yield
   own2, kids2 = _cpu()
   _OUT.write(json.dumps({"id": item.nodeid, "wall": time.monotonic() - wall,
-                         "self": own2 - own, "children": kids2 - kids}) + "\n")
+                         "self": own2 - own, "children": kids2 - kids, "start": start,
+                         "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}) + "\n")
   _OUT.flush()
