@@ -120,14 +120,41 @@ def pack_pair(a, b, max_seq_length: int, cls_id: int, sep_id: int):
   Returns:
     (ids, segment_ids), ragged [B, (<= max_seq_length)] int64.
   """
-  a, b = tft.RoundRobinTrimmer(max_seq_length - 3).trim([a, b])
-  return tft.combine_segments([a, b], start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+  keep_a, keep_b = round_robin_lengths(a.row_lengths(), b.row_lengths(), max_seq_length - 3)
+  return tft.combine_segments([first_n(a, keep_a), first_n(b, keep_b)],
+                              start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
 
 
 def pack_single(a, max_seq_length: int, cls_id: int, sep_id: int):
-  """[CLS] a [SEP], trimmed to max_seq_length.  ragged [B, (t)] -> (ids, segment_ids)."""
-  (a,) = tft.WaterfallTrimmer(max_seq_length - 2).trim([a])
-  return tft.combine_segments([a], start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+  """[CLS] a [SEP], trimmed to max_seq_length.  ragged [B, (t)] -> (ids, segment_ids).
+
+  A ragged slice keeps what tft.WaterfallTrimmer keeps of one segment: 17 graph nodes where
+  the trimmer's are 477 (0.35 s of each input build's CPU, issue 42).
+  """
+  return tft.combine_segments([a[:, :max_seq_length - 2]], start_of_sequence_id=cls_id,
+                              end_of_segment_id=sep_id)
+
+
+def round_robin_lengths(len_a, len_b, budget: int):
+  """How many tokens of each segment tft.RoundRobinTrimmer(budget) keeps: one from a, one from
+  b, in turn, until the budget or a segment runs out. Both long: a keeps ceil(budget / 2), b
+  floor(budget / 2); one short: it keeps all, the other the rest. From the lengths, in a few
+  ops, where the trimmer's graph took 0.15-0.5 s to build (issue 42).
+
+  Args:
+    len_a, len_b: [B] int64 segment lengths.  budget: tokens the two may keep together.
+  Returns:
+    ([B], [B]) int64: tokens kept of a, of b.
+  """
+  keep_b = tf.minimum(len_b, tf.maximum(tf.constant(budget // 2, len_b.dtype), budget - len_a))
+  return tf.minimum(len_a, budget - keep_b), keep_b
+
+
+def first_n(x, n):
+  """ragged [B, (t)] -> ragged [B, (n)]: each row's first n[i] items (n[i] <= its length)."""
+  starts = x.row_starts()
+  at = tf.ragged.range(starts, starts + tf.cast(n, starts.dtype))
+  return at.with_values(tf.gather(x.values, at.values))
 
 
 def group_words(ids, continues):

@@ -177,15 +177,19 @@ def encode_source(tokenizer, texts, max_len: int):
 
 
 def source_ids(ids, max_len: int):
-  """ragged [B, (t)] token ids -> ragged [B, (<= max_len)] source ids."""
-  (ids,) = tft.WaterfallTrimmer(max_len).trim([ids])
-  return ids
+  """ragged [B, (t)] token ids -> ragged [B, (<= max_len)] source ids.
+
+  A ragged slice keeps what tft.WaterfallTrimmer(max_len) keeps of one segment, each row's
+  first max_len: 17 graph nodes where the trimmer's are 477, built in 9 ms instead of 0.35 s
+  (issue 42), and the pipeline runs them for every example.
+  """
+  return ids[:, :max_len]
 
 
 def target_ids(ids, max_len: int):
   """ragged [B, (t)] token ids -> (decoder input [START] y, decoder output y [END]), ragged,
   <= max_len."""
-  (y,) = tft.WaterfallTrimmer(max_len - 1).trim([ids])
+  y = ids[:, :max_len - 1]  # as source_ids
   start = tf.fill([y.nrows(), 1], tf.constant(vocab_lib.START_ID, tf.int64))
   end = tf.fill([y.nrows(), 1], tf.constant(vocab_lib.END_ID, tf.int64))
   return tf.concat([start, y], axis=1), tf.concat([y, end], axis=1)
