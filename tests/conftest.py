@@ -61,3 +61,16 @@ def pytest_sessionstart(session):
   if rc:
     print(f"conftest: scripts/prepare_data.py exited {rc}; tests that read data_cache will fail",
           file=sys.stderr)
+
+
+# Files of a few long tests (wall s on the AVX2 host, 2026-11-30): run first. pytest-xdist's
+# worksteal gives each worker a contiguous share of the collection and an idle one steals the
+# tail of another's: test_wheel.py, last in file order, always started last, and the suite
+# ended on it alone (one core idle for its 28 s; bench_suite.py's worker timeline).
+RUN_FIRST = ("tests/test_reference_models_modes.py",  # 70 s, one process for its 4 runs
+             "tests/test_wheel.py")                   # 28 s
+
+
+def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
+  first = {path: rank for rank, path in enumerate(RUN_FIRST)}
+  items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))
