@@ -120,7 +120,8 @@ def pack_pair(a, b, max_seq_length: int, cls_id: int, sep_id: int):
   Returns:
     (ids, segment_ids), ragged [B, (<= max_seq_length)] int64.
   """
-  keep_a, keep_b = round_robin_lengths(a.row_lengths(), b.row_lengths(), max_seq_length - 3)
+  lengths = [tf.cast(x.row_lengths(), tf.int64) for x in (a, b)]  # either may be int32-split
+  keep_a, keep_b = round_robin_lengths(*lengths, max_seq_length - 3)
   return tft.combine_segments([first_n(a, keep_a), first_n(b, keep_b)],
                               start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
 

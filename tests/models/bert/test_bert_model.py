@@ -442,6 +442,14 @@ class RobertaStyleTest(base.BertTestCase):
            tft.combine_segments(tft.WaterfallTrimmer(budget).trim([a]),
                                 start_of_sequence_id=101, end_of_segment_id=102))]:
         self.assertEqual([t.to_list() for t in packed], [t.to_list() for t in want], budget)
+    # A 100,000-token text beside a pair side split in int32 (the trimmer takes either).
+    long = tf.RaggedTensor.from_row_lengths(tf.range(100_003, dtype=tf.int64), [100_000, 3])
+    short = tf.RaggedTensor.from_row_splits(tf.range(50, dtype=tf.int64), tf.constant([0, 0, 50],
+                                                                                     tf.int32))
+    ids, _ = input_lib.pack_pair(long, short, 128, 101, 102)
+    self.assertEqual(ids.row_lengths().numpy().tolist(), [128, 56])
+    # Row 0: b empty, so a keeps 125 of its tokens: [CLS] 0..124 [SEP] [SEP].
+    self.assertEqual(ids.to_list()[0][:3] + ids.to_list()[0][-3:], [101, 0, 1, 124, 102, 102])
 
 class OptimizationTest(base.BertTestCase):
 
