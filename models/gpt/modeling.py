@@ -121,8 +121,9 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
                                                                  inv_freq=freq)
     if kv != n:  # [B, S, kv, D] -> [B, S, n, D], each K/V head repeated for its group
       k, v = tf.repeat(k, n // kv, axis=2), tf.repeat(v, n // kv, axis=2)
-    scores = tf.einsum("bqnd,bknd->bnqk", q, k)
-    scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(d)) + bias
+    # the scale on q, [B, S, n, D], not on the scores, [B, n, S, S] (as in BERT's attention)
+    q = q * tf.constant(1.0 / math.sqrt(d), q.dtype)
+    scores = tf.cast(tf.einsum("bqnd,bknd->bnqk", q, k), tf.float32) + bias
     probs = dropout(tf.nn.softmax(scores), config.attention_dropout_rate, training)
     context = tf.einsum("bnqk,bknd->bqnd", tf.cast(probs, x.dtype), v)
     context = tf.reshape(context, [batch * seq, config.hidden_size])

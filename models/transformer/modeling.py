@@ -150,9 +150,9 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
   k, v = kv if kv is not None else key_values(query_input, config)
   # An einsum, not matmul: TF 2.15's oneDNN remapper fuses BatchMatMul * scale + a [1, 1, L, L]
   # addend (the causal bias) into one op that runs ~250x slower (benchmarks/bench_eval_speed.py).
+  if config.scaled_attention:  # on q, [B, N, Lq, D], not on the scores (as in BERT's)
+    q *= config.head_size ** -0.5
   scores = tf.einsum("bnqd,bnkd->bnqk", q, k)  # [B, N, Lq, Lk]
-  if config.scaled_attention:
-    scores *= config.head_size ** -0.5
   probs = tf.nn.softmax(tf.cast(scores, tf.float32) + bias)  # float32: the -1e9 bias
   probs = dropout(tf.cast(probs, v.dtype), config.attention_dropout_rate, training)
   context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])  # [B, Lq, N, D]

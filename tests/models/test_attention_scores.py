@@ -70,3 +70,35 @@ def test_bert_scores_are_an_einsum_the_remapper_leaves_unfused():
   assert scaled_products == []
   assert any(op.type == "Einsum" and "attention/self" in op.name
              for op in graph.get_operations())
+
+
+# (config, overrides, head size, attentions in the one-layer graph)
+SCALED = {
+    "bert": ("params_bert_tiny_msl128.yaml", ["model.num_hidden_layers=1"], 64, 1),
+    "gpt": (*CAUSAL["gpt"], 64, 1),
+    "transformer": (*CAUSAL["transformer"], 32, 3),  # encoder self, decoder self and cross
+}
+
+
+@pytest.mark.parametrize("family", sorted(SCALED))
+def test_the_scale_multiplies_the_queries_not_the_scores(family):
+  # 1/sqrt(D) on q ([B, S, H] elements) and not on q.k ([B, N, S, S]): at BERT-tiny's shape
+  # half the elements, forward and backward. Each attention has exactly one such scale, and
+  # its product feeds the scores' einsum (through reshapes and transposes).
+  config, overrides, d, attentions = SCALED[family]
+  graph = _eval_graph(config, overrides)
+
+  def scalar(t):
+    value = tf.get_static_value(t)
+    return value is not None and value.size == 1 and abs(float(value) - d ** -0.5) < 1e-7
+
+  scales = [op for op in graph.get_operations()
+            if op.type == "Mul" and any(scalar(t) for t in op.inputs)]
+  assert len(scales) == attentions, [op.name for op in scales]
+  for op in scales:
+    source = next(t.op for t in op.inputs if not scalar(t))
+    assert source.type not in ("Einsum", "BatchMatMulV2", "Cast"), (op.name, source.type)
+    consumers = [c for c in op.outputs[0].consumers()]
+    while consumers and consumers[0].type in ("Reshape", "Transpose"):
+      consumers = consumers[0].outputs[0].consumers()
+    assert [c.type for c in consumers] == ["Einsum"], (op.name, [c.type for c in consumers])
