@@ -98,7 +98,7 @@ def test_the_scale_multiplies_the_queries_not_the_scores(family):
   for op in scales:
     source = next(t.op for t in op.inputs if not scalar(t))
     assert source.type not in ("Einsum", "BatchMatMulV2", "Cast"), (op.name, source.type)
-    consumers = [c for c in op.outputs[0].consumers()]
+    consumers = op.outputs[0].consumers()
     while consumers and consumers[0].type in ("Reshape", "Transpose"):
       consumers = consumers[0].outputs[0].consumers()
     assert [c.type for c in consumers] == ["Einsum"], (op.name, [c.type for c in consumers])
