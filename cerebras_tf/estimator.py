@@ -366,6 +366,7 @@ class _CerebrasMethods:
     lints.say_updates_not_run(graph, train_op, global_step_tensor)
     if onednn.active():
       lints.say_slow_attention_scores(graph)
+    lints.say_emulated_products(graph, precision.emulated_dtypes())
     run, progress = self._call.engine, None
     if run is not None:
       progress = run.progress_hook(estimator_spec.loss, self.model_dir)

@@ -1,17 +1,19 @@
 """The graph lints of a training call: what tf.estimator and tf.distribute run without a word
 but a user would not want (the engine's batch split against the host's, one replica's value
-taken for the global one, updates the train_op never runs, a global step never advanced).
+taken for the global one, updates the train_op never runs, a global step never advanced,
+matmuls in a 16-bit type the host CPU emulates).
 
 Each reads the tf.Graph the face's model_fn wrapper built, and warns once per training call
 (or raises ModelFnError where the run could never end); none changes the graph. The face
 calls them from its training-loop override (`check_global_step_advances`,
-`say_updates_not_run`, and for an engine run `say_data_parallel`), from the model_fn wrapper
+`say_updates_not_run`, `say_slow_attention_scores`, `say_emulated_products`, and for an
+engine run `say_data_parallel`), from the model_fn wrapper
 (`say_summed_loss_across_replicas`), and where the replicas' model_fn calls or merge step fail
 (`merge_in_cond_message`, `mixed_policy_across_replicas`).
 """
 
 import re
-from typing import List, Optional, Sequence
+from typing import FrozenSet, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -347,6 +349,46 @@ def say_slow_attention_scores(graph) -> None:
       "that runs about 200x slower than the ops apart: compute the scores with "
       "tf.einsum('bnqd,bnkd->bnqk', q, k), which it does not fuse, or give the bias another "
       "shape ([B, 1, L, L])", where, len(found))
+
+
+# The ops that carry a step's FLOPs: where they compute in a 16-bit type the CPU has no math
+# for, TensorFlow emulates it (float16 matmuls at 1 GFLOP/s where float32's run at 142 on an
+# AVX2 EPYC), and nothing says so.
+_PRODUCTS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum",
+                       "Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
+                       "Conv2DBackpropFilter", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+                       "DepthwiseConv2dNativeBackpropInput",
+                       "DepthwiseConv2dNativeBackpropFilter"})
+
+
+def emulated_products(graph, emulated: FrozenSet[str]) -> List[tf.Operation]:
+  """The matmuls and convolutions of `graph` (forward and backward) whose output dtype is
+  one of `emulated` (dtype names the host CPU has no math for: precision.emulated_dtypes)."""
+  return [op for op in graph.get_operations()
+          if op.type in _PRODUCTS and op.outputs and op.outputs[0].dtype.name in emulated]
+
+
+def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
+  """Names the user's line of the first matmul or convolution in a 16-bit type this CPU
+  emulates (a Keras mixed_float16 policy, brought from a GPU, trains 65x slower here than in
+  float32), and what to set instead."""
+  found = emulated_products(graph, emulated)
+  if not found:
+    return
+  forward = [op for op in found if "gradients" not in op.name.split("/")]
+  # The op's name too: a Keras model cloned in tf.estimator's model_fn has no line of the
+  # user's but the train call's, and its op's name starts with the layer's.
+  first = next((op for op in forward + found if lower_lib.user_source(op)), (forward or found)[0])
+  line = lower_lib.user_source(first)
+  where = f"{line} (op {first.name})" if line else f"op {first.name}"
+  dtypes = sorted({op.outputs[0].dtype.name for op in found})
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: %s: %d matmul/convolution op(s) compute in %s, which this CPU has no "
+      "math for (TensorFlow emulates it: a Keras MLP under mixed_float16 trained 65x slower "
+      "than in float32 on an AVX2 host, under mixed_bfloat16 0.87x): for training on this "
+      "host set the Keras policy to float32 (tf.keras.mixed_precision.set_global_policy("
+      "'float32')) or cast to float32; the engine's estimate assumes 16-bit activations either way",
+      where, len(found), " and ".join(dtypes))
 
 
 def _restores(assign) -> bool:
