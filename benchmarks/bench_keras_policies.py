@@ -1,0 +1,134 @@
+"""A Keras model's mixed-precision policy on this CPU: what a 16-bit type costs where the CPU
+has no math for it, and whether the training call says so.
+
+A model brought from a GPU is often built under `mixed_float16`; TensorFlow trains it as
+written, emulating float16 where the CPU lacks avx512_fp16/AMX-FP16 (and bfloat16 where it
+lacks avx512_bf16/AMX-BF16). Measured side by side in one process, float32 the anchor:
+(a) a 1024^3 matmul in each compute dtype; (b) a Keras MLP 256-512-512-16, batch 128, through
+`CerebrasEstimator.from_keras_model(...).train(use_cs=True)` under each policy, rounds
+interleaved, and the warning of compiler/lints.say_emulated_products counted. No goal: the
+figures back the warning's numbers (docs/performance.md, mixed precision).
+
+    python benchmarks/bench_keras_policies.py [--steps 60] [--rounds 2]
+"""
+
+import argparse
+import logging
+import tempfile
+import time
+
+import numpy as np
+
+import cerebras_tf  # noqa: F401  first, so its oneDNN default applies (TF reads it at import)
+from common import machine, median, print_table, quiet_tf  # noqa: E402
+
+tf = quiet_tf()
+tf1 = tf.compat.v1
+
+# pylint: disable=wrong-import-position
+from cerebras_tf import CerebrasEstimator, CSRunConfig  # noqa: E402
+from cerebras_tf.runtime import precision  # noqa: E402
+
+POLICIES = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+BATCH, WARMUP = 128, 10
+
+
+def matmul_gflops(dtypes, n: int = 1024, reps: int = 5, rounds: int = 5) -> dict:
+  """{dtype: the best n^3 matmul GFLOP/s}, the dtypes timed in turn in each round."""
+  calls = {}
+  for dtype in dtypes:
+    a = tf.cast(tf.random.normal([n, n]), dtype)
+    b = tf.cast(tf.random.normal([n, n]), dtype)
+    calls[dtype] = tf.function(lambda a=a, b=b: tf.matmul(a, b))
+    calls[dtype]().numpy()
+  best = {d: float("inf") for d in dtypes}
+  for _ in range(rounds):
+    for dtype, mm in calls.items():
+      t0 = time.perf_counter()
+      for _ in range(1 if dtype == "float16" else reps):  # 2 s a call there
+        mm().numpy()
+      best[dtype] = min(best[dtype], (time.perf_counter() - t0) / (1 if dtype == "float16"
+                                                                      else reps))
+  return {d: 2 * n ** 3 / t / 1e9 for d, t in best.items()}
+
+
+class _Stamps(tf1.train.SessionRunHook):
+  def __init__(self):
+    self.times = []
+
+  def after_run(self, run_context, run_values):
+    self.times.append(time.perf_counter())
+
+
+class _Said(logging.Handler):
+  def __init__(self):
+    super().__init__()
+    self.lines = []
+
+  def emit(self, record):
+    if "no math for" in record.getMessage():
+      self.lines.append(record.getMessage())
+
+
+def input_fn(params=None):
+  rng = np.random.RandomState(0)
+  x = rng.randn(4096, 256).astype("float32")
+  y = (x[:, 0] > 0).astype("int32")
+  return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).repeat().batch(BATCH)
+
+
+def mlp_examples_per_sec(policy: str, steps: int, said: _Said) -> float:
+  tf.keras.mixed_precision.set_global_policy(policy)
+  try:
+    inputs = tf.keras.Input((256,), name="x")
+    h = tf.keras.layers.Dense(512, activation="relu")(inputs)
+    h = tf.keras.layers.Dense(512, activation="relu")(h)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(16, dtype="float32")(h))
+    model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  finally:
+    tf.keras.mixed_precision.set_global_policy("float32")
+  stamps = _Stamps()
+  est = CerebrasEstimator.from_keras_model(model, config=CSRunConfig(
+      model_dir=tempfile.mkdtemp(prefix="bench_keras_policies_"), save_checkpoints_steps=None,
+      save_checkpoints_secs=None, log_step_count_steps=None))
+  said.lines.clear()
+  est.train(input_fn, max_steps=steps, hooks=[stamps], use_cs=True)
+  t = stamps.times[WARMUP:]
+  return (len(t) - 1) * BATCH / (t[-1] - t[0])
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--steps", type=int, default=60)
+  ap.add_argument("--rounds", type=int, default=2)
+  args = ap.parse_args()
+  said = _Said()
+  logging.getLogger("tensorflow").addHandler(said)
+  emulated = precision.emulated_dtypes()
+  gflops = matmul_gflops(list(POLICIES.values()))
+  rates = {p: [] for p in POLICIES}
+  warned = {}
+  for _ in range(args.rounds):
+    for policy in POLICIES:
+      rates[policy].append(mlp_examples_per_sec(policy, args.steps, said))
+      warned[policy] = len(said.lines)
+  base_mm, base_rate = gflops["float32"], median(rates["float32"])
+  print_table(f"(a) a 1024^3 matmul by compute dtype, the best of 5 rounds interleaved; "
+              f"{machine()}",
+              ["dtype", "this CPU", "GFLOP/s", "ratio to float32"],
+              [(d, "emulated" if d in emulated else "native", f"{g:.1f}", f"{g / base_mm:.3f}")
+               for d, g in gflops.items()])
+  print_table(f"(b) a Keras MLP 256-512-512-16 under each policy, batch {BATCH}, "
+              f"from_keras_model, train(use_cs=True), {args.steps} steps (first {WARMUP} "
+              f"dropped) x {args.rounds} rounds interleaved; {machine()}",
+              ["policy", "examples/s (median)", "each round", "ratio to float32",
+               "the training call's warning (lints.say_emulated_products)"],
+              [(p, f"{median(r):,.0f}", ", ".join(f"{x:,.0f}" for x in r),
+                f"{median(r) / base_rate:.3f}",
+                "said once" if warned[p] == 1 else ("none" if warned[p] == 0 else
+                                                    f"said {warned[p]} times"))
+               for p, r in rates.items()])
+
+
+if __name__ == "__main__":
+  main()
