@@ -130,7 +130,7 @@ def test_products_in_a_16_bit_type_this_cpu_emulates_are_named_with_the_users_li
     tmp_path, caplog, monkeypatch, dtype):
   """A model_fn that casts to float16 (or a Keras mixed_float16 policy brought from a GPU)
   trains here with TensorFlow's emulated float16 matmuls: 1 GFLOP/s against 142 in float32 on
-  an AVX2 EPYC, a Keras MLP 65x slower, and nothing said. The warning names the line and the
+  an AVX2 EPYC, a Keras MLP 58-65x slower, and nothing said. The warning names the line and the
   fix, once per training call, in both modes; float32 says nothing. The host is an AVX2 one."""
   monkeypatch.setattr(precision, "cpu_flags", lambda path=None: AVX2)
   monkeypatch.delenv(precision.FORCE_ENV, raising=False)
