@@ -29,7 +29,7 @@ from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.compiler import lints
 from cerebras_tf.core import batching
 from cerebras_tf.errors import CerebrasTFError, ModelFnError, defined_at, keeping_kind
-from cerebras_tf.runtime import checkpoints
+from cerebras_tf.runtime import checkpoints, precision
 from cerebras_tf.runtime.hooks import CSProgressHook
 from cerebras_tf.runtime.input_fns import call_with_supported_args
 
@@ -147,10 +147,13 @@ def _as_tf_estimator_calls(user_model_fn):
 
 def _check_spec(spec, mode, call: CallContext, user_model_fn, model_dir, init_checkpoint):
   """What the built graph is checked for before the session starts: a summed loss under
-  replicas, scalar predictions to split, a Saver that misses variables, and the checkpoint to
-  restore against the variables (or, with none, the init_checkpoint's matching ones)."""
+  replicas, products in a 16-bit type the CPU emulates (evaluation, prediction), scalar
+  predictions to split, a Saver that misses variables, and the checkpoint to restore against
+  the variables (or, with none, the init_checkpoint's matching ones)."""
   if mode == ModeKeys.TRAIN and spec.loss is not None:
     lints.say_summed_loss_across_replicas(spec.loss)
+  if mode != ModeKeys.TRAIN and not precision.in_engine_trace():  # (training: the loop's lints)
+    lints.say_emulated_products(tf.compat.v1.get_default_graph(), precision.emulated_dtypes())
   if mode == ModeKeys.PREDICT and call.single_examples is not None:
     _check_single_examples(spec.predictions, call.single_examples[0], user_model_fn)
   if mode == ModeKeys.TRAIN and spec.scaffold.saver is not None:

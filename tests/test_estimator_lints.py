@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from cerebras_tf import CerebrasEstimator, CSConfig
 from cerebras_tf import estimator as estimator_lib
+from cerebras_tf.compiler import lints
 from cerebras_tf.errors import ModelFnError
 from cerebras_tf.runtime import precision
 from estimator_fixtures import PARAMS, config_in, train_input_fn
@@ -131,15 +132,21 @@ def test_products_in_a_16_bit_type_this_cpu_emulates_are_named_with_the_users_li
   """A model_fn that casts to float16 (or a Keras mixed_float16 policy brought from a GPU)
   trains here with TensorFlow's emulated float16 matmuls: 1 GFLOP/s against 142 in float32 on
   an AVX2 EPYC, a Keras MLP 58-65x slower, and nothing said. The warning names the line and the
-  fix, once per training call, in both modes; float32 says nothing. The host is an AVX2 one."""
+  fix, once per process and graph (training in either mode builds the same; evaluation and
+  prediction have the forward product alone); float32 says nothing. The host is an AVX2 one."""
   monkeypatch.setattr(precision, "cpu_flags", lambda path=None: AVX2)
   monkeypatch.delenv(precision.FORCE_ENV, raising=False)
+  monkeypatch.setattr(lints, "_SAID_EMULATED", set())
 
   def model_fn(features, labels, mode, params):
     w = tf.compat.v1.get_variable("w", [params["input_dim"], params["num_classes"]])
     x, w16 = tf.cast(features["x"], dtype), tf.cast(w, dtype)
     logits = tf.cast(tf.matmul(x, w16), tf.float32)  # the product named
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
     loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    if mode == tf.estimator.ModeKeys.EVAL:
+      return tf.estimator.EstimatorSpec(mode, loss=loss)
     step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
         loss, tf.compat.v1.train.get_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
@@ -148,17 +155,28 @@ def test_products_in_a_16_bit_type_this_cpu_emulates_are_named_with_the_users_li
       tmp_path, cs_config=CSConfig(execution_strategy="pipelined")))
   line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1)
               if "# the product named" in text)
-  for use_cs, steps in ((True, 2), (False, 4)):
+  said_by = {}
+  for call in ("train use_cs=True", "train use_cs=False", "evaluate", "predict"):
     caplog.clear()
-    est.train(train_input_fn, max_steps=steps, use_cs=use_cs)
-    said = [r.getMessage() for r in caplog.records if "no math for" in r.getMessage()]
-    if dtype == "float32":
-      assert said == []
-      continue
-    # The forward product and its gradient's two (MatMul's gradient builds x's too).
-    assert len(said) == 1 and f"test_estimator_lints.py:{line} (op MatMul): 3 matmul/convolution op(s) " \
-        f"compute in {dtype}, which this CPU has no math for" in said[0], said
-    assert "set_global_policy('float32')" in said[0]
+    if call.startswith("train"):
+      est.train(train_input_fn, max_steps=2 if "True" in call else 4, use_cs="True" in call)
+    elif call == "evaluate":
+      est.evaluate(lambda params: train_input_fn(params).take(2))
+    else:
+      next(est.predict(lambda params: train_input_fn(params).take(1)))
+    said_by[call] = [r.getMessage() for r in caplog.records if "no math for" in r.getMessage()]
+  if dtype == "float32":
+    assert not any(said_by.values()), said_by
+    return
+  # Training: the forward product and its gradient's two (MatMul's gradient builds x's too),
+  # the same graph in both modes, so said once; evaluation and prediction: the forward one.
+  (training,), (evaluation,) = said_by["train use_cs=True"], said_by["evaluate"]
+  assert f"test_estimator_lints.py:{line} (op MatMul): 3 matmul/convolution op(s) compute in " \
+      f"{dtype}, which this CPU has no math for" in training
+  assert "set_global_policy('float32')" in training
+  assert f"test_estimator_lints.py:{line} (op MatMul): 1 matmul/convolution op(s) compute in " \
+      f"{dtype}" in evaluation
+  assert said_by["train use_cs=False"] == [] and said_by["predict"] == [], said_by
 
 
 def test_a_keras_model_under_mixed_float16_is_told_on_a_cpu_without_float16(
@@ -167,6 +185,7 @@ def test_a_keras_model_under_mixed_float16_is_told_on_a_cpu_without_float16(
   to from_keras_model. Measured here: 242 against 15,636 examples/s in float32 (a 256-512-512-16
   MLP, batch 128)."""
   monkeypatch.setattr(precision, "cpu_flags", lambda path=None: AVX2)
+  monkeypatch.setattr(lints, "_SAID_EMULATED", set())
   tf.keras.mixed_precision.set_global_policy("mixed_float16")
   try:
     inputs = tf.keras.Input((PARAMS["input_dim"],), name="x")

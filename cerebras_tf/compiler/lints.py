@@ -4,12 +4,14 @@ taken for the global one, updates the train_op never runs, a global step never a
 matmuls in a 16-bit type the host CPU emulates).
 
 Each reads the tf.Graph the face's model_fn wrapper built, and warns once per training call
-(or raises ModelFnError where the run could never end); none changes the graph. The face
+(say_emulated_products once per process and line) or raises ModelFnError where the run could
+never end; none changes the graph. The face
 calls them from its training-loop override (`check_global_step_advances`,
 `say_updates_not_run`, `say_slow_attention_scores`, `say_emulated_products`, and for an
 engine run `say_data_parallel`), from the model_fn wrapper
-(`say_summed_loss_across_replicas`), and where the replicas' model_fn calls or merge step fail
-(`merge_in_cond_message`, `mixed_policy_across_replicas`).
+(`say_summed_loss_across_replicas`; `say_emulated_products` for evaluation and prediction),
+and where the replicas' model_fn calls or merge step fail (`merge_in_cond_message`,
+`mixed_policy_across_replicas`).
 """
 
 import re
@@ -368,10 +370,15 @@ def emulated_products(graph, emulated: FrozenSet[str]) -> List[tf.Operation]:
           if op.type in _PRODUCTS and op.outputs and op.outputs[0].dtype.name in emulated]
 
 
+_SAID_EMULATED = set()  # say_emulated_products's lines said in this process
+
+
 def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
   """Names the user's line of the first matmul or convolution in a 16-bit type this CPU
   emulates (a Keras mixed_float16 policy, brought from a GPU, trains ~60x slower on an AVX2
-  host than in float32), and what to set instead."""
+  host than in float32), and what to set instead. For training, evaluation and prediction
+  graphs; each line once per process (a train_and_evaluate loop's evaluations build the same
+  graph again and again)."""
   found = emulated_products(graph, emulated)
   if not found:
     return
@@ -382,10 +389,14 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
   line = lower_lib.user_source(first)
   where = f"{line} (op {first.name})" if line else f"op {first.name}"
   dtypes = sorted({op.outputs[0].dtype.name for op in found})
+  said = (where, len(found), tuple(dtypes))
+  if said in _SAID_EMULATED:
+    return
+  _SAID_EMULATED.add(said)
   tf.compat.v1.logging.warning(
       "cerebras_tf: %s: %d matmul/convolution op(s) compute in %s, which this CPU has no "
       "math for (TensorFlow emulates it; on an AVX2 host a Keras MLP trained ~60x slower in "
-      "float16 than in float32, BERT-tiny 0.73x in bfloat16): for training on this "
+      "float16 than in float32, BERT-tiny 0.73x in bfloat16): for speed on this "
       "host set the Keras policy to float32 (tf.keras.mixed_precision.set_global_policy("
       "'float32')) or cast to float32; the engine's estimate assumes 16-bit activations either way",
       where, len(found), " and ".join(dtypes))
