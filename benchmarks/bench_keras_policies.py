@@ -44,11 +44,11 @@ def matmul_gflops(dtypes, n: int = 1024, reps: int = 5, rounds: int = 5) -> dict
   best = {d: float("inf") for d in dtypes}
   for _ in range(rounds):
     for dtype, mm in calls.items():
+      times = 1 if dtype == "float16" else reps  # 2 s a call there
       t0 = time.perf_counter()
-      for _ in range(1 if dtype == "float16" else reps):  # 2 s a call there
+      for _ in range(times):
         mm().numpy()
-      best[dtype] = min(best[dtype], (time.perf_counter() - t0) / (1 if dtype == "float16"
-                                                                      else reps))
+      best[dtype] = min(best[dtype], (time.perf_counter() - t0) / times)
   return {d: 2 * n ** 3 / t / 1e9 for d, t in best.items()}
 
 

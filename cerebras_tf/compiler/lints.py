@@ -382,24 +382,23 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
   found = emulated_products(graph, emulated)
   if not found:
     return
-  forward = [op for op in found if "gradients" not in op.name.split("/")]
+  candidates = [op for op in found if "gradients" not in op.name.split("/")] + found
   # The op's name too: a Keras model cloned in tf.estimator's model_fn has no line of the
   # user's but the train call's, and its op's name starts with the layer's.
-  first = next((op for op in forward + found if lower_lib.user_source(op)), (forward or found)[0])
-  line = lower_lib.user_source(first)
+  line, first = next(((w, op) for op in candidates if (w := lower_lib.user_source(op))),
+                     ("", candidates[0]))
   where = f"{line} (op {first.name})" if line else f"op {first.name}"
-  dtypes = sorted({op.outputs[0].dtype.name for op in found})
-  said = (where, len(found), tuple(dtypes))
-  if said in _SAID_EMULATED:
+  dtypes = " and ".join(sorted({op.outputs[0].dtype.name for op in found}))
+  if (where, len(found), dtypes) in _SAID_EMULATED:
     return
-  _SAID_EMULATED.add(said)
+  _SAID_EMULATED.add((where, len(found), dtypes))
   tf.compat.v1.logging.warning(
       "cerebras_tf: %s: %d matmul/convolution op(s) compute in %s, which this CPU has no "
       "math for (TensorFlow emulates it; on an AVX2 host a Keras MLP trained ~60x slower in "
-      "float16 than in float32, BERT-tiny 0.73x in bfloat16): for speed on this "
-      "host set the Keras policy to float32 (tf.keras.mixed_precision.set_global_policy("
-      "'float32')) or cast to float32; the engine's estimate assumes 16-bit activations either way",
-      where, len(found), " and ".join(dtypes))
+      "float16 than in float32, BERT-tiny 0.73x in bfloat16): for speed on this host set the "
+      "Keras policy to float32 (tf.keras.mixed_precision.set_global_policy('float32')) or "
+      "cast to float32; the engine's estimate assumes 16-bit activations either way",
+      where, len(found), dtypes)
 
 
 def _restores(assign) -> bool:
