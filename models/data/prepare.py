@@ -1,6 +1,6 @@
 """Download the real corpora and the BERT vocab into a local cache and write TFRecords.
 
-    python scripts/prepare_data.py [--data_dir D] [--datasets vocab,bert_pretrain,...] [--force]
+    python scripts/prepare_data.py [--data_dir D] [--datasets vocab,bert_pretrain,...] [--force] [--jobs N]
     python scripts/prepare_data.py --text_to_bert 'my_text/*.txt' --out DIR [--eval_fraction F]
 
 (`cerebras-prepare-data` in an installed wheel, which has no scripts/.)
@@ -27,6 +27,9 @@ def main(argv=None):
   parser.add_argument("--datasets", default=",".join(acquire.DATASETS),
                       help="comma-separated subset of: " + ", ".join(acquire.DATASETS))
   parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+  parser.add_argument("--jobs", type=int, default=None,
+                      help="datasets built at once, each in a worker process (default: one per "
+                           "core; 1: one after another in this process)")
   parser.add_argument("--text_to_bert", metavar="GLOB",
                       help="your text files (one sentence per line, a blank line between "
                            "documents) -> BERT pretraining records in --out")
@@ -34,12 +37,15 @@ def main(argv=None):
   parser.add_argument("--eval_fraction", type=float, default=0.05,
                       help="documents held out whole for eval.tfrecord (--text_to_bert)")
   args = parser.parse_args(argv)
+  if args.jobs is not None and args.jobs < 1:
+    parser.error(f"--jobs {args.jobs} must be at least 1")
   if args.text_to_bert:
     return _text_to_bert(args, parser)
   names = [n.strip() for n in args.datasets.split(",") if n.strip()]
   t0 = time.monotonic()
   try:
-    acquire.ensure_datasets(names, data_dir=args.data_dir, force=args.force, progress=True)
+    acquire.ensure_datasets(names, data_dir=args.data_dir, force=args.force, progress=True,
+                            jobs=args.jobs)
   except acquire.AcquireError as e:
     print(f"prepare_data: error: {e}", file=sys.stderr)
     return 2

