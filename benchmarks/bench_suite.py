@@ -83,7 +83,7 @@ def run_suite(log_dir: str, paths) -> tuple:
              PYTHONPATH=os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p))
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
   t0 = time.monotonic()
-  plugin = ["-p", "suite_cpu_plugin"]
+  plugin = ["-p", "suite_cpu_plugin", "-rfE"]  # -rfE: the failures' names in the summary
   cmd = (dev.pytest_command(plugin, paths) if paths else
          [sys.executable, "dev.py", "test", *plugin])
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -198,6 +198,10 @@ def main() -> int:
               [(f, n, f"{a:.0f}", f"{b:.0f}", f"{(a + b) / total:.1%}", f"{w:.0f}")
                for f, (n, a, b, w) in ranked[:15]])
   print_workers(tests)
+  failures = [line for line in out.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+  if failures:
+    print("\n### What failed (pytest's -rfE summary)\n")
+    print("\n".join(failures))
   top = sorted(tests, key=lambda t: -(t["self"] + t["children"]))[:15]
   print_table("Tests by CPU, the 15 largest (a module fixture counts in the first test that "
               "used it)", ["test", "CPU s", "wall s"],
