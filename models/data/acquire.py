@@ -40,7 +40,6 @@ import html
 import io
 import json
 import os
-import pickle
 import random
 import re
 import shutil
@@ -51,6 +50,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import traceback
 import zipfile
 import zlib
 
@@ -972,11 +972,10 @@ def _build_worker(tasks, results, stop, data_dir, progress_enabled, interruptibl
       try:
         counts = _BUILDERS[name](_Downloader(data_dir, prog), data_dir, prog)
       except Exception as e:  # pylint: disable=broad-except  # re-raised by the parent
-        try:
-          pickle.dumps(e)
-        except Exception:  # pylint: disable=broad-except  # e.g. TensorFlow's OpError
-          e = RuntimeError(f"building {name}: {type(e).__name__}: {e}")
-        results.put((name, e, None))
+        # An AcquireError crosses as it is (its one line is the user's message); anything
+        # else as its traceback's text (TensorFlow's OpError, say, does not cross a queue).
+        results.put((name, e if isinstance(e, AcquireError) else RuntimeError(
+            f"building {name} in a worker process:\n{traceback.format_exc()}"), None))
         return
       results.put((name, None, (counts, time.monotonic() - t0)))
   except KeyboardInterrupt:
