@@ -41,6 +41,21 @@ def as_from_a_shell() -> None:
   signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def group_members(pgid: int) -> list:
+  """The live (not zombie) processes of process group `pgid`, from /proc: what a test that
+  stopped a run checks is empty."""
+  out = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[2]) == pgid and fields[0] != "Z":
+      out.append(int(pid))
+  return out
+
+
 def pytest_configure(config):
   config.addinivalue_line("markers", "slow: takes more than a few seconds (still runs in CI)")
 

@@ -29,6 +29,7 @@ import tensorflow as tf
 from cerebras_tf.errors import ConfigError
 from cerebras_tf.runtime import launcher, strategies, tf_config
 import warm_python
+from conftest import group_members
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
@@ -67,19 +68,6 @@ def _alive(pid):
       return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
   except OSError:
     return False
-
-
-def _group_members(pgid):
-  out = []
-  for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-      continue
-    if int(fields[2]) == pgid and fields[0] != "Z":
-      out.append(int(pid))
-  return out
 
 
 def _kill_groups(procs):
@@ -392,9 +380,9 @@ def test_task_that_never_joins_is_named(tmp_path):
   # The watchdog is gone too: it ends right after it signalled the task (the task's exit does not
   # wait for it), so give it a few seconds under a loaded machine.
   deadline = time.monotonic() + 10
-  while _group_members(proc.pid) and time.monotonic() < deadline:
+  while group_members(proc.pid) and time.monotonic() < deadline:
     time.sleep(0.2)
-  assert not _group_members(proc.pid)
+  assert not group_members(proc.pid)
 
 
 @pytest.mark.slow
@@ -422,7 +410,7 @@ def test_sigterm_on_the_launcher_stops_every_task(tmp_path):
   assert proc.returncode == 143, out[-3000:]
   assert "launch: SIGTERM received; stopping every task" in out
   assert not [p for p in pids if _alive(p)]
-  assert not [m for p in pids for m in _group_members(p)]
+  assert not [m for p in pids for m in group_members(p)]
 
 
 @pytest.mark.parametrize("cluster,task,fragment", [

@@ -155,7 +155,10 @@ class Progress:
 
   def step(self, msg):
     if self.enabled:
-      print(f"{self.prefix}{msg.lstrip()}" if self.prefix else msg, file=self.stream, flush=True)
+      # One write a line: unbuffered (PYTHONUNBUFFERED), print's text and newline are two,
+      # and two build workers' lines ran into each other.
+      self.stream.write((f"{self.prefix}{msg.lstrip()}" if self.prefix else msg) + "\n")
+      self.stream.flush()
 
   @contextlib.contextmanager
   def bar(self, label, total):
@@ -955,14 +958,16 @@ def _stop_with(parent: int) -> None:
 def _build_worker(tasks, results, stop, data_dir, progress_enabled, interruptible, parent):
   """A build worker process: builds the datasets named on `tasks` until None or `stop`,
   putting (name, None, (counts, seconds)) or (name, error, None) on `results`; ends at the
-  first error. It starts with Ctrl-C ignored (the parent's doing); from here on the parent's
-  SIGTERM, and Ctrl-C unless the parent ignores it (a background job), stop it: a build it
-  stops removes its half-written file, as in one process."""
-  signal.signal(signal.SIGTERM, _stop_once)
-  if interruptible:
-    signal.signal(signal.SIGINT, _stop_once)
+  first error. Once its handlers are in place it says so (the parent starts no build before
+  every worker has); from then on the parent's SIGTERM, and Ctrl-C unless the parent ignores
+  it (a background job), stop it: a build it stops removes its half-written file, as in one
+  process."""
   try:
+    signal.signal(signal.SIGTERM, _stop_once)
+    if interruptible:
+      signal.signal(signal.SIGINT, _stop_once)
     _stop_with(parent)
+    results.put((None, None, None))  # ready: a stop from here on is clean
     for name in iter(tasks.get, None):
       if stop.is_set():
         break
@@ -999,42 +1004,41 @@ def _builds(todo, dl, data_dir, prog, jobs):
       yield name, counts, time.monotonic() - t0
     return
   import multiprocessing  # pylint: disable=import-outside-toplevel
-  import queue  # pylint: disable=import-outside-toplevel
   import threading  # pylint: disable=import-outside-toplevel
   ctx = multiprocessing.get_context("spawn")
   tasks, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-  for name in sorted(todo, key=lambda n: -_BUILD_SECONDS.get(n, 0.0)):  # the longest first
-    tasks.put(name)
-  for _ in range(jobs):
-    tasks.put(None)
+  # A background job ignores Ctrl-C; its workers inherit that, as they would in one process.
   interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
   workers = [ctx.Process(target=_build_worker,
                          args=(tasks, results, stop, data_dir, prog.enabled, interruptible,
                                os.getpid()),
                          name=f"prepare_data-{i}", daemon=True) for i in range(jobs)]
+  deferred = []  # a Ctrl-C while the workers start, taken once they can all stop cleanly
+  catch = interruptible and threading.current_thread() is threading.main_thread()
+  before = signal.signal(signal.SIGINT, lambda signum, frame: deferred.append(signum)) \
+      if catch else None
   try:
-    # Started with Ctrl-C ignored (inherited through exec), so that one arriving while a
-    # worker's interpreter starts up is not a traceback; each takes it once it can stop cleanly.
-    main = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
       for w in workers:
         w.start()
+      for _ in workers:
+        _next_result(results, workers)  # each says it is ready: its handlers are in place
+    except AcquireError:
+      if deferred:  # a worker that Ctrl-C caught starting up
+        raise KeyboardInterrupt from None
+      raise
     finally:
-      if main:
+      if catch:
         signal.signal(signal.SIGINT, before)
+    if deferred:
+      raise KeyboardInterrupt
+    # No build, and no line of output, before every worker can be stopped.
+    for name in sorted(todo, key=lambda n: -_BUILD_SECONDS.get(n, 0.0)):  # the longest first
+      tasks.put(name)
+    for _ in workers:
+      tasks.put(None)
     for _ in todo:
-      while True:
-        try:
-          name, error, built = results.get(timeout=1.0)
-          break
-        except queue.Empty:
-          dead = [w for w in workers if w.exitcode not in (None, 0)]
-          if dead:
-            how = ("was interrupted" if dead[0].exitcode == 130 else
-                   f"exited with code {dead[0].exitcode} (killed, or out of memory?)")
-            raise AcquireError(f"a data build worker {how}; run prepare_data again: the "
-                               f"datasets built so far are kept") from None
+      name, error, built = _next_result(results, workers)
       if error is not None:
         raise error
       yield (name, *built)
@@ -1051,6 +1055,22 @@ def _builds(todo, dl, data_dir, prog, jobs):
       if w.is_alive():
         w.kill()
         w.join()
+
+
+def _next_result(results, workers):
+  """The next (name, error, built) a worker put on `results`; an AcquireError if a worker died
+  without one (killed, out of memory, interrupted alone)."""
+  import queue  # pylint: disable=import-outside-toplevel
+  while True:
+    try:
+      return results.get(timeout=1.0)
+    except queue.Empty:
+      dead = [w for w in workers if w.exitcode not in (None, 0)]
+      if dead:
+        how = ("was interrupted" if dead[0].exitcode == 130 else
+               f"exited with code {dead[0].exitcode} (killed, or out of memory?)")
+        raise AcquireError(f"a data build worker {how}; run prepare_data again: the "
+                           f"datasets built so far are kept") from None
 
 
 def ensure_datasets(names=DATASETS, data_dir=None, force=False, progress=False, jobs=None):

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from cerebras_models.data import acquire
-from conftest import as_from_a_shell
+from conftest import as_from_a_shell, group_members
 
 ROOT = acquire.REPO_ROOT
 SCRIPT = os.path.join(ROOT, "scripts", "prepare_data.py")
@@ -309,6 +309,7 @@ def test_ctrl_c_stops_the_parallel_build_at_once_and_leaves_no_half_written_file
       lines.append(line)
       if line.startswith("[en_es] reading"):
         break
+    assert proc.poll() is None, "".join(lines)  # still building: each line was whole
     (os.killpg if to_group else os.kill)(proc.pid, sig)
     t0 = time.monotonic()
     rest = proc.communicate(timeout=60)[1]
@@ -324,16 +325,7 @@ def test_ctrl_c_stops_the_parallel_build_at_once_and_leaves_no_half_written_file
   assert "Traceback" not in err, err
   assert stopped < 5, stopped
   time.sleep(0.5)
-  members = []
-  for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-      with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-      continue
-    if int(fields[2]) == proc.pid and fields[0] != "Z":
-      members.append(pid)
-  assert not members, members
+  assert not group_members(proc.pid), group_members(proc.pid)
   assert not [os.path.join(d, f) for d, _, files in os.walk(cache) for f in files
               if ".tmp" in f], list(os.walk(cache))
   man = cache / acquire.MANIFEST
