@@ -39,7 +39,9 @@ import hashlib
 import html
 import io
 import json
+import multiprocessing
 import os
+import queue
 import random
 import re
 import shutil
@@ -49,6 +51,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import traceback
 import zipfile
@@ -992,8 +995,8 @@ def _build_worker(tasks, results, stop, data_dir, progress_enabled, interruptibl
 def _builds(todo, dl, data_dir, prog, jobs):
   """Yields (dataset, counts, seconds) as each build of `todo` ends: here, one after another,
   or in `jobs` worker processes at once. The builds are independent, mostly single-threaded
-  Python (sentence splitting, Example serialization): on 2 cores all six took 21.5 s one after
-  another, 13.7 s two at a time. Workers are spawned, not forked: the caller may have started
+  Python (sentence splitting, Example serialization): on 2 cores all six took 20-22 s one
+  after another, 12-13 s two at a time. Workers are spawned, not forked: the caller may have started
   TensorFlow, whose threads a fork does not copy."""
   jobs = min(jobs, len(todo))
   if jobs <= 1:
@@ -1003,8 +1006,6 @@ def _builds(todo, dl, data_dir, prog, jobs):
       counts = _BUILDERS[name](dl, data_dir, prog)
       yield name, counts, time.monotonic() - t0
     return
-  import multiprocessing  # pylint: disable=import-outside-toplevel
-  import threading  # pylint: disable=import-outside-toplevel
   ctx = multiprocessing.get_context("spawn")
   tasks, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
   # A background job ignores Ctrl-C; its workers inherit that, as they would in one process.
@@ -1060,7 +1061,6 @@ def _builds(todo, dl, data_dir, prog, jobs):
 def _next_result(results, workers):
   """The next (name, error, built) a worker put on `results`; an AcquireError if a worker died
   without one (killed, out of memory, interrupted alone)."""
-  import queue  # pylint: disable=import-outside-toplevel
   while True:
     try:
       return results.get(timeout=1.0)
