@@ -701,3 +701,38 @@ def test_sessions_skip_tfs_tfg_round_trip_and_keep_the_users_settings(tmp_path, 
     assert seen[0].intra_op_parallelism_threads == 1
   assert not est.config.session_config.graph_options.rewrite_options.disable_tfg_optimizer
   assert not user.graph_options.rewrite_options.disable_tfg_optimizer
+
+
+def test_the_compiles_looks_at_the_input_skip_tfs_tfg_round_trip_too(tmp_path, monkeypatch):
+  """The compile opens sessions of its own on the input (the files it reads, how fast the
+  host delivers it): they ran TFG over the pipeline and each tf.data function, about 200 ms
+  of a short BERT-tiny run (capture.probe_session). Every session a use_cs=True call starts
+  skips it, the training's included."""
+  from cerebras_tf.runtime import onednn  # pylint: disable=import-outside-toplevel
+  onednn.active()  # its probe runs once a process; not the compile's
+  rows = tmp_path / "rows.txt"  # a file, so that the compile looks for the files it reads
+  rows.write_text("".join(f"{i % 7} {i % 4}\n" for i in range(64)))
+
+  def files_input_fn(params):
+    def parse(line):
+      values = tf.strings.to_number(tf.strings.split(line), tf.float32)
+      x, y = values[0], values[1]
+      return {"x": tf.fill([PARAMS["input_dim"]], x)}, tf.cast(y, tf.int32)
+    return tf.data.TextLineDataset(str(rows)).map(parse).repeat().batch(
+        params["batch_size"], drop_remainder=True)
+
+  made = []
+  real_init = tf.compat.v1.Session.__init__
+
+  def recording_init(self, target="", graph=None, config=None):
+    made.append(config)
+    real_init(self, target, graph, config)
+
+  monkeypatch.setattr(tf.compat.v1.Session, "__init__", recording_init)
+  est = CerebrasEstimator(model_fn, config=config_in(tmp_path), params=PARAMS)
+  est.train(files_input_fn, max_steps=2, use_cs=True)
+  # the compile's two looks at the input (the file names it reads, the input's rate), then
+  # training's
+  assert len(made) == 3, made
+  assert all(c is not None and c.graph_options.rewrite_options.disable_tfg_optimizer
+             for c in made), made
