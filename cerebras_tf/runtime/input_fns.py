@@ -13,6 +13,7 @@ from tensorflow.python.ops import gen_logging_ops
 from tensorflow_estimator.python.estimator import util as estimator_util
 
 from cerebras_tf.errors import ConfigError, defined_at, keeping_kind
+from cerebras_tf.runtime import strategies
 
 
 def call_with_supported_args(fn, *, through=None, **kwargs):
@@ -131,7 +132,8 @@ def endless(dataset) -> bool:
   if tf.executing_eagerly():
     return int(cardinality) == tf.data.INFINITE_CARDINALITY
   try:
-    with tf.compat.v1.Session(graph=cardinality.graph) as session:
+    with tf.compat.v1.Session(graph=cardinality.graph,
+                              config=strategies.quick_session_config()) as session:
       return int(session.run(cardinality)) == tf.data.INFINITE_CARDINALITY
   except tf.errors.OpError:  # it needs a feed or an initialized resource: not known
     return False
