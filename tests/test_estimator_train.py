@@ -707,8 +707,8 @@ def test_the_compiles_looks_at_the_input_skip_tfs_tfg_round_trip_too(tmp_path, m
   """The compile opens sessions of its own on the input (the files it reads, how fast the
   host delivers it): they ran TFG over the pipeline and each tf.data function, about 200 ms
   of a short BERT-tiny run (capture.probe_session), and so does the one that asks whether an
-  evaluation's dataset ends (input_fns.endless). Every session a use_cs=True call starts
-  skips it."""
+  evaluation's dataset ends (input_fns.endless). Every session a use_cs=True train and
+  evaluate start skips it; the oneDNN probe, once a process, runs before."""
   from cerebras_tf.runtime import onednn  # pylint: disable=import-outside-toplevel
   onednn.active()  # its probe runs once a process; not the compile's
   rows = tmp_path / "rows.txt"  # a file, so that the compile looks for the files it reads
@@ -735,7 +735,8 @@ def test_the_compiles_looks_at_the_input_skip_tfs_tfg_round_trip_too(tmp_path, m
   # the compile's two looks at the input (the file names it reads, the input's rate), then
   # training's
   assert len(made) == 3, made
-  est.evaluate(lambda params: files_input_fn(params).take(1), use_cs=True)  # steps=None:
-  assert len(made) == 5, made  # whether the dataset ends, then evaluation's
+  # steps=None: a session asks whether the dataset ends, then evaluation's own
+  est.evaluate(lambda params: files_input_fn(params).take(1), use_cs=True)
+  assert len(made) == 5, made
   assert all(c is not None and c.graph_options.rewrite_options.disable_tfg_optimizer
              for c in made), made
