@@ -95,6 +95,65 @@ def test_our_saver_takes_tfs_place_unless_one_is_there(tmp_path):
         spec, [], no_text, config.model_dir).training_chief_hooks[0]._save_graph_def
 
 
+def _stepping_model_fn(features, labels, mode, params):
+  """The MLP's graph with a train_op that moves the global step by params["advance"]."""
+  spec = model_fn(features, labels, mode, {k: v for k, v in params.items() if k != "advance"})
+  if mode != tf.estimator.ModeKeys.TRAIN or params["advance"] == 1:
+    return spec
+  step = tf.compat.v1.train.get_global_step()
+  with tf.control_dependencies([spec.train_op]):
+    train_op = step.assign_add(params["advance"] - 1)
+  return spec._replace(train_op=train_op)
+
+
+@pytest.mark.parametrize("advance", [1, 3])
+def test_our_saver_saves_at_tfs_steps_without_reading_the_step_again_each_run(tmp_path, advance,
+                                                                              monkeypatch):
+  """TF's saver hook runs the session a second time after every step to read the global step
+  (its _steps_per_run default); ours bounds a run's advance by the largest seen between two
+  runs' reads. The checkpoints are the plain Estimator's, also when a run moves the step by 3
+  (a train_op of the user's: 3, 6, ... 42 with saves every 11 steps: TF saves at 0, 12, 24,
+  36, 42; a bound of 1 would check 9 + 1 < 11 and save at 15), and the second reads fall from
+  one a run to a few."""
+  from cerebras_tf.runtime import hooks as hooks_lib  # pylint: disable=import-outside-toplevel
+  params = dict(PARAMS, advance=advance)
+  reads = []
+  after_run = tf.compat.v1.train.CheckpointSaverHook.after_run
+
+  def counting(self, run_context, run_values):
+    session_run = run_context.session.run
+    def run(fetches, *args, **kwargs):
+      if fetches is self._global_step_tensor:  # pylint: disable=protected-access
+        reads.append(type(self))
+      return session_run(fetches, *args, **kwargs)
+
+    run_context.session.run = run
+    try:
+      after_run(self, run_context, run_values)
+    finally:
+      run_context.session.run = session_run
+
+  monkeypatch.setattr(tf.compat.v1.train.CheckpointSaverHook, "after_run", counting)
+  steps = []
+  for name, make in (("plain", tf.estimator.Estimator), ("ours", CerebrasEstimator)):
+    config = tf.estimator.RunConfig(model_dir=str(tmp_path / name), tf_random_seed=7,
+                                    save_checkpoints_steps=11, keep_checkpoint_max=100)
+    est = make(_stepping_model_fn, config=config, params=params)
+    kwargs = {"use_cs": False} if make is CerebrasEstimator else {}
+    est.train(train_input_fn, max_steps=40, **kwargs)
+    state = tf.train.get_checkpoint_state(est.model_dir)
+    steps.append([int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths])
+  assert steps[0] == steps[1], steps
+  assert steps[0] == ([0, 11, 22, 33, 40] if advance == 1 else [0, 12, 24, 36, 42])
+  runs = 40 // advance + (advance != 1)
+  tfs = reads.count(tf.compat.v1.train.CheckpointSaverHook)
+  ours = reads.count(hooks_lib.CheckpointSaverHook)
+  assert tfs == runs, reads  # TF's: one second read a run
+  # ours: the first run's, then up to two around each save (a read after the run's own update
+  # triggers a step early)
+  assert 1 <= ours <= 1 + 2 * (len(steps[1]) - 1), reads
+
+
 SEEDED_KERAS_LAYERS = """
 import os, sys
 import numpy as np
