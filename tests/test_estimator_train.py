@@ -154,6 +154,37 @@ def test_our_saver_saves_at_tfs_steps_without_reading_the_step_again_each_run(tm
   assert 1 <= ours <= 1 + 2 * (len(steps[1]) - 1), reads
 
 
+def test_a_logging_step_fetches_what_the_other_steps_fetch(tmp_path, monkeypatch):
+  """Each new set of fetches is a new executor: TF prunes the graph, runs Grappler over it
+  and pays a first run again (~0.4 s on BERT-tiny). The progress line's step is the read TF's
+  own hooks fetch, so the training runs come in two sets only: TF's summary and logging
+  steps (1, 11, 21: its LoggingTensorHook counts runs from 0), and the rest, our logging
+  steps (10, 20, 30) among them. It was three when ours fetched the step variable."""
+  from tensorflow.python.client import session as session_lib  # pylint: disable=import-outside-toplevel
+  losses, fetch_sets = [], []
+
+  def recording_model_fn(features, labels, mode, params):
+    spec = model_fn(features, labels, mode, params)
+    losses.append(spec.loss.name)
+    return spec
+
+  do_run = session_lib.BaseSession._do_run  # pylint: disable=protected-access
+
+  def recording(self, handle, targets, fetches, *args, **kwargs):
+    names = frozenset(f.name for f in fetches)
+    if losses and losses[-1] in names:  # a training step: tf.estimator's NanTensorHook
+      fetch_sets.append(names)
+    return do_run(self, handle, targets, fetches, *args, **kwargs)
+
+  monkeypatch.setattr(session_lib.BaseSession, "_do_run", recording)
+  est = CerebrasEstimator(recording_model_fn, params=PARAMS,
+                          config=config_in(tmp_path, save_summary_steps=10))
+  est.train(train_input_fn, max_steps=30, use_cs=True)
+  assert len(fetch_sets) == 30
+  assert len(set(fetch_sets)) == 2, [sorted(f) for f in set(fetch_sets)]
+  assert [i for i, f in enumerate(fetch_sets, 1) if f != fetch_sets[1]] == [1, 11, 21]
+
+
 SEEDED_KERAS_LAYERS = """
 import os, sys
 import numpy as np
