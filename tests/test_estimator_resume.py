@@ -103,6 +103,10 @@ def test_time_based_checkpoints_save_the_input_position_at_the_same_steps(tmp_pa
   assert model == inputs and len(model) >= 3, (model, inputs)
   # A kill before the last save: the run resumes from the save before it, not from step 0.
   assert ckpt_files.paired_step(model[:-1], inputs[:-1]) == model[-2] > 0
+  # The model's checkpoints carry the meta graph; the input's do not write it again.
+  files = os.listdir(cfg.model_dir)
+  assert {f"model.ckpt-{step}.meta" for step in model} <= set(files)
+  assert not [f for f in files if f.startswith("input.ckpt") and f.endswith(".meta")], files
 
 
 def test_a_dataset_that_runs_out_says_so_and_the_next_call_takes_another_pass(tmp_path,
