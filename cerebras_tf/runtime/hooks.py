@@ -422,7 +422,7 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
   `single_writer`: this session's train_op is the only writer of the global step (one
   process; host replicas step it once). TF's hook reads the step again after every run unless
   told how far a run can move it (`_set_steps_per_run`, which only TPUEstimator calls): a
-  second session.run a step, 0.15-0.35 ms of a 0.8-1.2 ms MLP step. Here the bound is the
+  second session.run a step, 0.15-0.25 ms of a 0.9-1.1 ms MLP step. Here the bound is the
   largest advance seen between two runs' reads (the first run keeps TF's read), so a save is
   checked at the steps TF's hook checks it whenever a run moves the step by no more than an
   earlier one did (tests/test_estimator_train.py compares the checkpoints with TF's)."""
