@@ -93,6 +93,21 @@ def run_suite(log_dir: str, paths) -> tuple:
   return proc.stdout + proc.stderr, wall, cpu
 
 
+def why_failed(out: str, limit: int = 60) -> list:
+  """Each failed test's header and its `E` lines from pytest's failure section: a flaky
+  failure in a fresh clone cannot be rerun to see them (the summary line alone named one,
+  2026-12-01, and 14 reruns passed)."""
+  lines, inside = [], False
+  for line in out.splitlines():
+    if re.match(r"^=+ (FAILURES|ERRORS) =+$", line):
+      inside = True
+    elif inside and re.match(r"^=+ .* =+$", line):
+      inside = False
+    elif inside and (re.match(r"^_{3,} .+ _{3,}$", line) or line.startswith("E ")):
+      lines.append(line)
+  return lines[:limit] + (["(more E lines left out)"] if len(lines) > limit else [])
+
+
 def print_workers(tests) -> None:
   """Each xdist worker's timeline: when its first test started and its last ended, relative to
   the first test of all, and how long it sat with no test while another still ran one (the
@@ -202,6 +217,7 @@ def main() -> int:
   if failures:
     print("\n### What failed (pytest's -rfE summary)\n")
     print("\n".join(failures))
+    print("\n" + "\n".join(why_failed(out)))
   top = sorted(tests, key=lambda t: -(t["self"] + t["children"]))[:15]
   print_table("Tests by CPU, the 15 largest (a module fixture counts in the first test that "
               "used it)", ["test", "CPU s", "wall s"],
