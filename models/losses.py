@@ -116,9 +116,13 @@ def _log_sum_exp(logits, p, at_label, labels):
 
 @functools.lru_cache(maxsize=None)
 def _table_gradient_untransposed() -> bool:
-  """Whether float32 d_table is p^T @ (dy x) rather than ((dy x)^T @ p)^T: on an AVX-512
-  host oneDNN runs the first 12.4 ms where the second and its transpose take 14.0 (BERT-tiny's
-  320 rows); on the AVX2 hosts the second was faster (bench_host_speed.py's lever table)."""
+  """Whether float32 d_table is p^T (dy x), as einsum("nv,nk->vk"), rather than
+  ((dy x)^T @ p)^T. On an AVX-512 host the untransposed product wins: on the EPYC with
+  avx512_bf16, p^T @ (dy x) as a MatMul took 12.4 ms where the second form and its transpose
+  took 14.0 (BERT-tiny's 320 rows); on the Intel Xeon without it (2026-12-01) the MatMul's
+  transposed operand took 13.1-14.1 ms alone and the einsum, oneDNN's batch-matmul primitive,
+  10.2-10.3 (13.8 -> 9.7 ms in the serialized step). On the AVX2 hosts the second form was
+  faster (bench_host_speed.py's lever table)."""
   return "avx512f" in precision.cpu_flags()
 
 
@@ -205,8 +209,9 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
   and each gradient loses s / V of a sum over the other axis (sum_v table_v for dx,
   sum_n dy x for every row of d_table, sum_n dy for d_bias).
   d_table is computed as p^T @ (dy x) in bfloat16 and on an AVX-512 host (BERT-tiny's head
-  with avx512_bf16: 18.1 ms against 20.4 plus a transpose), as ((dy x)^T @ p)^T in float32
-  elsewhere (faster on the AVX2 hosts: benchmarks/bench_host_speed.py, lever table). Without
+  with avx512_bf16: 18.1 ms against 20.4 plus a transpose; in float32 an einsum, see
+  _table_gradient_untransposed), as ((dy x)^T @ p)^T in float32 elsewhere (faster on the AVX2
+  hosts: benchmarks/bench_host_speed.py, lever table). Without
   oneDNN the plain logits and TF's op are used, as in sparse_softmax_xent.
 
   Mixed precision: with a bfloat16 x the three products run in bfloat16 (the table cast to
@@ -250,7 +255,7 @@ def dense_sparse_softmax_xent(x, table, bias, labels, scope: Optional[str] = "sp
           at_labels = (1.0 - s) * at_labels + s * tf.reduce_mean(table, axis=0)
         if compute == tf.float32:
           dx = dy[:, tf.newaxis] * (tf.matmul(p, table) - at_labels)
-          d_table = (tf.matmul(p, dyx, transpose_a=True) if _table_gradient_untransposed()
+          d_table = (tf.einsum("nv,nk->vk", p, dyx) if _table_gradient_untransposed()
                      else tf.transpose(tf.matmul(dyx, p, transpose_a=True)))
         else:
           p_c = tf.cast(p, compute)
