@@ -25,6 +25,8 @@ median over processes, not over rounds in one, is the figure). Four tables, a fi
   (e) with --serialized: the largest ops of our fp32 step run one at a time
       (TF_NUM_INTEROP_THREADS=1), each op's own time; (d)'s wall share splits the instants two
       ops overlap evenly, which makes a small op beside a big product look several times its cost
+  (f) with --serialized: the products' ceiling, the executed FLOPs over the products' own time
+      in (e): the FLOP/s of the step were every other op free, against the same limit as (b)
 
 google-research/bert is never part of this project. The script needs its sources at run time:
 --google_bert_dir names a checkout or a bare git repository (e.g. the mirror that
@@ -458,6 +460,30 @@ def by_op_type(nodes):
   return {label: [f"{count[label]} ops", us] for label, us in summed.items()}
 
 
+PRODUCT_OPS = ("MatMul", "Einsum")  # op types containing these are products (oneDNN's too)
+
+
+def ceiling_rows(nodes, steps, executed_per_step, limit):
+  """Table (f): what the serialized step's products alone would reach. Nearly all of the
+  executed FLOPs are products, so the executed FLOPs over the products' own time bound the
+  step's FLOP/s were every other op free; below 60% of the limit, no cut outside the products
+  meets the goal on this host."""
+  products = sum(us for label, us in nodes.values() if any(k in label for k in PRODUCT_OPS))
+  total = sum(us for _, us in nodes.values())
+  ms = lambda us: us / steps / 1000  # noqa: E731
+  bound = executed_per_step / (ms(products) / 1000)
+  return [("the step one op at a time: op time ms per step", f"{ms(total):.1f}", "-"),
+          ("... of which the products (MatMul, BatchMatMul, Einsum, fused or not)",
+           f"{ms(products):.1f} ({products / total:.0%})", "-"),
+          ("executed GFLOP per step", f"{executed_per_step / 1e9:.2f}", "-"),
+          ("GFLOP/s were the step its products alone (executed FLOPs / the products' time)",
+           f"{bound / 1e9:.1f}", "-"),
+          ("... as a fraction of the fp32 limit: the most any cut outside the products can give",
+           f"**{bound / limit:.1%}**", ">= 60% needed"),
+          ("at the executed FLOP/s of 60% of the limit, a step would take (ms)",
+           f"{executed_per_step / (0.6 * limit) * 1000:.1f}", "-")]
+
+
 def anchor_rows(google, google_onednn, google_by, google_bf16, google_same, ours_fp32,
                 ours_bf16):
   """Table (a): google's configurations, its best fp32 and (with bf16 runs) its best of all,
@@ -652,6 +678,10 @@ def main():
     print_table("(e') the same, by op type", ["op type", "ops of it", "ms per step",
                                               "share of the step's op time"],
                 node_rows(by_op_type(serial["nodes"]), serial["profiled_steps"], unit="op types"))
+    print_table("(f) the products' ceiling: the FLOP/s of a step that were only its products, "
+                "from (e)'s serialized op times",
+                ["quantity", "value", "goal"],
+                ceiling_rows(serial["nodes"], serial["profiled_steps"], executed * BATCH, matmul))
   return 0
 
 

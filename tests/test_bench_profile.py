@@ -46,3 +46,18 @@ def test_the_serialized_table_ranks_nodes_by_their_own_time():
   by_type = bench.node_rows(bench.by_op_type(nodes), steps=2, top=1, unit="op types")
   assert by_type[0] == ("_MklMatMul", "1 ops", "0.15", "60.0%")
   assert by_type[1] == ("(the other 2 op types)", "", "0.10", "40.0%")  # AddV2 x 2, softmax
+
+
+def test_the_products_ceiling_is_the_executed_flops_over_the_products_own_time():
+  """By hand, 2 traced steps: a MatMul 6,000 us, a fused MatMul 2,000 and an Einsum 2,000
+  (products: 10,000 us over 2 steps = 5 ms a step), a Mul 10,000 (10 ms a step in all besides).
+  1 GFLOP a step over 5 ms = 200 GFLOP/s, 50% of a 400 GFLOP/s limit; at 60% of it (240
+  GFLOP/s) a step would take 1e9 / 240e9 s = 4.17 ms."""
+  nodes = {"m": ["_MklMatMul", 6000], "f": ["_MklNativeFusedMatMul", 2000],
+           "e": ["_MklEinsum", 2000], "x": ["Mul", 10000]}
+  rows = bench.ceiling_rows(nodes, steps=2, executed_per_step=1e9, limit=400e9)
+  assert rows[0][1] == "10.0"
+  assert rows[1][1] == "5.0 (50%)"
+  assert rows[3][1] == "200.0"
+  assert rows[4][1] == "**50.0%**"
+  assert rows[5][1] == "4.2"
