@@ -19,6 +19,7 @@ import tensorflow as tf
 from cerebras_models import dropout as dropout_lib
 from cerebras_models import embedding
 from cerebras_models.bert.config import BertConfig  # the hyper-parameters, declared there
+from cerebras_tf.runtime import precision
 
 tf1 = tf.compat.v1
 
@@ -67,6 +68,46 @@ def gelu(x):
     return dy * (cdf + slope)
 
   return x * cdf, grad
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _gelu_forward_fused(x):
+  x2 = tf.square(x)
+  return x * (0.5 * (1.0 + tf.tanh(_GELU_C * (x + _GELU_A * (x2 * x)))))
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _gelu_backward_fused(dy, x):
+  x2 = tf.square(x)
+  t = tf.tanh(_GELU_C * (x + _GELU_A * (x2 * x)))
+  return dy * (0.5 * (1.0 + t) + (1.0 - t * t) * x * (0.5 * _GELU_C + 1.5 * _GELU_C * _GELU_A * x2))
+
+
+@tf.custom_gradient
+def gelu_fused(x):
+  """gelu(x) with its forward and its backward each one XLA-compiled function: XLA fuses the
+  ~15 elementwise passes over x into one loop each, and the backward recomputes tanh from x
+  instead of reading stored intermediates. At [4096, 512] (BERT-tiny's feed-forward), forward
+  and backward 1.9-2.1 ms against gelu's 6.5 on the Intel AVX-512 host (issue 42); values within
+  2e-6 of gelu's. Each new graph compiles the two functions once per shape (about 50 ms), so
+  the training graph uses it only where the shape is static (training_activation).
+
+  Args:
+    x: any fully defined shape, float dtype.
+  Returns:
+    the same shape and dtype.
+  """
+  return _gelu_forward_fused(x), lambda dy: _gelu_backward_fused(dy, x)
+
+
+def training_activation(config: BertConfig, x):
+  """The feed-forward activation for a host training graph: gelu_fused for GELU on a static
+  shape, the plain ops otherwise and always in the engine's trace (the compiler checks every
+  op against the engine's kernels; XLA's function call is none of them)."""
+  if (config.encoder_nonlinearity == "gelu" and x.shape.is_fully_defined()
+      and not precision.in_engine_trace()):
+    return gelu_fused(x)
+  return activation(config)(x)
 
 
 def gelu_erf(x):
@@ -282,7 +323,9 @@ def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool,
     with tf1.variable_scope("output"):
       attn = add_and_norm(dense(context, config.hidden_size, "dense", r), x, config, training)
   with tf1.variable_scope("intermediate"):
-    inner = dense(attn, config.filter_size, "dense", r, activation=activation(config))
+    inner = dense(attn, config.filter_size, "dense", r,
+                  activation=(lambda h: training_activation(config, h)) if training
+                  else activation(config))
   with tf1.variable_scope("output"):
     return add_and_norm(dense(inner, config.hidden_size, "dense", r), attn, config, training)
 

@@ -1,5 +1,6 @@
 """BERT: google-bert checkpoint compatibility, heads, optimizer, input pipeline, configs."""
 
+import contextlib
 import glob
 import math
 import os
@@ -223,6 +224,49 @@ class CheckpointCompatibilityTest(base.BertTestCase):
                            tf.float32) for y in (ours, ref))
       self.assertAllClose(got, want, atol=tol, rtol=tol, msg=str(dtype))
       self.assertGreater(float(tf.reduce_max(tf.abs(want))), 1.0)
+
+
+  def test_the_fused_gelu_is_gelu_in_value_and_gradient(self):
+    # XLA's own tanh and operation order: within a few float32 ulps of gelu's values (|y| <= 6)
+    # and gradients; in bfloat16 (the mixed-precision activations) within its rounding.
+    x = np.linspace(-6.0, 6.0, 241).astype(np.float32)
+    dy = np.cos(x).astype(np.float32)
+    for dtype, tol in ((tf.float32, 3e-6), (tf.bfloat16, 2e-2)):
+      xt = tf.constant(x, dtype)
+      with tf.GradientTape(persistent=True) as tape:
+        tape.watch(xt)
+        fused, plain = modeling.gelu_fused(xt), modeling.gelu(xt)
+      self.assertEqual(fused.dtype, dtype)
+      self.assertAllClose(tf.cast(fused, tf.float32), tf.cast(plain, tf.float32), atol=tol * 4,
+                          rtol=tol, msg=str(dtype))
+      got, want = (tf.cast(tape.gradient(y, xt, output_gradients=tf.constant(dy, dtype)),
+                           tf.float32) for y in (fused, plain))
+      self.assertAllClose(got, want, atol=tol * 4, rtol=tol, msg=str(dtype))
+
+  def test_only_a_host_training_layer_calls_the_fused_gelu(self):
+    # The engine's trace must keep the ops the compiler checks (an XLA call is no engine
+    # kernel); evaluation and prediction graphs keep them too (a SavedModel that needs no XLA).
+    cfg = modeling.BertConfig(hidden_size=8, num_hidden_layers=1, num_heads=2, filter_size=16,
+                              dropout_rate=0.0, attention_dropout_rate=0.0)
+
+    def layer_ops(training, engine=False):
+      graph = tf.Graph()
+      with graph.as_default(), (precision.tracing_for_engine() if engine
+                                else contextlib.nullcontext()):
+        x = tf.zeros([2 * 4, 8])
+        modeling.transformer_layer(x, tf.zeros([2, 1, 1, 4]), 2, 4, cfg, training)
+      calls = [op for op in graph.get_operations() if "PartitionedCall" in op.type]
+      return calls, {op.type for op in graph.get_operations()
+                     if op.name.startswith("intermediate/")}
+
+    calls, types = layer_ops(training=True)
+    self.assertEqual([op.name.split("/")[0] for op in calls], ["intermediate"])
+    self.assertIn("gelu_forward_fused", calls[0].get_attr("f").name)
+    self.assertNotIn("Tanh", types)
+    for kwargs in ({"training": False}, {"training": True, "engine": True}):
+      calls, types = layer_ops(**kwargs)
+      self.assertEqual(calls, [], kwargs)
+      self.assertIn("Tanh", types, kwargs)
 
 
 class HeadsAndTrainingTest(base.BertTestCase):
