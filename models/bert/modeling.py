@@ -100,14 +100,15 @@ def gelu_fused(x):
   return _gelu_forward_fused(x), lambda dy: _gelu_backward_fused(dy, x)
 
 
-def training_activation(config: BertConfig, x):
+def training_activation(config, x):
   """The feed-forward activation for a host training graph: gelu_fused for GELU on a static
   shape, the plain ops otherwise and always in the engine's trace (the compiler checks every
-  op against the engine's kernels; XLA's function call is none of them)."""
+  op against the engine's kernels; XLA's function call is none of them). `config`: BERT's,
+  GPT's or the Transformer's (its `encoder_nonlinearity`)."""
   if (config.encoder_nonlinearity == "gelu" and x.shape.is_fully_defined()
       and not precision.in_engine_trace()):
     return gelu_fused(x)
-  return activation(config)(x)
+  return ACTIVATIONS[config.encoder_nonlinearity](x)
 
 
 def gelu_erf(x):

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from cerebras_models import embedding
 from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
-                                               layer_norm)
+                                               layer_norm, training_activation)
 from cerebras_models.transformer.config import TransformerConfig  # declared there
 
 tf1 = tf.compat.v1
@@ -166,7 +166,8 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
 def feed_forward(x, config: TransformerConfig, training: bool):
   """[B, L, H] -> relu(x W1 + b1) W2 + b2 -> [B, L, H]."""
   h = _dense3d(x, config.filter_size, "intermediate", config,
-               activation=ACTIVATIONS[config.encoder_nonlinearity])
+               activation=(lambda y: training_activation(config, y)) if training
+               else ACTIVATIONS[config.encoder_nonlinearity])
   h = dropout(h, config.dropout_rate, training)
   return _dense3d(h, config.hidden_size, "output", config)
 

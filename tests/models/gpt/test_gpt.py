@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from cerebras_models.gpt import modeling
 from cerebras_models.gpt.model import model_fn
+from cerebras_tf.runtime import precision
 
 tf1 = tf.compat.v1
 
@@ -436,3 +437,24 @@ def test_modelzoo_gptj_forms_count_by_formula():
   assert modeling.num_parameters(modeling.GPTConfig(**{**tied.__dict__,
                                                        "use_bias_in_output": True})) == \
       modeling.num_parameters(tied) + 97
+
+
+def test_a_training_mlp_calls_the_fused_gelu_and_other_graphs_the_plain_ops():
+  """GPT's feed-forward GELU takes BERT's XLA-compiled form in a host training graph only
+  (models/bert/modeling.training_activation): not in evaluation, not in the engine's trace."""
+  config = modeling.GPTConfig(vocab_size=97, hidden_size=16, num_hidden_layers=1, num_heads=2,
+                              filter_size=32, max_position_embeddings=8)
+
+  def mlp_calls(training, engine=False):
+    graph = tf.Graph()
+    with graph.as_default():
+      if engine:
+        with precision.tracing_for_engine():
+          modeling.mlp(tf.zeros([8, 16]), config, training)
+      else:
+        modeling.mlp(tf.zeros([8, 16]), config, training)
+    return [op.get_attr("f").name for op in graph.get_operations() if "PartitionedCall" in op.type]
+
+  calls = mlp_calls(training=True)
+  assert len(calls) == 1 and "gelu_forward_fused" in calls[0], calls
+  assert mlp_calls(training=False) == [] and mlp_calls(training=True, engine=True) == []
