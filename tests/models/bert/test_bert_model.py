@@ -210,38 +210,34 @@ class CheckpointCompatibilityTest(base.BertTestCase):
     self.assertIs(modeling.activation(modeling.BertConfig()), modeling.gelu)
 
   def test_gelu_gradient_is_the_derivative_of_the_tanh_form(self):
-    # Its own gradient against TF's chain rule through google-bert's expression, in float32
-    # and (the mixed-precision activations) bfloat16.
+    # Its own gradient, and the XLA-compiled form's (gelu_fused), against TF's chain rule
+    # through google-bert's expression, in float32 and (the mixed-precision activations)
+    # bfloat16.
     x = np.linspace(-6.0, 6.0, 241).astype(np.float32)
     dy = np.cos(x).astype(np.float32)
-    for dtype, tol in ((tf.float32, 1e-5), (tf.bfloat16, 2e-2)):
-      xt = tf.constant(x, dtype)
-      with tf.GradientTape(persistent=True) as tape:
-        tape.watch(xt)
-        ours = modeling.gelu(xt)
-        ref = 0.5 * xt * (1.0 + tf.tanh(math.sqrt(2 / math.pi) * (xt + 0.044715 * tf.pow(xt, 3))))
-      got, want = (tf.cast(tape.gradient(y, xt, output_gradients=tf.constant(dy, dtype)),
-                           tf.float32) for y in (ours, ref))
-      self.assertAllClose(got, want, atol=tol, rtol=tol, msg=str(dtype))
-      self.assertGreater(float(tf.reduce_max(tf.abs(want))), 1.0)
+    for gelu in (modeling.gelu, modeling.gelu_fused):
+      for dtype, tol in ((tf.float32, 1e-5), (tf.bfloat16, 2e-2)):
+        xt = tf.constant(x, dtype)
+        with tf.GradientTape(persistent=True) as tape:
+          tape.watch(xt)
+          ours = gelu(xt)
+          ref = 0.5 * xt * (1.0 + tf.tanh(math.sqrt(2 / math.pi)
+                                          * (xt + 0.044715 * tf.pow(xt, 3))))
+        got, want = (tf.cast(tape.gradient(y, xt, output_gradients=tf.constant(dy, dtype)),
+                             tf.float32) for y in (ours, ref))
+        self.assertAllClose(got, want, atol=tol, rtol=tol, msg=f"{gelu.__name__} {dtype}")
+        self.assertGreater(float(tf.reduce_max(tf.abs(want))), 1.0)
 
 
-  def test_the_fused_gelu_is_gelu_in_value_and_gradient(self):
-    # XLA's own tanh and operation order: within a few float32 ulps of gelu's values (|y| <= 6)
-    # and gradients; in bfloat16 (the mixed-precision activations) within its rounding.
+  def test_the_fused_gelu_has_gelus_values(self):
+    # XLA's own tanh and operation order: within a few float32 ulps of gelu's values (|y| <= 6);
+    # in bfloat16 (the mixed-precision activations) within its rounding. Its gradient: above.
     x = np.linspace(-6.0, 6.0, 241).astype(np.float32)
-    dy = np.cos(x).astype(np.float32)
     for dtype, tol in ((tf.float32, 3e-6), (tf.bfloat16, 2e-2)):
-      xt = tf.constant(x, dtype)
-      with tf.GradientTape(persistent=True) as tape:
-        tape.watch(xt)
-        fused, plain = modeling.gelu_fused(xt), modeling.gelu(xt)
+      fused, plain = (gelu(tf.constant(x, dtype)) for gelu in (modeling.gelu_fused, modeling.gelu))
       self.assertEqual(fused.dtype, dtype)
       self.assertAllClose(tf.cast(fused, tf.float32), tf.cast(plain, tf.float32), atol=tol * 4,
                           rtol=tol, msg=str(dtype))
-      got, want = (tf.cast(tape.gradient(y, xt, output_gradients=tf.constant(dy, dtype)),
-                           tf.float32) for y in (fused, plain))
-      self.assertAllClose(got, want, atol=tol * 4, rtol=tol, msg=str(dtype))
 
   def test_only_a_host_training_layer_calls_the_fused_gelu(self):
     # The engine's trace must keep the ops the compiler checks (an XLA call is no engine
