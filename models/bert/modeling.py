@@ -59,28 +59,36 @@ def gelu(x):
   Returns:
     the same shape and dtype.
   """
-  x2 = tf.square(x)
-  t = tf.tanh(_GELU_C * (x + _GELU_A * (x2 * x)))
+  x2, t = _gelu_tanh(x)
   cdf = 0.5 * (1.0 + t)
 
   def grad(dy):
-    slope = tf.raw_ops.TanhGrad(y=t, dy=x) * (0.5 * _GELU_C + 1.5 * _GELU_C * _GELU_A * x2)
-    return dy * (cdf + slope)
+    return dy * (cdf + tf.raw_ops.TanhGrad(y=t, dy=x) * _gelu_slope_factor(x2))
 
   return x * cdf, grad
 
 
+def _gelu_tanh(x):
+  """(x^2, tanh(c (x + a x^3))): the tanh form's inner part, x^3 as x^2 * x."""
+  x2 = tf.square(x)
+  return x2, tf.tanh(_GELU_C * (x + _GELU_A * (x2 * x)))
+
+
+def _gelu_slope_factor(x2):
+  """d/dx of c (x + a x^3), halved: the factor of x (1 - t^2) in GELU's derivative."""
+  return 0.5 * _GELU_C + 1.5 * _GELU_C * _GELU_A * x2
+
+
 @tf.function(jit_compile=True, autograph=False)
 def _gelu_forward_fused(x):
-  x2 = tf.square(x)
-  return x * (0.5 * (1.0 + tf.tanh(_GELU_C * (x + _GELU_A * (x2 * x)))))
+  _, t = _gelu_tanh(x)
+  return x * (0.5 * (1.0 + t))
 
 
 @tf.function(jit_compile=True, autograph=False)
 def _gelu_backward_fused(dy, x):
-  x2 = tf.square(x)
-  t = tf.tanh(_GELU_C * (x + _GELU_A * (x2 * x)))
-  return dy * (0.5 * (1.0 + t) + (1.0 - t * t) * x * (0.5 * _GELU_C + 1.5 * _GELU_C * _GELU_A * x2))
+  x2, t = _gelu_tanh(x)
+  return dy * (0.5 * (1.0 + t) + (1.0 - t * t) * x * _gelu_slope_factor(x2))
 
 
 @tf.custom_gradient
@@ -90,7 +98,7 @@ def gelu_fused(x):
   instead of reading stored intermediates. At [4096, 512] (BERT-tiny's feed-forward), forward
   and backward 1.9-2.1 ms against gelu's 6.5 on the Intel AVX-512 host (issue 42); values within
   2e-6 of gelu's. Each new graph compiles the two functions once per shape (about 50 ms), so
-  the training graph uses it only where the shape is static (training_activation).
+  the training graph uses it only where the shape is static (feed_forward_activation).
 
   Args:
     x: any fully defined shape, float dtype.
@@ -100,15 +108,22 @@ def gelu_fused(x):
   return _gelu_forward_fused(x), lambda dy: _gelu_backward_fused(dy, x)
 
 
-def training_activation(config, x):
-  """The feed-forward activation for a host training graph: gelu_fused for GELU on a static
-  shape, the plain ops otherwise and always in the engine's trace (the compiler checks every
-  op against the engine's kernels; XLA's function call is none of them). `config`: BERT's,
-  GPT's or the Transformer's (its `encoder_nonlinearity`)."""
-  if (config.encoder_nonlinearity == "gelu" and x.shape.is_fully_defined()
-      and not precision.in_engine_trace()):
-    return gelu_fused(x)
-  return ACTIVATIONS[config.encoder_nonlinearity](x)
+def feed_forward_activation(config, training: bool):
+  """The activation `config.encoder_nonlinearity` names, for a feed-forward layer of BERT, GPT
+  or the Transformer. In a host training graph GELU on a static shape is gelu_fused; the plain
+  ops everywhere else: evaluation and prediction (an exported SavedModel needs no XLA), shapes
+  not fully defined (each would compile again) and the engine's trace (the compiler checks
+  every op against the engine's kernels; XLA's function call is none of them)."""
+  plain = ACTIVATIONS[config.encoder_nonlinearity]
+  if not training or config.encoder_nonlinearity != "gelu":
+    return plain
+
+  def host_training(x):
+    if x.shape.is_fully_defined() and not precision.in_engine_trace():
+      return gelu_fused(x)
+    return plain(x)
+
+  return host_training
 
 
 def gelu_erf(x):
@@ -325,8 +340,7 @@ def transformer_layer(x, bias, batch, seq, config: BertConfig, training: bool,
       attn = add_and_norm(dense(context, config.hidden_size, "dense", r), x, config, training)
   with tf1.variable_scope("intermediate"):
     inner = dense(attn, config.filter_size, "dense", r,
-                  activation=(lambda h: training_activation(config, h)) if training
-                  else activation(config))
+                  activation=feed_forward_activation(config, training))
   with tf1.variable_scope("output"):
     return add_and_norm(dense(inner, config.hidden_size, "dense", r), attn, config, training)
 

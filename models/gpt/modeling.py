@@ -20,8 +20,9 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_models import embedding, losses
-from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
-                                               layer_norm, training_activation)
+from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout,
+                                               feed_forward_activation, initializer,
+                                               layer_norm)
 from cerebras_models.gpt.config import GPTConfig  # the hyper-parameters, declared there
 
 tf1 = tf.compat.v1
@@ -141,8 +142,7 @@ def mlp(x, config: GPTConfig, training: bool):
       h = gate * dense(x, config.filter_size, "fc_in", r, use_bias=bias)
     else:
       h = dense(x, config.filter_size, "fc_in", r,
-                activation=(lambda y: training_activation(config, y)) if training
-                else ACTIVATIONS[config.encoder_nonlinearity], use_bias=bias)
+                activation=feed_forward_activation(config, training), use_bias=bias)
     return dropout(dense(h, config.hidden_size, "fc_out", config.output_range, use_bias=bias),
                    config.dropout_rate, training)
 

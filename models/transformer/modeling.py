@@ -30,8 +30,8 @@ from typing import Dict
 import tensorflow as tf
 
 from cerebras_models import embedding
-from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout, initializer,
-                                               layer_norm, training_activation)
+from cerebras_models.bert.modeling import (dense, dropout, feed_forward_activation,
+                                               initializer, layer_norm)
 from cerebras_models.transformer.config import TransformerConfig  # declared there
 
 tf1 = tf.compat.v1
@@ -166,8 +166,7 @@ def attention(query_input, bias, config: TransformerConfig, training: bool, kv=N
 def feed_forward(x, config: TransformerConfig, training: bool):
   """[B, L, H] -> relu(x W1 + b1) W2 + b2 -> [B, L, H]."""
   h = _dense3d(x, config.filter_size, "intermediate", config,
-               activation=(lambda y: training_activation(config, y)) if training
-               else ACTIVATIONS[config.encoder_nonlinearity])
+               activation=feed_forward_activation(config, training))
   h = dropout(h, config.dropout_rate, training)
   return _dense3d(h, config.hidden_size, "output", config)
 

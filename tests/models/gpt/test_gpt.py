@@ -441,7 +441,7 @@ def test_modelzoo_gptj_forms_count_by_formula():
 
 def test_a_training_mlp_calls_the_fused_gelu_and_other_graphs_the_plain_ops():
   """GPT's feed-forward GELU takes BERT's XLA-compiled form in a host training graph only
-  (models/bert/modeling.training_activation): not in evaluation, not in the engine's trace."""
+  (models/bert/modeling.feed_forward_activation): not in evaluation, not in the engine's trace."""
   config = modeling.GPTConfig(vocab_size=97, hidden_size=16, num_hidden_layers=1, num_heads=2,
                               filter_size=32, max_position_embeddings=8)
 
