@@ -166,6 +166,7 @@ class _CerebrasMethods:
           # The input pipeline's position is checkpointed with the model, so a resumed run
           # neither repeats nor skips batches. "warn": pipelines that draw random numbers
           # (BERT's on-the-fly masking) save their position; their RNG state restarts.
+          input_fn = input_pipeline.without_autotune_model(input_fn)
           position = checkpoints.InputPositionHook(self, external_state_policy="warn")
           hooks = hooks + [position]
           saving_listeners = list(saving_listeners or []) + [position.listener]

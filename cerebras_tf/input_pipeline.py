@@ -110,3 +110,27 @@ def per_replica(input_fn, per_replica_batch: int, strategy: str, distribution=No
     check_batch(out, per_replica_batch, strategy)
     return out
   return wrapped
+
+
+def without_autotune_model(input_fn):
+  """input_fn whose tf.data.Dataset trains without tf.data's autotuning model, for a run that
+  checkpoints the dataset's position (checkpoints.InputPositionHook); a dataset whose options
+  set `autotune.enabled` themselves keeps the user's choice.
+
+  Why: in TF 2.15 the model's optimizer thread sleeps for a period that doubles up to 60 s, and
+  destroying the iterator (the session's close, at the end of every train call) waits for that
+  thread. When the position was saved just before the close, the cancellation did not wake
+  it: BERT-tiny's train call stopped 34-57 s at its end in every run measured (600 and 1,800
+  steps, issue 42), none without that save or with this off. Off, AUTOTUNE map parallelism is
+  TF's default (the host's cores, at most 16) and prefetch(AUTOTUNE) keeps its older
+  buffer autotuner, which needs no thread; BERT-tiny's steps and losses were unchanged.
+  """
+  def wrapped(params, mode, config, input_context=None):
+    out = call_input_fn(input_fn, params=params, mode=mode, config=config,
+                        input_context=input_context)
+    if isinstance(out, tf.data.Dataset) and out.options().autotune.enabled is None:
+      options = tf.data.Options()
+      options.autotune.enabled = False
+      out = out.with_options(options)
+    return out
+  return wrapped
