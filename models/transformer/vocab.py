@@ -121,7 +121,8 @@ class _Learner:
   by count, then by token, and its splitting only asks whether a token is in the set.
   The first pass does not depend on the threshold and is counted once for the whole search.
   en_es at 8,000 tokens: 55 s of CPU with the library's pass (its first counted once), 13 s
-  with this one, the same file; tests compare the result with the library's `learn`.
+  with this one, 10.6 s with its splits bounded by the longest token (`_Splitter`; 12.9 s
+  before it, the Intel host), the same file; tests compare the result with the library's `learn`.
   """
 
   def __init__(self, lib, word_counts, vocab_size: int, reserved_tokens: List[str]):
@@ -179,12 +180,14 @@ class _Learner:
     with the joiner in front: the counts the library's pass leaves (class docstring)."""
     p = self.params
     joiner = p.joiner if p.include_joiner_token else ""
+    if tokens is not None:
+      splitter = _Splitter(tokens, joiner)
     counts: Dict[str, int] = {}
     for word, count in self.words:
       if tokens is None:
         starts = range(len(word))
       else:
-        splits = self.lib.get_split_indices(word, tokens, p.include_joiner_token, p.joiner)
+        splits = splitter.split_indices(word)
         if not splits:
           continue
         starts = [0] + splits[:-1]
@@ -192,6 +195,37 @@ class _Learner:
         rest = joiner + word[start:] if start and joiner else word[start:]
         counts[rest] = counts.get(rest, 0) + count
     return counts
+
+
+class _Splitter:
+  """tensorflow-text's learner `get_split_indices(word, tokens, joiner != "", joiner)`, the same
+  split points, without trying substrings longer than any token: the library tries every end
+  from the word's last character down (each a new string, the joiner prepended after the first
+  start), which was 2/3 of the learner's time (en_es: 2.2M words split over 51 passes)."""
+
+  def __init__(self, tokens, joiner: str):
+    self.heads = set(tokens)  # what a word's first piece may be
+    # What a later piece may be, without the joiner in front.
+    self.tails = ({t[len(joiner):] for t in tokens if t.startswith(joiner)} if joiner
+                  else self.heads)
+    self.max_head = max(map(len, self.heads), default=0)
+    self.max_tail = max(map(len, self.tails), default=0)
+
+  def split_indices(self, word: str) -> Optional[List[int]]:
+    """The end of each piece of `word` (greedy longest match), or None if a part of it
+    matches no token."""
+    indices, start, n = [], 0, len(word)
+    pieces, longest = self.heads, self.max_head
+    while start < n:
+      end = min(n, start + longest)
+      while end > start and word[start:end] not in pieces:
+        end -= 1
+      if end == start:
+        return None
+      indices.append(end)
+      start = end
+      pieces, longest = self.tails, self.max_tail
+    return indices
 
 
 def _eagerly(fn, *args):

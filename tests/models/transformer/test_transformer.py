@@ -317,6 +317,23 @@ def test_the_learner_counts_its_first_pass_once_and_learns_the_librarys_vocab():
   assert first_passes == [True] + [False] * (3 * len(thresholds))
 
 
+@pytest.mark.parametrize("joiner", ["##", ""])
+def test_the_splitter_splits_where_the_librarys_get_split_indices_does(joiner):
+  """_Splitter skips substrings longer than any token; the split points, and the words that
+  cannot be split (None), must be the library's for every word."""
+  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner  # pylint: disable=import-outside-toplevel
+  rng = random.Random(7)
+  pieces = ["".join(rng.choice("abcdé") for _ in range(rng.randint(1, 6))) for _ in range(60)]
+  tokens = {p: 1 for p in pieces[:40]}
+  tokens.update({joiner + p: 1 for p in pieces[20:]})
+  words = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 4))) for _ in range(400)]
+  words += ["zz", "az", "a"]  # no piece for z: None
+  splitter = vocab_lib._Splitter(tokens, joiner)
+  got = [splitter.split_indices(w) for w in words]
+  assert got == [learner.get_split_indices(w, tokens, bool(joiner), joiner) for w in words]
+  assert None in got and sum(g is not None and len(g) > 1 for g in got) > 100
+
+
 @pytest.mark.parametrize("vocab_size", [40, 120])
 def test_the_learners_suffix_counts_give_the_librarys_vocab_where_substrings_overlap(
     vocab_size):
