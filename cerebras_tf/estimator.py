@@ -347,13 +347,15 @@ class _CerebrasMethods:
   def _for_engine(self, input_fn, mode, use_cs):
     """(input_fn, batch) for eval/predict: with use_cs the last compile must fit (eval and
     predict run the graph compiled for training; their own input_fns are not compiled), and
-    the input_fn and model_fn get the mode's batch; without, both as they are."""
+    the input_fn and model_fn get the mode's batch, its dataset without tf.data's autotuning
+    thread (input_pipeline.without_autotune_model); without, both as they are."""
     if not self._resolve_use_cs(use_cs):
       return input_fn, None
     if self._last_compile is not None:
       self._raise_unless_fits(self._last_compile)
     batch = batch_size_for_mode(self.params, mode)
-    return input_pipeline.with_batch(input_fn, batch), batch
+    input_fn = input_pipeline.with_batch(input_fn, batch)
+    return input_pipeline.without_autotune_model(input_fn), batch
 
   def _train_with_estimator_spec(self, estimator_spec, worker_hooks, hooks, global_step_tensor,
                                  saving_listeners):

@@ -17,7 +17,7 @@ import tensorflow as tf
 from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig
 from cerebras_tf.errors import ConfigError
 from cerebras_models.mlp.model import model_fn
-from estimator_fixtures import PARAMS, config_in, train_input_fn
+from estimator_fixtures import PARAMS, config_in, eval_input_fn, train_input_fn
 
 
 def test_an_input_fn_that_returns_tensors_trains_and_resumes(tmp_path, caplog):
@@ -296,28 +296,32 @@ class _GraphOf(tf.estimator.SessionRunHook):
 
 
 @pytest.mark.parametrize("use_cs, users_autotune, expected", [
-    (True, None, [False]),        # position saved: no autotuning model thread
+    (True, None, [False]),        # position saved, or the engine's eval: no autotuning thread
     (True, True, [True]),         # the user's explicit setting stands
-    (False, None, []),            # plain tf.estimator's loop: the dataset as the user built it
+    (False, None, []),            # plain tf.estimator's loops: the dataset as the user built it
 ])
-def test_a_dataset_whose_position_is_saved_trains_without_the_autotune_thread(
+def test_a_dataset_whose_position_is_saved_or_evaluated_runs_without_the_autotune_thread(
     tmp_path, use_cs, users_autotune, expected):
   """With its position saved just before the session closed, the iterator's destruction
   waited for tf.data's autotuning thread, asleep for up to 60 s: BERT-tiny's train call of 600
-  steps took 87.8 s instead of 50.9, 34.7 s of it after the last hook had run
-  (input_pipeline.without_autotune_model)."""
-  def input_fn(params):
-    ds = train_input_fn(params)
-    if users_autotune is not None:
-      options = tf.data.Options()
-      options.autotune.enabled = users_autotune
-      ds = ds.with_options(options)
-    return ds
-  seen = _GraphOf()
+  steps took 87.8 s instead of 50.9, 34.7 s of it after the last hook had run; the demo's
+  second evaluation ended 3.8 s after its last batch (input_pipeline.without_autotune_model)."""
+  def with_users_options(make):
+    def input_fn(params):
+      ds = make(params)
+      if users_autotune is not None:
+        options = tf.data.Options()
+        options.autotune.enabled = users_autotune
+        ds = ds.with_options(options)
+      return ds
+    return input_fn
+  trained, evaluated = _GraphOf(), _GraphOf()
   cfg = config_in(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
   est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
-  est.train(input_fn, max_steps=2, hooks=[seen], use_cs=use_cs)
+  est.train(with_users_options(train_input_fn), max_steps=2, hooks=[trained], use_cs=use_cs)
   assert est.get_variable_value("global_step") == 2
-  assert _autotune_settings(seen.graph) == expected
+  assert _autotune_settings(trained.graph) == expected
   if use_cs:
     assert glob.glob(os.path.join(cfg.model_dir, "input.ckpt-2.index"))
+  est.evaluate(with_users_options(eval_input_fn), steps=1, hooks=[evaluated], use_cs=use_cs)
+  assert _autotune_settings(evaluated.graph) == expected
