@@ -7,6 +7,7 @@ the mode's global batch (eval_input's batch_size, else the flat one; they run on
 The params sections keep the global batch.
 """
 
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -132,9 +133,19 @@ def without_autotune_model(input_fn):
   def wrapped(params, mode, config, input_context=None):
     out = call_input_fn(input_fn, params=params, mode=mode, config=config,
                         input_context=input_context)
-    if isinstance(out, tf.data.Dataset) and out.options().autotune.enabled is None:
+    if isinstance(out, tf.data.Dataset) and _options(out).autotune.enabled is None:
       options = tf.data.Options()
       options.autotune.enabled = False
       out = out.with_options(options)
     return out
   return wrapped
+
+
+def _options(dataset: tf.data.Dataset) -> tf.data.Options:
+  """dataset.options() without the UserWarning it gives in a graph (every Estimator input_fn
+  runs in one) that the value may not survive serialization: here the dataset was just built
+  in this graph, where the legacy answer is the options its with_options calls set."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options",
+                            category=UserWarning)
+    return dataset.options()

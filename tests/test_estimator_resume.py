@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -318,7 +319,11 @@ def test_a_dataset_whose_position_is_saved_or_evaluated_runs_without_the_autotun
   trained, evaluated = _GraphOf(), _GraphOf()
   cfg = config_in(tmp_path, cs_config=CSConfig(execution_strategy="pipelined"))
   est = CerebrasEstimator(model_fn, config=cfg, params=PARAMS)
-  est.train(with_users_options(train_input_fn), max_steps=2, hooks=[trained], use_cs=use_cs)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    est.train(with_users_options(train_input_fn), max_steps=2, hooks=[trained], use_cs=use_cs)
+  # Reading the options in the graph warned the user about serialization, once a process.
+  assert not [w for w in caught if "preserve tf.data options" in str(w.message)]
   assert est.get_variable_value("global_step") == 2
   assert _autotune_settings(trained.graph) == expected
   if use_cs:
