@@ -79,16 +79,23 @@ def _gelu_slope_factor(x2):
   return 0.5 * _GELU_C + 1.5 * _GELU_C * _GELU_A * x2
 
 
+# Both compute in float32 whatever x's dtype, casting inside the compiled function: XLA's CPU
+# code for bfloat16 elementwise math is ~3x slower than float32's plus the two converts
+# (forward and backward at [4096, 512] in bfloat16: 9.1-9.7 -> 2.8-3.7 ms, Intel host with
+# AMX, issue 42), and float32 intermediates round once instead of at every op.
 @tf.function(jit_compile=True, autograph=False)
 def _gelu_forward_fused(x):
-  _, t = _gelu_tanh(x)
-  return x * (0.5 * (1.0 + t))
+  x32 = tf.cast(x, tf.float32)
+  _, t = _gelu_tanh(x32)
+  return tf.cast(x32 * (0.5 * (1.0 + t)), x.dtype)
 
 
 @tf.function(jit_compile=True, autograph=False)
 def _gelu_backward_fused(dy, x):
-  x2, t = _gelu_tanh(x)
-  return dy * (0.5 * (1.0 + t) + (1.0 - t * t) * x * _gelu_slope_factor(x2))
+  x32 = tf.cast(x, tf.float32)
+  x2, t = _gelu_tanh(x32)
+  return tf.cast(tf.cast(dy, tf.float32)
+                 * (0.5 * (1.0 + t) + (1.0 - t * t) * x32 * _gelu_slope_factor(x2)), x.dtype)
 
 
 @tf.custom_gradient
