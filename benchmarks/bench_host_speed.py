@@ -14,6 +14,7 @@ machine noise hits every row alike; the tables give medians.
       by putting back what it replaced; see LEVERS).
 
     python benchmarks/bench_host_speed.py [--rounds 2] [--steps 60] [--only a|b] [--quick]
+        [--models bert_tiny,transformer_tiny,gpt_tiny]   # (a)'s; bert_tiny_bf16: the demo's bf16
 """
 
 import argparse
@@ -35,6 +36,9 @@ MODELS = {  # name -> (YAML in the tree, overrides) ; shipped recipes, short run
                                                            "model.mixed_precision=false"]),
     "transformer_tiny": ("configs/params_transformer_tiny.yaml", []),
     "gpt_tiny": ("configs/params_gpt_tiny.yaml", []),
+    # BERT-tiny as the demo trains it on a CPU with bf16 math (on one without, float32 again)
+    "bert_tiny_bf16": ("configs/params_bert_tiny_msl128.yaml", ["train_input.batch_size=32",
+                                                                "model.mixed_precision=true"]),
     # (b): issue 14's goal config, google-bert's dropout 0.1 (the demo trains without dropout)
     "bert_tiny_dropout": ("configs/params_bert_tiny_msl128.yaml", [
         "train_input.batch_size=32", "model.dropout_rate=0.1", "model.attention_dropout_rate=0.1",
@@ -169,6 +173,8 @@ def main():
   ap.add_argument("--steps", type=int, default=60)
   ap.add_argument("--warmup", type=int, default=15)
   ap.add_argument("--only", choices=["a", "b"])
+  ap.add_argument("--models", default=",".join(BEFORE_AFTER),
+                  help=f"(a)'s models, comma-separated, of {', '.join(MODELS)}")
   ap.add_argument("--quick", action="store_true", help="1 round of 40 steps (first 10 dropped)")
   args = ap.parse_args()
   if args.child:
@@ -180,15 +186,19 @@ def main():
   title = (f"{args.steps} steps (first {args.warmup} dropped) x {args.rounds} rounds, "
            f"interleaved; {machine()}")
   if args.only != "b":
+    models = args.models.split(",")
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+      ap.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODELS)}")
     before = export_tree(args.before)
     runs = {}
     for _ in range(args.rounds):
-      for model in BEFORE_AFTER:
+      for model in models:
         for label, tree in (("before", before), ("after", TREE)):
           runs.setdefault((model, label), []).append(
               measure(tree, model, {}, [], args.steps, args.warmup))
     rows = []
-    for model in BEFORE_AFTER:
+    for model in models:
       b = median([r["examples_per_sec"] for r in runs[(model, "before")]])
       a = median([r["examples_per_sec"] for r in runs[(model, "after")]])
       bc = median([r["cpu_ms_per_step"] for r in runs[(model, "before")]])
