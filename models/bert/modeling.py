@@ -322,9 +322,11 @@ def self_attention(x, bias, batch, seq, config: BertConfig, training: bool):
 
 def add_and_norm(x, residual, config: BertConfig, training: bool):
   """dropout(x) + residual, LayerNorm in float32, cast back.  [M, H] -> [M, H]."""
-  x = dropout(x, config.dropout_rate, training)
-  y = layer_norm(tf.cast(x, tf.float32) + tf.cast(residual, tf.float32),
-                 config.layer_norm_epsilon)
+  # Dropout after the cast: in bfloat16 its scale 1 / (1 - 0.1) rounds to 1.109375 (kept
+  # activations 0.16% short on average), and Eigen's bfloat16 select and multiply are slower
+  # than float32's (forward + backward at [4096, 128]: 3.4-3.6 -> 2.8-3.1 ms, AVX-512 EPYC).
+  x = dropout(tf.cast(x, tf.float32), config.dropout_rate, training)
+  y = layer_norm(x + tf.cast(residual, tf.float32), config.layer_norm_epsilon)
   return tf.cast(y, compute_dtype(config))
 
 

@@ -257,6 +257,21 @@ class CheckpointCompatibilityTest(base.BertTestCase):
     self.assertAllEqual(tf.cast(y16, tf.float32), tf.cast(tf.cast(y32, tf.bfloat16), tf.float32))
     self.assertAllEqual(tf.cast(g16, tf.float32), tf.cast(tf.cast(g32, tf.bfloat16), tf.float32))
 
+  def test_residual_dropout_of_a_bfloat16_layer_keeps_the_float32_scale(self):
+    # add_and_norm drops out after the cast to float32: in bfloat16 the kept scale
+    # 1 / (1 - 0.1) = 1.1111 rounds to 1.109375, a mean of 0.9 * 1.109375 = 0.99844 where
+    # float32's is 1. Over 2^21 ones the mean's std is sqrt(0.9 * 0.1) * 1.111 / 2^10.5 =
+    # 2.3e-4, so 0.99844 lies 6.8 std under 1 and the 5e-4 bound below fails it.
+    cfg = modeling.BertConfig(hidden_size=512, num_heads=8, dropout_rate=0.1, dtype="bfloat16")
+    x = tf.ones([4096, 512], tf.bfloat16)
+    seen = []
+    with mock.patch.object(modeling, "layer_norm", lambda y, eps: seen.append(y) or y):
+      modeling.add_and_norm(x, tf.zeros_like(x), cfg, training=True)
+    self.assertEqual(seen[0].dtype, tf.float32)
+    kept = seen[0].numpy()
+    self.assertAllClose(kept[kept > 0], np.full([(kept > 0).sum()], 1 / 0.9), rtol=1e-7)
+    self.assertAllClose(kept.mean(), 1.0, atol=5e-4)
+
   def test_only_a_host_training_layer_calls_the_fused_gelu(self):
     # The engine's trace must keep the ops the compiler checks (an XLA call is no engine
     # kernel); evaluation and prediction graphs keep them too (a SavedModel that needs no XLA).
