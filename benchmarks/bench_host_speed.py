@@ -39,7 +39,8 @@ MODELS = {  # name -> (YAML in the tree, overrides) ; shipped recipes, short run
     # BERT-tiny as the demo trains it on a CPU with bf16 math (on one without, float32 again)
     "bert_tiny_bf16": ("configs/params_bert_tiny_msl128.yaml", ["train_input.batch_size=32",
                                                                 "model.mixed_precision=true"]),
-    # bf16 with google-bert's dropout 0.1: bench_bf16.py's BERT-tiny (its residual dropout)
+    # BERT-tiny in bf16 with google-bert's dropout 0.1 (the demo and bench_bf16.py's BERT-tiny
+    # train without; its BERT-small with): what the residual dropout's dtype costs
     "bert_tiny_bf16_dropout": ("configs/params_bert_tiny_msl128.yaml", [
         "train_input.batch_size=32", "model.dropout_rate=0.1", "model.attention_dropout_rate=0.1",
         "model.mixed_precision=true"]),
