@@ -23,8 +23,8 @@ ratios.
 
 import argparse
 import os
-import statistics
 import shutil
+import statistics
 import tempfile
 import time
 
@@ -101,6 +101,8 @@ def main():
   ap.add_argument("--quick", action="store_true",
                   help="BERT-tiny only, 30 steps, 4 held-out batches: shows it works")
   args = ap.parse_args()
+  if args.rounds < 1:
+    ap.error(f"--rounds must be at least 1, got {args.rounds}")
   if args.quick:
     args.steps, args.warmup, args.eval_steps, args.shapes = 30, 5, 4, "tiny"
   native = has_bf16()
