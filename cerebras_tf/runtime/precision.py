@@ -15,7 +15,12 @@ import os
 from typing import FrozenSet, Optional
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU with fast bf16 math
-FP16_FLAGS = ("avx512_fp16", "amx_fp16")  # ... and with fast float16 math
+# TensorFlow 2.15's oneDNN kernels for products (_MklMatMul, _MklNativeConv2D,
+# _MklBatchMatMulV2, _MklEinsum, ...) take float32 and bfloat16 only, so a float16 product runs
+# Eigen's emulation on every CPU, avx512_fp16 included: 1.0 GFLOP/s against 197 in float32 on
+# a Xeon with avx512_fp16 and AMX (2026-12-02). tests/test_estimator_lints.py reads TF's kernel
+# registry, so a TensorFlow with such a kernel fails it here.
+ONEDNN_FLOAT16_PRODUCTS = False
 FORCE_ENV = "CEREBRAS_TF_FORCE_BF16"
 
 _said = set()  # the fallback lines logged in this process (each once)
@@ -58,20 +63,15 @@ def has_bf16(flags: Optional[FrozenSet[str]] = None) -> bool:
   return any(f in flags for f in BF16_FLAGS)
 
 
-def has_fp16(flags: Optional[FrozenSet[str]] = None) -> bool:
-  """Whether the CPU (its `flags`, else this host's) computes float16 natively."""
-  flags = cpu_flags() if flags is None else flags
-  return any(f in flags for f in FP16_FLAGS)
-
-
 def emulated_dtypes(flags: Optional[FrozenSet[str]] = None) -> FrozenSet[str]:
   """The 16-bit dtypes TensorFlow emulates on this CPU (its `flags`, else this host's), where
-  a matmul or convolution in them is slower than in float32: "float16" without FP16_FLAGS
-  (a Keras MLP under mixed_float16 trained at 242 examples/s against 15,636 in float32 on an
-  AVX2 EPYC, whose float16 matmul ran at 1.0 GFLOP/s against 142), "bfloat16" without
-  BF16_FLAGS unless CEREBRAS_TF_FORCE_BF16 asks for it (0.73x float32 on BERT-tiny there)."""
+  a matmul or convolution in them is slower than in float32: "float16" on every CPU
+  (ONEDNN_FLOAT16_PRODUCTS: a Keras MLP under mixed_float16 trained at 242 examples/s against
+  15,636 in float32 on an AVX2 EPYC, 254 against 26,048 on a Xeon with avx512_fp16),
+  "bfloat16" without BF16_FLAGS unless CEREBRAS_TF_FORCE_BF16 asks for it (0.73x float32 on
+  BERT-tiny there)."""
   flags = cpu_flags() if flags is None else flags
-  slow = set() if has_fp16(flags) else {"float16"}
+  slow = set() if ONEDNN_FLOAT16_PRODUCTS else {"float16"}
   if not has_bf16(flags) and not forced():
     slow.add("bfloat16")
   return frozenset(slow)
