@@ -86,20 +86,34 @@ def compute_dtype(mixed_precision, flags: Optional[FrozenSet[str]] = None,
                   log=None) -> str:
   """"bfloat16" or "float32": the host compute dtype a model built with
   `model.mixed_precision = mixed_precision` uses. bfloat16 needs the flag and (a CPU with
-  bf16 math or CEREBRAS_TF_FORCE_BF16); without the CPU support the fallback to float32 is
-  logged (`log`, TensorFlow's logger at WARNING by default) once per process."""
+  bf16 math or CEREBRAS_TF_FORCE_BF16). Which one the host computes in is said once per
+  process (`log`; by default TensorFlow's logger, at INFO for bfloat16 and at WARNING for the
+  fallback to float32 on a CPU without bf16 math); the engine's trace says nothing."""
   if not mixed_precision:
     return "float32"
-  if forced() or _for_engine.get() or has_bf16(flags):
+  if _for_engine.get():
     return "bfloat16"
-  line = (f"model.mixed_precision: this CPU has no bfloat16 math ({' or '.join(BF16_FLAGS)} "
-          f"not in /proc/cpuinfo), where bfloat16 is slower than float32, so the model trains "
-          f"in float32 here (the engine's estimate stays 16-bit); {FORCE_ENV}=1 computes in "
-          f"bfloat16 anyway")
+  flags = cpu_flags() if flags is None else flags
+  if has_bf16(flags) or forced():
+    have = [f for f in BF16_FLAGS if f in flags]
+    _say_once(f"model.mixed_precision: the host computes in bfloat16 ({' and '.join(have)} in "
+              f"/proc/cpuinfo): the matmuls and attention in bfloat16 on float32 weights; "
+              f"model.mixed_precision: false trains in float32" if have else
+              f"model.mixed_precision: {FORCE_ENV} is set, so the host computes in bfloat16, "
+              f"which this CPU emulates (slower than float32)",
+              log or logging.getLogger("tensorflow").info)
+    return "bfloat16"
+  _say_once(f"model.mixed_precision: this CPU has no bfloat16 math ({' or '.join(BF16_FLAGS)} "
+            f"not in /proc/cpuinfo), where bfloat16 is slower than float32, so the model "
+            f"trains in float32 here (the engine's estimate stays 16-bit); {FORCE_ENV}=1 "
+            f"computes in bfloat16 anyway", log or logging.getLogger("tensorflow").warning)
+  return "float32"
+
+
+def _say_once(line: str, say) -> None:
   if line not in _said:
     _said.add(line)
-    (log or logging.getLogger("tensorflow").warning)(line)
-  return "float32"
+    say(line)
 
 
 def keras_policy(mixed_precision, flags: Optional[FrozenSet[str]] = None) -> str:

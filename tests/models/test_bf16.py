@@ -36,19 +36,27 @@ _ON = {precision.FORCE_ENV: "1"}
 
 def test_the_dtype_follows_the_flag_and_the_cpu(monkeypatch):
   monkeypatch.delenv(precision.FORCE_ENV, raising=False)
+  monkeypatch.setattr(precision, "_said", set())
   said = []
   assert precision.compute_dtype(False, frozenset({"avx512_bf16"}), said.append) == "float32"
-  assert precision.compute_dtype(True, frozenset({"avx512_bf16"}), said.append) == "bfloat16"
-  assert precision.compute_dtype(True, frozenset({"amx_bf16", "avx2"}), said.append) == "bfloat16"
-  assert said == []
-  monkeypatch.setattr(precision, "_said", set())
+  assert said == []  # no mixed precision asked for: nothing to say
   for _ in range(3):  # every model_fn call asks; the log says it once
+    assert precision.compute_dtype(True, frozenset({"avx512_bf16"}), said.append) == "bfloat16"
+  assert said == ["model.mixed_precision: the host computes in bfloat16 (avx512_bf16 in "
+                  "/proc/cpuinfo): the matmuls and attention in bfloat16 on float32 weights; "
+                  "model.mixed_precision: false trains in float32"]
+  assert precision.compute_dtype(True, frozenset({"amx_bf16", "avx2"}), said.append) == "bfloat16"
+  assert len(said) == 2 and "(amx_bf16 in /proc/cpuinfo)" in said[1]
+  with precision.tracing_for_engine():  # the engine's trace is 16-bit anywhere, and quiet
+    assert precision.compute_dtype(True, frozenset({"avx2"}), said.append) == "bfloat16"
+  assert len(said) == 2
+  for _ in range(3):
     assert precision.compute_dtype(True, frozenset({"avx2", "avx512f"}), said.append) == "float32"
-  assert len(said) == 1 and "trains in float32" in said[0] and precision.FORCE_ENV in said[0]
+  assert len(said) == 3 and "trains in float32" in said[2] and precision.FORCE_ENV in said[2]
   monkeypatch.setenv(precision.FORCE_ENV, "1")
   assert precision.compute_dtype(True, frozenset({"avx2"}), said.append) == "bfloat16"
   assert precision.keras_policy(True, frozenset({"avx2"})) == "mixed_bfloat16"
-  assert len(said) == 1
+  assert len(said) == 4 and "emulates" in said[3]
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
