@@ -17,16 +17,26 @@ round by round, against the drift of a shared VM, which moved BERT-tiny's fp32 r
 within half an hour); the table gives the median rates and the median and range of the per-round
 ratios.
 
+With --stream_error it measures precision instead: a GPT (H 256, 4 heads, sequence 128, random
+weights, evaluation graph) in bfloat16 against the same weights in float32, the final hidden
+state's relative difference, with the residual stream the host uses (float32) and with the
+16-bit one the engine's trace builds (tracing_for_engine), at 4, 12 and 24 layers.
+
     python benchmarks/bench_bf16.py [--steps 3600 --eval_steps 100] [--shapes tiny,small]
         [--rounds 3] [--quick]
+    python benchmarks/bench_bf16.py --stream_error
 """
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import shutil
 import statistics
 import tempfile
 import time
+
+import numpy as np
 
 import cerebras_tf  # noqa: F401  first, so its oneDNN default applies (TF reads it at import)
 from common import ROOT, has_bf16, machine, print_table, quiet_tf  # noqa: E402
@@ -38,6 +48,7 @@ tf1 = tf.compat.v1
 from cerebras_tf import params as params_lib  # noqa: E402
 from cerebras_tf import runner  # noqa: E402
 from cerebras_tf.runtime import precision  # noqa: E402
+from cerebras_models.gpt import modeling as gpt_modeling  # noqa: E402
 from cerebras_models.bert import input as input_lib  # noqa: E402
 from cerebras_models.bert import model as bert_model  # noqa: E402
 from cerebras_models.data import acquire  # noqa: E402
@@ -90,8 +101,42 @@ def run(shape, bf16, steps, warmup, eval_steps):
     shutil.rmtree(model_dir, ignore_errors=True)
 
 
+def gpt_final_hidden(layers: int, dtype: str, sixteen_bit_stream: bool) -> np.ndarray:
+  """[4, 128, 256] float32: a GPT's final hidden state (after ln_f), weights from seed 1."""
+  config = gpt_modeling.GPTConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=layers,
+                                  num_heads=4, filter_size=1024, max_position_embeddings=128)
+  config = dataclasses.replace(config, dtype=dtype)
+  ids = np.random.RandomState(0).randint(0, 1000, [4, 128]).astype("int32")
+  with tf.Graph().as_default(), (precision.tracing_for_engine() if sixteen_bit_stream
+                                 else contextlib.nullcontext()):
+    tf1.set_random_seed(1)
+    hidden = gpt_modeling.gpt_hidden(tf.constant(ids), tf.ones([4, 128], tf.int32), config,
+                                     training=False)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      return sess.run(tf.cast(hidden.h, tf.float32))
+
+
+def stream_error() -> None:
+  rows = []
+  for layers in (4, 12, 24):
+    exact = gpt_final_hidden(layers, "float32", False)
+    row = [str(layers)]
+    for sixteen in (False, True):
+      e = gpt_final_hidden(layers, "bfloat16", sixteen) - exact
+      row.append(f"{np.sqrt((e ** 2).mean() / (exact ** 2).mean()):.2%} / "
+                 f"{np.abs(e).max() / np.abs(exact).max():.2%}")
+    rows.append(row)
+  print_table(f"GPT in bfloat16 vs float32, the final hidden state's difference, rms / largest "
+              f"(each relative to float32's rms / largest); {machine()}",
+              ["layers", "float32 residual stream (the host)",
+               "bfloat16 residual stream (the engine's trace)"], rows)
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--stream_error", action="store_true",
+                  help="a GPT's bf16 error with a float32 and a 16-bit residual stream")
   ap.add_argument("--steps", type=int, default=300, help="training steps per run (the demo: 3600)")
   ap.add_argument("--warmup", type=int, default=20, help="first steps left out of the rate")
   ap.add_argument("--eval_steps", type=int, default=50, help="held-out batches evaluated")
@@ -101,6 +146,8 @@ def main():
   ap.add_argument("--quick", action="store_true",
                   help="BERT-tiny only, 30 steps, 4 held-out batches: shows it works")
   args = ap.parse_args()
+  if args.stream_error:
+    return stream_error()
   if args.rounds < 1:
     ap.error(f"--rounds must be at least 1, got {args.rounds}")
   if args.quick:

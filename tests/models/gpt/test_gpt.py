@@ -1,5 +1,8 @@
 """GPT backbone: parameter count by formula, rotary relativity, causality, and it learns."""
 
+import contextlib
+from unittest import mock
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -458,3 +461,32 @@ def test_a_training_mlp_calls_the_fused_gelu_and_other_graphs_the_plain_ops():
   calls = mlp_calls(training=True)
   assert len(calls) == 1 and "gelu_forward_fused" in calls[0], calls
   assert mlp_calls(training=False) == [] and mlp_calls(training=True, engine=True) == []
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_bfloat16_gpt_keeps_its_residual_stream_float32_on_the_host_only(parallel):
+  """The sublayers compute in bfloat16 and add into a float32 stream on the host (a 24-layer
+  GPT's final hidden state 0.91% rms from float32's against 1.36% with a bfloat16 stream);
+  the engine's trace keeps the 16-bit stream the engine computes with, so its plans and
+  activation bytes do not change; the backbone's output is bfloat16 either way."""
+  config = modeling.GPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=3, num_heads=4,
+                              filter_size=64, max_position_embeddings=16, dropout_rate=0.1,
+                              parallel_attention=parallel, dtype="bfloat16")
+
+  def streams(engine):
+    seen, real = [], modeling.decoder_layer
+
+    def layer(x, *args):
+      y = real(x, *args)
+      seen.append((x.dtype.name, y.dtype.name))
+      return y
+
+    with tf.Graph().as_default(), mock.patch.object(modeling, "decoder_layer", layer), \
+        (precision.tracing_for_engine() if engine else contextlib.nullcontext()):
+      ids = tf.zeros([2, 8], tf.int32)
+      hidden = modeling.gpt_hidden(ids, tf.ones_like(ids), config, training=True)
+      assert hidden.h.dtype == tf.bfloat16
+    return seen
+
+  assert streams(engine=False) == [("float32", "float32")] * 3
+  assert streams(engine=True) == [("bfloat16", "bfloat16")] * 3
