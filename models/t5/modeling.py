@@ -33,6 +33,7 @@ import tensorflow as tf
 from cerebras_models import embedding
 from cerebras_models.dropout import dropout as _dropout
 from cerebras_models.t5.config import T5Config  # the hyper-parameters, declared there
+from cerebras_tf.runtime import precision
 
 tf1 = tf.compat.v1
 
@@ -180,10 +181,20 @@ def feed_forward(x, activation: str, config: T5Config):
   return dense(h, config.d_model, "wo", config.d_ff ** -0.5, config, config.use_ffn_bias)
 
 
+def stream_dtype(config: T5Config) -> tf.DType:
+  """The residual stream's dtype: float32 on the host, where a bfloat16 model adds each
+  sublayer's output to a float32 stream, as GPT's (gpt.modeling.stream_dtype: a 24-layer
+  stack's output 0.91% rms from float32's against 1.36% with a bfloat16 stream); the compute
+  dtype in the engine's trace, which computes in 16 bits."""
+  return tf.as_dtype(config.dtype) if precision.in_engine_trace() else tf.float32
+
+
 def _residual(x, name: str, sublayer, config: T5Config, training: bool):
-  """x + dropout(sublayer(rms_norm(x))): T5's pre-norm block."""
+  """x + dropout(sublayer(rms_norm(x))): T5's pre-norm block; x in stream_dtype, the
+  sublayer in the compute dtype."""
   with tf1.variable_scope(name):
-    return x + dropout(sublayer(rms_norm(x, config.layer_norm_epsilon)), config, training)
+    h = tf.cast(rms_norm(x, config.layer_norm_epsilon), tf.as_dtype(config.dtype))
+    return x + tf.cast(dropout(sublayer(h), config, training), x.dtype)
 
 
 def embedding_tables(config: T5Config):
@@ -199,7 +210,7 @@ def embedding_tables(config: T5Config):
 def encoder(ids, mask, table, config: T5Config, training: bool):
   """ids, mask: [B, S] int32 (mask 1 = real) -> [B, S, M] in the compute dtype."""
   dtype = tf.as_dtype(config.dtype)
-  x = dropout(tf.cast(embedding.lookup(table, ids), dtype), config, training)
+  x = dropout(tf.cast(embedding.lookup(table, ids), stream_dtype(config)), config, training)
   length = ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
   with tf1.variable_scope("encoder"):
     bias = padding_bias(mask)
@@ -211,14 +222,15 @@ def encoder(ids, mask, table, config: T5Config, training: bool):
                       lambda h: attention(h, h, bias, config, training), config, training)
         x = _residual(x, "ffn", lambda h: feed_forward(h, config.encoder_nonlinearity, config),
                       config, training)
-    return dropout(rms_norm(x, config.layer_norm_epsilon, "final_rms_norm"), config, training)
+    return dropout(tf.cast(rms_norm(x, config.layer_norm_epsilon, "final_rms_norm"), dtype),
+                   config, training)
 
 
 def decoder(ids, encoder_output, encoder_mask, table, config: T5Config, training: bool):
   """Teacher-forced decoder. ids: [B, T] int32 ([start] y[:-1]); encoder_output [B, S, M];
   encoder_mask [B, S] -> [B, T, M] in the compute dtype."""
   dtype = tf.as_dtype(config.dtype)
-  x = dropout(tf.cast(embedding.lookup(table, ids), dtype), config, training)
+  x = dropout(tf.cast(embedding.lookup(table, ids), stream_dtype(config)), config, training)
   length = ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
   with tf1.variable_scope("decoder"):
     self_bias = causal_bias(length)
@@ -234,7 +246,8 @@ def decoder(ids, encoder_output, encoder_mask, table, config: T5Config, training
                       config, training)
         x = _residual(x, "ffn", lambda h: feed_forward(h, config.decoder_nonlinearity, config),
                       config, training)
-    return dropout(rms_norm(x, config.layer_norm_epsilon, "final_rms_norm"), config, training)
+    return dropout(tf.cast(rms_norm(x, config.layer_norm_epsilon, "final_rms_norm"), dtype),
+                   config, training)
 
 
 def t5_output_layer(encoder_ids, encoder_mask, decoder_ids, config: T5Config, training: bool):

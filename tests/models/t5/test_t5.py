@@ -82,6 +82,40 @@ def test_rms_norm_has_no_centering_and_no_bias():
   assert names == ["rms_norm/scale:0"]
 
 
+def test_a_bfloat16_t5_keeps_its_residual_streams_float32_on_the_host_only():
+  """As GPT's: both stacks' sublayers compute in bfloat16 and add into a float32 stream on the
+  host; the engine's trace keeps 16 bits (its plans unchanged); the stacks' outputs are
+  bfloat16 either way."""
+  import contextlib  # pylint: disable=import-outside-toplevel
+  from unittest import mock  # pylint: disable=import-outside-toplevel
+  from cerebras_models.t5 import modeling  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import precision  # pylint: disable=import-outside-toplevel
+  config = modeling.T5Config(vocab_size=50, d_model=16, d_kv=4, num_heads=4, d_ff=32,
+                             num_encoder_layers=2, num_decoder_layers=1, dropout_rate=0.1,
+                             dtype="bfloat16")
+
+  def streams(engine):
+    seen, real = [], modeling._residual  # pylint: disable=protected-access
+
+    def residual(x, *args):
+      y = real(x, *args)
+      seen.append((x.dtype.name, y.dtype.name))
+      return y
+
+    with tf.Graph().as_default(), mock.patch.object(modeling, "_residual", residual), \
+        (precision.tracing_for_engine() if engine else contextlib.nullcontext()):
+      ids, mask = tf.zeros([2, 6], tf.int32), tf.ones([2, 6], tf.int32)
+      enc_table, dec_table = modeling.embedding_tables(config)
+      memory = modeling.encoder(ids, mask, enc_table, config, training=True)
+      out = modeling.decoder(ids, memory, mask, dec_table, config, training=True)
+      assert (memory.dtype, out.dtype) == (tf.bfloat16, tf.bfloat16)
+    return seen
+
+  # encoder: 2 layers x (self-attention, ffn); decoder: self-, cross-attention, ffn
+  assert streams(engine=False) == [("float32", "float32")] * 7
+  assert streams(engine=True) == [("bfloat16", "bfloat16")] * 7
+
+
 def test_modelzoo_keys_and_refusals(tmp_path, data_dir):
   params = load_params(_yaml(tmp_path, data_dir))
   model, inp = params["model"], params["train_input"]
