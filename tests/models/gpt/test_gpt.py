@@ -1,7 +1,6 @@
 """GPT backbone: parameter count by formula, rotary relativity, causality, and it learns."""
 
 import contextlib
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ import tensorflow as tf
 from cerebras_models.gpt import modeling
 from cerebras_models.gpt.model import model_fn
 from cerebras_tf.runtime import precision
+from dtype_probe import call_dtypes
 
 tf1 = tf.compat.v1
 
@@ -474,14 +474,7 @@ def test_a_bfloat16_gpt_keeps_its_residual_stream_float32_on_the_host_only(paral
                               parallel_attention=parallel, dtype="bfloat16")
 
   def streams(engine):
-    seen, real = [], modeling.decoder_layer
-
-    def layer(x, *args):
-      y = real(x, *args)
-      seen.append((x.dtype.name, y.dtype.name))
-      return y
-
-    with tf.Graph().as_default(), mock.patch.object(modeling, "decoder_layer", layer), \
+    with tf.Graph().as_default(), call_dtypes(modeling, "decoder_layer") as seen, \
         (precision.tracing_for_engine() if engine else contextlib.nullcontext()):
       ids = tf.zeros([2, 8], tf.int32)
       hidden = modeling.gpt_hidden(ids, tf.ones_like(ids), config, training=True)

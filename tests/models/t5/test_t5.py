@@ -2,6 +2,7 @@
 corruption's invariants on real text, modelzoo's T5 keys, and a few training steps with
 use_cs=True that match plain tf.estimator step by step."""
 
+import contextlib
 import math
 import os
 
@@ -11,6 +12,8 @@ import tensorflow as tf
 
 from cerebras_tf.errors import ParamsError
 from cerebras_tf.params import load_params
+from cerebras_tf.runtime import precision
+from dtype_probe import call_dtypes
 from event_losses import engine_and_plain_losses
 
 tf1 = tf.compat.v1
@@ -86,23 +89,13 @@ def test_a_bfloat16_t5_keeps_its_residual_streams_float32_on_the_host_only():
   """As GPT's: both stacks' sublayers compute in bfloat16 and add into a float32 stream on the
   host; the engine's trace keeps 16 bits (its plans unchanged); the stacks' outputs are
   bfloat16 either way."""
-  import contextlib  # pylint: disable=import-outside-toplevel
-  from unittest import mock  # pylint: disable=import-outside-toplevel
   from cerebras_models.t5 import modeling  # pylint: disable=import-outside-toplevel
-  from cerebras_tf.runtime import precision  # pylint: disable=import-outside-toplevel
   config = modeling.T5Config(vocab_size=50, d_model=16, d_kv=4, num_heads=4, d_ff=32,
                              num_encoder_layers=2, num_decoder_layers=1, dropout_rate=0.1,
                              dtype="bfloat16")
 
   def streams(engine):
-    seen, real = [], modeling._residual  # pylint: disable=protected-access
-
-    def residual(x, *args):
-      y = real(x, *args)
-      seen.append((x.dtype.name, y.dtype.name))
-      return y
-
-    with tf.Graph().as_default(), mock.patch.object(modeling, "_residual", residual), \
+    with tf.Graph().as_default(), call_dtypes(modeling, "_residual") as seen, \
         (precision.tracing_for_engine() if engine else contextlib.nullcontext()):
       ids, mask = tf.zeros([2, 6], tf.int32), tf.ones([2, 6], tf.int32)
       enc_table, dec_table = modeling.embedding_tables(config)
