@@ -59,6 +59,14 @@ def test_the_dtype_follows_the_flag_and_the_cpu(monkeypatch):
   assert len(said) == 4 and "emulates" in said[3]
 
 
+def test_a_pre_norm_stream_is_float32_on_the_host_and_the_compute_dtype_for_the_engine():
+  assert precision.stream_dtype("bfloat16") == "float32"
+  assert precision.stream_dtype("float32") == "float32"
+  with precision.tracing_for_engine():
+    assert precision.stream_dtype("bfloat16") == "bfloat16"
+    assert precision.stream_dtype("float32") == "float32"
+
+
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
   info = tmp_path / "cpuinfo"
   info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 avx512_bf16\n\n"
