@@ -263,9 +263,9 @@ def _ffn(x, config: GPTConfig, training: bool):
 
 def decoder_layer(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """One pre-LN block.  [B*S, H] stream_dtype -> [B*S, H] stream_dtype."""
-  def attended(h):
-    return tf.cast(dropout(attention(h, bias, batch, seq, config, training),
-                           config.dropout_rate, training), x.dtype)
+  def attended(h):  # dropped out in the stream's dtype: float32 keeps the scale 1 / (1 - rate)
+    return dropout(tf.cast(attention(h, bias, batch, seq, config, training), x.dtype),
+                   config.dropout_rate, training)
 
   if config.parallel_attention:
     h = _ln(x, "ln_1", config)

@@ -191,7 +191,8 @@ def _residual(x, name: str, sublayer, config: T5Config, training: bool):
   sublayer in the compute dtype."""
   with tf1.variable_scope(name):
     h = tf.cast(rms_norm(x, config.layer_norm_epsilon), tf.as_dtype(config.dtype))
-    return x + tf.cast(dropout(sublayer(h), config, training), x.dtype)
+    # dropped out in the stream's dtype: float32 keeps the scale 1 / (1 - rate) exact
+    return x + dropout(tf.cast(sublayer(h), x.dtype), config, training)
 
 
 def embedding_tables(config: T5Config):

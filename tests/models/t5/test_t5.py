@@ -109,6 +109,25 @@ def test_a_bfloat16_t5_keeps_its_residual_streams_float32_on_the_host_only():
   assert streams(engine=True) == [("bfloat16", "bfloat16")] * 7
 
 
+def test_a_bfloat16_sublayer_is_dropped_out_in_the_float32_stream_with_the_exact_scale():
+  """In bfloat16 the kept scale 1 / (1 - 0.1) would round to 1.109375 (kept values 0.16%
+  short on average); added to the float32 stream, the sublayer's output is dropped out after
+  its cast, at 1.1111111 exactly."""
+  from cerebras_models.t5 import modeling  # pylint: disable=import-outside-toplevel
+  config = modeling.T5Config(vocab_size=50, d_model=16, d_kv=4, num_heads=4, d_ff=32,
+                             num_encoder_layers=1, dropout_rate=0.1, dtype="bfloat16")
+  with tf.Graph().as_default():
+    y = modeling._residual(tf.zeros([256, 16]), "ffn",  # pylint: disable=protected-access
+                           lambda h: tf.ones_like(h), config, training=True)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      out = sess.run(y)
+  assert y.dtype == tf.float32
+  kept = out[out > 0]
+  assert 0.8 < kept.size / out.size < 1.0
+  np.testing.assert_array_equal(kept, np.full(kept.shape, 1 / 0.9, np.float32))
+
+
 def test_modelzoo_keys_and_refusals(tmp_path, data_dir):
   params = load_params(_yaml(tmp_path, data_dir))
   model, inp = params["model"], params["train_input"]
