@@ -3,7 +3,8 @@ emulates it, and whether the training call says so.
 
 A model brought from a GPU is often built under `mixed_float16`; TensorFlow 2.15 trains it as
 written, emulating float16 on every CPU (its oneDNN products take float32 and bfloat16 only,
-so avx512_fp16 does not help) and bfloat16 where the CPU lacks avx512_bf16/AMX-BF16. Measured side by side in one process, float32 the anchor:
+so avx512_fp16 does not help) and bfloat16 where the CPU lacks avx512_bf16/AMX-BF16.
+Measured side by side in one process, float32 the anchor:
 (a) a 1024^3 matmul in each compute dtype; (b) a Keras MLP 256-512-512-16, batch 128, through
 `CerebrasEstimator.from_keras_model(...).train(use_cs=True)` under each policy, rounds
 interleaved, and the warning of compiler/lints.say_emulated_products counted. No goal: the

@@ -354,8 +354,8 @@ def say_slow_attention_scores(graph) -> None:
 
 
 # The ops that carry a step's FLOPs: where they compute in a 16-bit type TensorFlow has no fast
-# kernel for on this CPU, it emulates it (float16 matmuls at 1 GFLOP/s where float32's run at 142 on an
-# AVX2 EPYC), and nothing says so.
+# kernel for on this CPU, it emulates it (float16 matmuls at 1 GFLOP/s where float32's run at
+# 142 on an AVX2 EPYC), and nothing says so.
 _PRODUCTS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum",
                        "Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
                        "Conv2DBackpropFilter", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
@@ -377,9 +377,9 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
   """Names the user's line of the first matmul or convolution in a 16-bit type TensorFlow
   emulates on this CPU (a Keras mixed_float16 policy, brought from a GPU, trains ~60x slower on
   an AVX2 host than in float32, ~100x on a Xeon with avx512_fp16), and what to set instead:
-  mixed_bfloat16 where bfloat16 is fast here, else float32. For training, evaluation and prediction
-  graphs; each line once per process (a train_and_evaluate loop's evaluations build the same
-  graph again and again)."""
+  mixed_bfloat16 where bfloat16 is fast here, else float32. For training, evaluation and
+  prediction graphs; each line once per process (a train_and_evaluate loop's evaluations build
+  the same graph again and again)."""
   found = emulated_products(graph, emulated)
   if not found:
     return
@@ -394,15 +394,15 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
     return
   _SAID_EMULATED.add((where, len(found), dtypes))
   # Where bfloat16 is fast, a float16 model (a GPU guide's mixed_float16) keeps its 16 bits.
-  policy = "'mixed_bfloat16'" if "bfloat16" not in emulated else "'float32'"
+  policy, dtype = (("mixed_bfloat16", "bfloat16") if "bfloat16" not in emulated
+                   else ("float32", "float32"))
   tf.compat.v1.logging.warning(
       "cerebras_tf: %s: %d matmul/convolution op(s) compute in %s, which TensorFlow emulates "
       "on this CPU (no fast kernel here: on an AVX2 host a Keras MLP trained ~60x slower in "
       "float16 than in float32, BERT-tiny 0.73x in bfloat16): for speed on this host set the "
-      "Keras policy to %s (tf.keras.mixed_precision.set_global_policy(%s)) or cast to %s; "
+      "Keras policy to %s (tf.keras.mixed_precision.set_global_policy('%s')) or cast to %s; "
       "the engine's estimate assumes 16-bit activations either way",
-      where, len(found), dtypes, policy.strip("'"), policy,
-      "bfloat16" if "bfloat16" not in emulated else "float32")
+      where, len(found), dtypes, policy, policy, dtype)
 
 
 def _restores(assign) -> bool:

@@ -23,7 +23,7 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU with fa
 ONEDNN_FLOAT16_PRODUCTS = False
 FORCE_ENV = "CEREBRAS_TF_FORCE_BF16"
 
-_said = set()  # the fallback lines logged in this process (each once)
+_said = set()  # the precision lines logged in this process (each once)
 # Set while the compiler traces the model_fn for the engine, which computes in 16 bits on
 # any host: the trace (activation bytes, kernels) must not depend on the host's CPU.
 _for_engine = contextvars.ContextVar("cerebras_tf_trace_for_engine", default=False)
