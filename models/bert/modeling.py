@@ -322,9 +322,8 @@ def self_attention(x, bias, batch, seq, config: BertConfig, training: bool):
 
 def add_and_norm(x, residual, config: BertConfig, training: bool):
   """dropout(x) + residual, LayerNorm in float32, cast back.  [M, H] -> [M, H]."""
-  # Dropout after the cast: in bfloat16 its scale 1 / (1 - 0.1) rounds to 1.109375 (kept
-  # activations 0.16% short on average), and Eigen's bfloat16 select and multiply are slower
-  # than float32's (forward + backward at [4096, 128]: 3.4-3.6 -> 2.8-3.1 ms, AVX-512 EPYC).
+  # Dropout after the cast: a bfloat16 x would be cast to float32 and back inside it
+  # (models/dropout.py drops 16-bit tensors out in float32, for the exact scale).
   x = dropout(tf.cast(x, tf.float32), config.dropout_rate, training)
   y = layer_norm(x + tf.cast(residual, tf.float32), config.layer_norm_epsilon)
   return tf.cast(y, compute_dtype(config))

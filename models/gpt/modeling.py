@@ -140,7 +140,7 @@ def attention(x, bias, batch, seq: int, config: GPTConfig, training: bool):
 
 def mlp(x, config: GPTConfig, training: bool):
   """fc_in -> activation -> fc_out (scope `mlp`); SwiGLU: silu(fc_gate(x)) * fc_in(x) ->
-  fc_out.  [M, H] -> [M, H]."""
+  fc_out, dropped out.  [M, H] compute dtype -> [M, H] stream_dtype."""
   r, bias = config.init("layers"), config.use_ffn_bias
   with tf1.variable_scope("mlp"):
     if config.encoder_nonlinearity == "swiglu":
@@ -149,8 +149,8 @@ def mlp(x, config: GPTConfig, training: bool):
     else:
       h = dense(x, config.filter_size, "fc_in", r,
                 activation=feed_forward_activation(config, training), use_bias=bias)
-    return dropout(dense(h, config.hidden_size, "fc_out", config.output_range, use_bias=bias),
-                   config.dropout_rate, training)
+    y = dense(h, config.hidden_size, "fc_out", config.output_range, use_bias=bias)
+    return dropout(tf.cast(y, stream_dtype(config)), config.dropout_rate, training)
 
 
 def expert_capacity(tokens: int, config: GPTConfig) -> int:
@@ -174,7 +174,7 @@ def moe_mlp(x, config: GPTConfig, training: bool):
   A token past an expert's capacity skips it (the residual carries it).
 
   Returns:
-    ([M, H] in x.dtype, the load-balancing loss: num_experts x sum_e f_e x P_e, f_e the
+    ([M, H] in stream_dtype, the load-balancing loss: num_experts x sum_e f_e x P_e, f_e the
     share of routed slots given to expert e and P_e its mean router probability).
   """
   e, k, r = config.num_experts, config.top_k, config.initializer_range
@@ -219,6 +219,7 @@ def moe_mlp(x, config: GPTConfig, training: bool):
       back = tf.gather(out, tf.maximum(slot, 0))                         # [k*M, H]
       weight = tf.reshape(tf.transpose(gate), [-1]) * tf.cast(kept, tf.float32)
       y = tf.reduce_sum(tf.reshape(back * tf.cast(weight[:, None], dt), [k, m, hidden]), 0)
+    y = tf.cast(y, stream_dtype(config))
     if config.num_shared_experts:
       with tf1.variable_scope("shared"):
         shared = dataclasses.replace(config, filter_size=config.filter_size *
@@ -263,16 +264,18 @@ def _ffn(x, config: GPTConfig, training: bool):
 
 def decoder_layer(x, bias, batch, seq: int, config: GPTConfig, training: bool):
   """One pre-LN block.  [B*S, H] stream_dtype -> [B*S, H] stream_dtype."""
-  def attended(h):  # dropped out in the stream's dtype: float32 keeps the scale 1 / (1 - rate)
+  # Each sublayer's output is dropped out after its cast to the stream's dtype (here, and in
+  # mlp and moe_mlp): in float32 on the host, with no cast there and back inside the dropout.
+  def attended(h):
     return dropout(tf.cast(attention(h, bias, batch, seq, config, training), x.dtype),
                    config.dropout_rate, training)
 
   if config.parallel_attention:
     h = _ln(x, "ln_1", config)
     h_mlp = _ln(x, "ln_2", config) if config.use_untied_layer_norm else h
-    return x + attended(h) + tf.cast(_ffn(h_mlp, config, training), x.dtype)
+    return x + attended(h) + _ffn(h_mlp, config, training)
   x = x + attended(_ln(x, "ln_1", config))
-  return x + tf.cast(_ffn(_ln(x, "ln_2", config), config, training), x.dtype)
+  return x + _ffn(_ln(x, "ln_2", config), config, training)
 
 
 class Hidden(NamedTuple):

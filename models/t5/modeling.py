@@ -191,7 +191,7 @@ def _residual(x, name: str, sublayer, config: T5Config, training: bool):
   sublayer in the compute dtype."""
   with tf1.variable_scope(name):
     h = tf.cast(rms_norm(x, config.layer_norm_epsilon), tf.as_dtype(config.dtype))
-    # dropped out in the stream's dtype: float32 keeps the scale 1 / (1 - rate) exact
+    # dropped out after the cast to the stream's dtype: no cast there and back inside it
     return x + dropout(tf.cast(sublayer(h), x.dtype), config, training)
 
 

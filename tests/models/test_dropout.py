@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from cerebras_models import dropout
+from cerebras_tf.runtime import precision
 
 tf1 = tf.compat.v1
 
@@ -82,3 +83,30 @@ def test_the_graph_seed_decides_the_masks_and_each_op_and_run_draws_its_own():
   assert not np.array_equal(first[0][0], unseeded[0][0])
   assert not np.array_equal(first[0][0], first[0][1])  # two ops
   assert not np.array_equal(first[0][0], first[1][0])  # two runs
+
+
+@pytest.mark.parametrize("dtype, rounded", [(tf.bfloat16, 1.109375), (tf.float16, 1.111328125)])
+def test_a_16_bit_tensor_is_dropped_out_at_the_float32_scale_on_the_host_only(dtype, rounded):
+  # 1 / 0.9 in 16 bits is `rounded`: kept values 0.16% (bfloat16) or 0.018% (float16) off
+  # their float32 mean. Here each kept value is x * float32(1 / 0.9) rounded once to 16 bits,
+  # round-to-nearest-even on 2^20 random mantissas: the mean ratio is 1 / 0.9 within ~1e-6,
+  # where the 16-bit scale is 1.8e-4 (float16) to 1.6e-3 (bfloat16) off.
+  assert abs(rounded * 0.9 - 1) > 1.5e-4
+  x = np.random.default_rng(0).uniform(1.0, 2.0, 2 ** 20).astype(np.float32)
+  with tf.Graph().as_default():
+    x16 = tf.cast(tf.constant(x), dtype)
+    y = dropout.dropout(x16, 0.1)
+    assert y.dtype == dtype
+    g = tf.gradients(tf.reduce_sum(tf.cast(y, tf.float32)), x16)[0]
+    with tf1.Session() as sess:
+      y1, x1, g1 = sess.run([tf.cast(y, tf.float32), tf.cast(x16, tf.float32),
+                             tf.cast(g, tf.float32)])
+    with precision.tracing_for_engine():  # the engine computes the op in 16 bits
+      traced = dropout.dropout(tf1.placeholder(dtype, [4, 6]), 0.1)
+    muls = [op for op in traced.graph.get_operations()
+            if op.type == "Mul" and op.name.startswith(traced.op.name.rsplit("/", 1)[0])]
+  kept = y1 != 0
+  assert abs(kept.mean() - 0.9) < 2.5e-3
+  assert abs(y1[kept].sum() / x1[kept].sum() * 0.9 - 1) < 5e-5
+  np.testing.assert_array_equal(g1 != 0, kept)
+  assert traced.dtype == dtype and [op.outputs[0].dtype for op in muls] == [dtype]
