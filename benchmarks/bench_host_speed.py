@@ -47,6 +47,9 @@ MODELS = {  # name -> (YAML in the tree, overrides) ; shipped recipes, short run
     # GPT-tiny with model.mixed_precision: true (bfloat16 on a CPU with bf16 math), dropout 0.1
     "gpt_tiny_bf16_dropout": ("configs/params_gpt_tiny.yaml", [
         "model.dropout_rate=0.1", "model.mixed_precision=true"]),
+    # The Transformer-tiny with model.mixed_precision: true, as shipped otherwise (dropout 0.1)
+    "transformer_tiny_bf16": ("configs/params_transformer_tiny.yaml",
+                              ["model.mixed_precision=true"]),
     # T5-tiny with model.mixed_precision: true, as shipped otherwise
     "t5_tiny_bf16": ("configs/params_t5_tiny.yaml", ["model.mixed_precision=true"]),
     # (b): issue 14's goal config, google-bert's dropout 0.1 (the demo trains without dropout)

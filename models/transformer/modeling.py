@@ -13,8 +13,8 @@ Variable scopes:
 Shapes: B batch, S source length, T target length, H hidden, N heads, D = H / N, F filter,
 V vocabulary. Building blocks (dense, layer_norm, dropout, gelu, initializer) come from
 models/bert/modeling.py. Compute is float32, or bfloat16 with `model.mixed_precision: true`
-(float32 variables cast where used; softmax, LayerNorm, the attention bias and the logits stay
-float32, as in BERT's and GPT's mixed precision).
+(float32 variables cast where used; softmax, LayerNorm, the attention bias, the residual sums
+and the logits stay float32 on the host, as in BERT's and GPT's mixed precision).
 
 Where lengths come from (variable tensor shape): the input pipeline pads every batch to the
 static [B, S] / [B, T] the engine compiles for, and passes `source_padding_mask`,
@@ -33,6 +33,7 @@ from cerebras_models import embedding
 from cerebras_models.bert.modeling import (dense, dropout, feed_forward_activation,
                                                initializer, layer_norm)
 from cerebras_models.transformer.config import TransformerConfig  # declared there
+from cerebras_tf.runtime import precision
 
 tf1 = tf.compat.v1
 
@@ -42,6 +43,13 @@ NEG_INF = -1e9
 def compute_dtype(config: TransformerConfig) -> tf.DType:
   """The dtype the matmuls run in (variables stay float32)."""
   return tf.as_dtype(config.dtype)
+
+
+def stream_dtype(config: TransformerConfig) -> tf.DType:
+  """The dtype residuals are added in (precision.stream_dtype): float32 on the host, where a
+  bfloat16 model adds each sublayer's output to a float32 residual (pre-norm: the stream
+  itself; post-norm: the sum the LayerNorm takes); the compute dtype in the engine's trace."""
+  return tf.as_dtype(precision.stream_dtype(config.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,10 +90,10 @@ def embed(ids, table, config: TransformerConfig, training: bool, start=0):
   Args:
     ids: [B, L] int32.  start: position of ids[:, 0] (decoding steps).
   Returns:
-    [B, L, H] in the compute dtype.
+    [B, L, H] in stream_dtype.
   """
   length = tf.shape(ids)[1]
-  dtype = compute_dtype(config)
+  dtype = stream_dtype(config)
   x = tf.cast(embedding.lookup(table, ids), dtype) * (config.hidden_size ** 0.5)
   if config.position_embedding_type == "fixed":
     pos = sinusoids(length, config.hidden_size, start)
@@ -172,18 +180,22 @@ def feed_forward(x, config: TransformerConfig, training: bool):
 
 
 def sublayer(x, fn, config: TransformerConfig, training: bool):
-  """Residual block: post-norm LN(x + drop(fn(x))) or pre-norm x + drop(fn(LN(x)))."""
-  eps = config.layer_norm_epsilon
-  dtype = compute_dtype(config)
+  """Residual block: post-norm LN(x + drop(fn(x))) or pre-norm x + drop(fn(LN(x))), fn's
+  output dropped out and added in stream_dtype.  x [B, L, H] -> [B, L, H]: pre-norm
+  stream_dtype -> stream_dtype; post-norm any float dtype -> the compute dtype."""
+  eps, dtype, stream = config.layer_norm_epsilon, compute_dtype(config), stream_dtype(config)
   if config.pre_norm:
-    return x + dropout(fn(tf.cast(layer_norm(x, eps), dtype)), config.dropout_rate, training)
-  return tf.cast(layer_norm(x + dropout(fn(x), config.dropout_rate, training), eps), dtype)
+    y = fn(tf.cast(layer_norm(x, eps), dtype))
+    return x + dropout(tf.cast(y, stream), config.dropout_rate, training)
+  y = dropout(tf.cast(fn(tf.cast(x, dtype)), stream), config.dropout_rate, training)
+  return tf.cast(layer_norm(tf.cast(x, stream) + y, eps), dtype)
 
 
 def final_norm(x, config: TransformerConfig):
-  """Pre-norm stacks end with a LayerNorm; post-norm outputs are normalized already."""
+  """Pre-norm stacks end with a LayerNorm; post-norm outputs are normalized already.
+  -> the compute dtype."""
   if not config.pre_norm:
-    return x
+    return tf.cast(x, compute_dtype(config))
   return tf.cast(layer_norm(x, config.layer_norm_epsilon, "final_norm"), compute_dtype(config))
 
 

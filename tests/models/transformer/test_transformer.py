@@ -1,6 +1,7 @@
 """Transformer (encoder-decoder) tests on tiny synthetic data: cached decoding, beam search,
 input masks, BLEU statistics, the configs, and a SavedModel that translates raw text."""
 
+import contextlib
 import os
 import random
 
@@ -17,6 +18,7 @@ from cerebras_models.transformer import input as input_lib
 from cerebras_models.transformer import model as model_lib
 from cerebras_models.transformer import modeling
 from cerebras_models.transformer import vocab as vocab_lib
+from dtype_probe import call_dtypes
 
 tf1 = tf.compat.v1
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -513,3 +515,24 @@ def test_mixed_precision_is_accepted_and_computes_in_bfloat16(data_dir, pre_norm
       assert all(np.all(np.isfinite(x)) for x in g)
   scale = np.abs(logits["float32"]).max()
   assert np.abs(logits["bfloat16"] - logits["float32"]).max() < 0.05 * scale
+
+
+@pytest.mark.parametrize("norm_type", ["post", "pre"])
+def test_a_bfloat16_transformer_adds_its_residuals_in_float32_on_the_host_only(norm_type):
+  """As GPT's and T5's: every LayerNorm takes a residual sum (post-norm) or the residual
+  stream (pre-norm) that is float32 on the host and bfloat16 in the engine's trace (its plans
+  unchanged); the stacks' outputs are in the compute dtype either way."""
+  cfg = _tiny_config(norm_type=norm_type, dtype="bfloat16", dropout_rate=0.1)
+
+  def norm_inputs(engine):
+    with tf.Graph().as_default(), call_dtypes(modeling, "layer_norm") as seen, \
+        (precision.tracing_for_engine() if engine else contextlib.nullcontext()):
+      ids = tf.constant([[5, 6, 7, 0]])
+      out = modeling.transformer(ids, tf.sign(ids), ids, cfg, training=True)
+      assert out["encoder_output"].dtype == out["decoder_output"].dtype == tf.bfloat16
+    return {x for x, _ in seen}, len(seen)
+
+  # 2 encoder layers x 2 sublayers + 2 decoder layers x 3 (+ the two final norms of pre-norm)
+  count = 10 + 2 * (norm_type == "pre")
+  assert norm_inputs(engine=False) == ({"float32"}, count)
+  assert norm_inputs(engine=True) == ({"bfloat16"}, count)
