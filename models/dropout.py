@@ -10,9 +10,9 @@ that mask. An element is kept with probability round(keep * 65536) / 65536 (with
 A 16-bit x (a bfloat16 or float16 model) is dropped out in float32 on the host and cast back,
 as PyTorch's dropout computes a bfloat16 tensor in float: in 16 bits the scale 1 / (1 - 0.1)
 rounds to 1.109375 (bfloat16), every kept activation 0.16% short of its mean (tf.nn.dropout
-has that bias too), and the float32 way is also the faster on CPUs (forward and backward at
-[4096, 512]: 3.9 -> 2.9 ms, AVX-512 EPYC with avx512_bf16, issue 42). The engine's trace keeps
-the 16-bit op: the engine computes in 16 bits.
+has that bias too), and the float32 way was also the faster where measured (forward and
+backward at [4096, 512]: 3.9 -> 2.9 ms, AVX-512 EPYC with avx512_bf16, issue 42). The engine's
+trace keeps the 16-bit op: the engine computes in 16 bits.
 """
 
 import tensorflow as tf
