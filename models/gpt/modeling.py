@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from cerebras_models import embedding, losses
-from cerebras_models.bert.modeling import (ACTIVATIONS, dense, dropout,
+from cerebras_models.bert.modeling import (ACTIVATIONS, bias_add, dense, dropout,
                                                feed_forward_activation, initializer,
                                                layer_norm)
 from cerebras_models.gpt.config import GPTConfig  # the hyper-parameters, declared there
@@ -345,7 +345,7 @@ def lm_logits(hidden: Hidden, config: GPTConfig):
       logits = tf.matmul(hidden.h, tf.cast(hidden.word_embeddings, hidden.h.dtype),
                          transpose_b=True)
       if bias is not None:
-        logits = tf.nn.bias_add(logits, tf.cast(bias, logits.dtype))
+        logits = bias_add(logits, bias)
       return tf.reshape(tf.cast(logits, tf.float32), shape)
   # gpt/lm_head/{kernel,bias}, the ops in gpt/ as before the split
   with tf1.variable_scope("gpt", auxiliary_name_scope=False), tf1.name_scope("gpt/"):

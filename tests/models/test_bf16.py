@@ -7,6 +7,7 @@ training graph keeps float32 variables, runs its matmuls/convolutions (and atten
 bfloat16, its softmax and loss in float32; a few training steps lower the loss as float32's do.
 """
 
+import contextlib
 import functools
 import os
 
@@ -19,6 +20,7 @@ from cerebras_tf.params import load_params
 from cerebras_tf.registry import get_model
 from cerebras_tf.runtime import precision
 from cerebras_models import losses
+from cerebras_models.bert import modeling as bert_modeling
 from cerebras_models.data import acquire
 from fenced_runs import run_in_one_process
 from progress_log import losses_by_step
@@ -354,3 +356,29 @@ def test_a_bf16_head_trains_through_the_output_layer_form_but_traces_as_logits(f
   with precision.tracing_for_engine():
     graph, loss, _ = _train_graph(family, mixed=True, synthetic=True)
   assert not custom_gradients(graph), family
+
+
+def test_a_bfloat16_bias_gradient_is_summed_in_float32_on_the_host():
+  # TF 2.15's CPU BiasAddGrad adds a bfloat16 gradient up in bfloat16: over 4,096 rows of
+  # values in [0.5, 1.5] its sums came to 12% of the true ones. Every dense layer of BERT,
+  # GPT, the Transformer and Linformer, and GPT's untied head bias, take bert.modeling.bias_add,
+  # whose bias gradient is summed in float32 and rounded once (bfloat16: < 2^-8 relative).
+  rows = np.random.default_rng(0).uniform(0.5, 1.5, (4096, 64)).astype(np.float32)
+
+  def bias_grad(add, engine=False):
+    with tf.Graph().as_default():
+      bias = tf1.get_variable("bias", [64], initializer=tf1.zeros_initializer())
+      dy = tf.cast(tf.constant(rows), tf.bfloat16)
+      with precision.tracing_for_engine() if engine else contextlib.nullcontext():
+        y = add(tf.zeros([4096, 64], tf.bfloat16), bias)
+      grad = tf.gradients(y, bias, grad_ys=dy)[0]
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        return sess.run(grad)
+
+  exact = tf.cast(tf.cast(rows, tf.bfloat16), tf.float32).numpy().astype(np.float64).sum(0)
+  error = lambda got: np.max(np.abs(got - exact) / exact)  # noqa: E731
+  assert error(bias_grad(bert_modeling.bias_add)) < 2 ** -8
+  assert error(bias_grad(lambda y, b: tf.nn.bias_add(y, tf.cast(b, y.dtype)))) > 0.5  # TF's
+  # The engine's trace keeps TF's op and its gradient (the engine sums as it does).
+  assert error(bias_grad(bert_modeling.bias_add, engine=True)) > 0.5
