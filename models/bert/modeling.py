@@ -19,7 +19,7 @@ import tensorflow as tf
 from cerebras_models import dropout as dropout_lib
 from cerebras_models import embedding
 from cerebras_models.bert.config import BertConfig  # the hyper-parameters, declared there
-from cerebras_tf.runtime import precision
+from cerebras_tf.runtime import bias_grad, precision
 
 tf1 = tf.compat.v1
 
@@ -228,22 +228,11 @@ def dense(x, units: int, name: str, initializer_range: float, activation=None,
     return activation(y) if activation is not None else y
 
 
-@tf.RegisterGradient("BiasAddSummedInFloat32")
-def _bias_add_grad_in_float32(op, grad):
-  """BiasAdd's gradient with the bias's part summed by Sum, which adds a bfloat16 tensor up in
-  float32 and rounds once. TF 2.15's CPU BiasAddGrad adds it up in bfloat16: 4,096 rows of
-  values in [0.5, 1.5] summed to 12% of their sum (tests/models/test_bf16.py)."""
-  del op  # data_format NHWC: the bias is the last axis
-  return grad, tf.reduce_sum(grad, tf.range(tf.rank(grad) - 1))
-
-
 def bias_add(y, bias):
   """y + bias (a float32 variable) over y's last axis, in y's dtype.  [..., N], [N] -> [..., N].
-  A 16-bit y's bias gradient is summed in float32 on the host (_bias_add_grad_in_float32); the
-  forward op is TF's BiasAdd either way, so oneDNN still fuses it into the product before it."""
-  if y.dtype.size != 2 or precision.in_engine_trace():
-    return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
-  with tf1.get_default_graph().gradient_override_map({"BiasAdd": "BiasAddSummedInFloat32"}):
+  A 16-bit y's bias gradient is summed in float32 on the host (runtime/bias_grad.py: TF's CPU
+  BiasAddGrad sums bfloat16 in bfloat16); the forward op is TF's BiasAdd either way."""
+  with bias_grad.summed_in_float32(y.dtype):
     return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
 
 

@@ -382,3 +382,31 @@ def test_a_bfloat16_bias_gradient_is_summed_in_float32_on_the_host():
   assert error(bias_grad(lambda y, b: tf.nn.bias_add(y, tf.cast(b, y.dtype)))) > 0.5  # TF's
   # The engine's trace keeps TF's op and its gradient (the engine sums as it does).
   assert error(bias_grad(bert_modeling.bias_add, engine=True)) > 0.5
+
+
+def test_a_keras_model_under_mixed_bfloat16_gets_the_float32_summed_bias_gradient(monkeypatch):
+  # The same TF kernel sums a Keras Dense's bias gradient under mixed_bfloat16: the model_fn
+  # of from_keras_model builds its BiasAdds with the float32-summed gradient (the ops carry
+  # the override); a float32 model keeps TF's own.
+  from cerebras_tf import keras_model as keras_lib  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import bias_grad  # pylint: disable=import-outside-toplevel
+
+  def overridden(policy):
+    tf.keras.mixed_precision.set_global_policy(policy)
+    try:
+      inputs = tf.keras.Input([8], name="x")
+      model = tf.keras.Model(inputs, tf.keras.layers.Dense(2)(tf.keras.layers.Dense(4)(inputs)))
+      model.compile(optimizer="sgd", loss="mse")
+      model_fn = keras_lib.model_fn_from_keras(model)
+      with tf.Graph().as_default() as graph:
+        tf1.train.get_or_create_global_step()
+        model_fn({"x": tf.zeros([3, 8])}, tf.zeros([3, 2]), tf.estimator.ModeKeys.TRAIN)
+      adds = [op for op in graph.get_operations() if op.type == "BiasAdd"]
+      return [op.get_attr("_gradient_op_type").decode() if "_gradient_op_type" in op.node_def.attr
+              else None for op in adds]
+    finally:
+      tf.keras.mixed_precision.set_global_policy("float32")
+
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  assert overridden("mixed_bfloat16") == [bias_grad.GRADIENT] * 2
+  assert overridden("float32") == [None, None]
