@@ -410,3 +410,17 @@ def test_a_keras_model_under_mixed_bfloat16_gets_the_float32_summed_bias_gradien
   monkeypatch.setenv(precision.FORCE_ENV, "1")
   assert overridden("mixed_bfloat16") == [bias_grad.GRADIENT] * 2
   assert overridden("float32") == [None, None]
+
+
+def test_the_unets_conv_bias_takes_the_float32_summed_gradient_too():
+  from cerebras_models.unet import modeling as unet  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import bias_grad  # pylint: disable=import-outside-toplevel
+
+  class Config:  # the two keys unet._bias reads
+    enable_bias, bias_init = True, "zeros"
+
+  with tf.Graph().as_default():
+    out = unet._bias(  # pylint: disable=protected-access
+        tf.zeros([2, 8, 8, 4], tf.bfloat16), 4, Config)
+    assert out.op.type == "BiasAdd"
+    assert out.op.get_attr("_gradient_op_type").decode() == bias_grad.GRADIENT
