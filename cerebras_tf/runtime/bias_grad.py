@@ -19,8 +19,10 @@ GRADIENT = "BiasAddSummedInFloat32"
 
 @tf.RegisterGradient(GRADIENT)
 def _bias_add_grad(op, grad):
-  del op  # data_format NHWC: the bias is the last axis
-  return grad, tf.reduce_sum(grad, tf.range(tf.rank(grad) - 1))
+  rank = tf.rank(grad)
+  if op.get_attr("data_format") == b"NCHW":  # the bias is axis 1 (a Keras channels_first conv)
+    return grad, tf.reduce_sum(grad, tf.concat([[0], tf.range(2, rank)], 0))
+  return grad, tf.reduce_sum(grad, tf.range(rank - 1))
 
 
 def summed_in_float32(dtype):

@@ -424,3 +424,19 @@ def test_the_unets_conv_bias_takes_the_float32_summed_gradient_too():
         tf.zeros([2, 8, 8, 4], tf.bfloat16), 4, Config)
     assert out.op.type == "BiasAdd"
     assert out.op.get_attr("_gradient_op_type").decode() == bias_grad.GRADIENT
+
+
+def test_the_float32_summed_bias_gradient_follows_the_data_format():
+  # channels_first (NCHW): the bias is axis 1; TF's own gradient (float32) is the reference.
+  from cerebras_tf.runtime import bias_grad  # pylint: disable=import-outside-toplevel
+  dy = np.random.default_rng(1).normal(size=(2, 3, 4, 5)).astype(np.float32)
+  with tf.Graph().as_default() as graph:
+    bias = tf.zeros([3])
+    with graph.gradient_override_map({"BiasAdd": bias_grad.GRADIENT}):
+      ours = tf.nn.bias_add(tf.zeros([2, 3, 4, 5]), bias, data_format="NCHW")
+    theirs = tf.nn.bias_add(tf.zeros([2, 3, 4, 5]), bias, data_format="NCHW")
+    grads = [tf.gradients(y, bias, grad_ys=tf.constant(dy))[0] for y in (ours, theirs)]
+    with tf1.Session() as sess:
+      got, want = sess.run(grads)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  np.testing.assert_allclose(got, dy.sum((0, 2, 3)), rtol=1e-5)
