@@ -508,7 +508,9 @@ class CerebrasEstimator(_CerebrasMethods, tf.estimator.Estimator):
     model = keras_model_lib.load(keras_model, keras_model_path, custom_objects)
     model_fn, config, warm = _keras_parts(model, model_dir, config, custom_objects,
                                           metric_names_map, export_outputs)
-    return cls(model_fn, compile_dir=compile_dir, config=config, params=params,
+    # {} for None (tf.estimator keeps `params or {}`): the model_fn takes params, and
+    # tf.estimator warns of a model_fn that takes them when none are passed.
+    return cls(model_fn, compile_dir=compile_dir, config=config, params=params or {},
                warm_start_from=warm, use_cs=use_cs)
 
   def get_keras_weights(self, checkpoint_path=None) -> list:

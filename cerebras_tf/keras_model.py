@@ -36,7 +36,6 @@ from tensorflow.python.training.saving import saveable_object_util  # Saver's ow
 from tensorflow_estimator.python.estimator import keras_lib
 
 from cerebras_tf.errors import ConfigError, ModelFnError, defined_at
-from cerebras_tf.runtime import bias_grad
 
 ModeKeys = tf.estimator.ModeKeys
 _LOOKUP_LAYERS = (tf.keras.layers.TextVectorization, tf.keras.layers.StringLookup,
@@ -217,9 +216,7 @@ def model_fn_from_keras(keras_model, custom_objects=None, metric_names_map=None,
           f"the Keras model's inputs are {', '.join(input_names)}, the input_fn's features "
           f"{', '.join(sorted(features))}: no feature for {', '.join(missing)}; {fix}, or "
           f"key the features dict by the input names")
-    # A bfloat16 policy's Dense and Conv biases: their gradient summed in float32 on the host.
-    with bias_grad.summed_in_float32(keras_model.dtype_policy.compute_dtype):
-      return fn(features, labels, mode)
+    return fn(features, labels, mode)
 
   model_fn.keras_model = keras_model
   # Read now: Keras invalidates the model once the estimator has cloned it in a graph.

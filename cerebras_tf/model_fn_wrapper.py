@@ -29,7 +29,7 @@ from cerebras_tf.compiler import compile as compile_lib
 from cerebras_tf.compiler import lints
 from cerebras_tf.core import batching
 from cerebras_tf.errors import CerebrasTFError, ModelFnError, defined_at, keeping_kind
-from cerebras_tf.runtime import checkpoints, precision
+from cerebras_tf.runtime import bias_grad, checkpoints, precision
 from cerebras_tf.runtime.hooks import CSProgressHook
 from cerebras_tf.runtime.input_fns import call_with_supported_args
 
@@ -107,7 +107,10 @@ def wrap(user_model_fn, context: Callable[[], CallContext], model_dir: Callable[
     if call.model_fn_batch:
       params = {**params, batching.RESERVED_PARAMS_KEY: call.model_fn_batch}
     try:
-      with keras_seeds(config.tf_random_seed):
+      # TRAIN: a bfloat16 BiasAdd's bias gradient summed in float32 (TF's CPU kernel sums
+      # bfloat16 in bfloat16: runtime/bias_grad.py), whoever's layers made it.
+      with keras_seeds(config.tf_random_seed), (
+          bias_grad.on_the_host() if mode == ModeKeys.TRAIN else contextlib.nullcontext()):
         spec = call_with_supported_args(user_model_fn, through=_as_tf_estimator_calls(
             user_model_fn), features=features, labels=labels, mode=mode, params=params,
                                         config=config)

@@ -64,6 +64,17 @@ def test_no_false_params_warning(caplog):
   assert "includes params argument" not in caplog.text
 
 
+def test_no_false_params_warning_from_a_keras_model(caplog):
+  # model_to_estimator's model_fn takes no params; ours takes them (from_keras_model(params=)).
+  inputs = tf.keras.Input([2], name="x")
+  model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(inputs))
+  model.compile(optimizer="sgd", loss="mse")
+  with caplog.at_level("WARNING", logger="tensorflow"):
+    est = CerebrasEstimator.from_keras_model(model)
+  assert "includes params argument" not in caplog.text
+  assert est.params == {}  # as tf.estimator keeps params=None
+
+
 def test_model_dir_and_run_config_subclass_kept_as_given():
   class MyConfig(tf.estimator.RunConfig):
     def mine(self):
