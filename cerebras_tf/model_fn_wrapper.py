@@ -150,13 +150,15 @@ def _as_tf_estimator_calls(user_model_fn):
 
 def _check_spec(spec, mode, call: CallContext, user_model_fn, model_dir, init_checkpoint):
   """What the built graph is checked for before the session starts: a summed loss under
-  replicas, products in a 16-bit type the CPU emulates (evaluation, prediction), scalar
+  replicas, products in a 16-bit type the CPU emulates and bfloat16 sums it rounds away
+  (evaluation, prediction), scalar
   predictions to split, a Saver that misses variables, and the checkpoint to restore against
   the variables (or, with none, the init_checkpoint's matching ones)."""
   if mode == ModeKeys.TRAIN and spec.loss is not None:
     lints.say_summed_loss_across_replicas(spec.loss)
   if mode != ModeKeys.TRAIN and not precision.in_engine_trace():  # (training: the loop's lints)
     lints.say_emulated_products(tf.compat.v1.get_default_graph(), precision.emulated_dtypes())
+    lints.say_bfloat16_sums(tf.compat.v1.get_default_graph())
   if mode == ModeKeys.PREDICT and call.single_examples is not None:
     _check_single_examples(spec.predictions, call.single_examples[0], user_model_fn)
   if mode == ModeKeys.TRAIN and spec.scaffold.saver is not None:

@@ -227,3 +227,101 @@ def test_a_keras_model_under_mixed_float16_is_told_it_is_emulated_and_what_to_se
   assert len(said) == 1 and "test_estimator_lints.py" in said[0] and \
       "(op hidden/MatMul): " in said[0] and "compute in float16" in said[0], said
   assert f"set_global_policy('{policy}')" in said[0], said
+
+
+def _bf16_sum_error(build, rows):
+  """Largest relative error of `build` on bfloat16 values in [0.5, 1.5] against float64."""
+  x = np.random.default_rng(0).uniform(0.5, 1.5, rows).astype(np.float32)
+  exact = build(tf.cast(tf.cast(x, tf.bfloat16), tf.float64)).numpy()
+  got = tf.cast(build(tf.cast(x, tf.bfloat16)), tf.float64).numpy()
+  return float(np.max(np.abs(got - exact) / exact))
+
+
+def test_tensorflows_cpu_kernels_add_these_bfloat16_sums_up_in_bfloat16():
+  """The premise of lints.say_bfloat16_sums, against TensorFlow's kernels: a TensorFlow that
+  sums them in float32 fails here, and the lint (and its limits) want measuring again."""
+  mean_outer = lambda x: tf.reduce_mean(x, 1)  # noqa: E731  [4, n, 8] -> [4, 8]
+  segment_sum = lambda x: tf.math.unsorted_segment_sum(  # noqa: E731  every row id 0
+      x, tf.zeros([x.shape[0]], tf.int32), 1)
+  cumsum = lambda x: tf.math.cumsum(x, 0)[-1]  # noqa: E731
+  assert _bf16_sum_error(mean_outer, (4, lints.BF16_MEAN_LIMIT, 8)) < 0.05
+  assert _bf16_sum_error(mean_outer, (4, 2 * lints.BF16_MEAN_LIMIT, 8)) > 0.3  # 0.51 measured
+  assert _bf16_sum_error(segment_sum, (lints.BF16_RUNNING_LIMIT // 2, 8)) < 0.05
+  assert _bf16_sum_error(segment_sum, (2 * lints.BF16_RUNNING_LIMIT, 8)) > 0.3  # 0.51
+  assert _bf16_sum_error(cumsum, (2 * lints.BF16_RUNNING_LIMIT, 8)) > 0.3
+  # In float32 inside (one rounding, < 2^-8): what the lint leaves alone.
+  assert _bf16_sum_error(lambda x: tf.reduce_mean(x, -1), (8, 4096)) < 2 ** -7
+  assert _bf16_sum_error(lambda x: tf.reduce_sum(x, 0), (4096, 8)) < 2 ** -8
+
+
+BF16_SAID = "add up bfloat16 values in bfloat16 on this host"
+
+
+@pytest.mark.parametrize("kind,rows", [("mean", 4096), ("mean", 2048), ("tied_table", 1024),
+                                       ("tied_table", 256), ("activation_rows", 1024)])
+def test_bfloat16_sums_tensorflow_rounds_away_are_named_with_the_users_line(
+    tmp_path, caplog, monkeypatch, kind, rows):
+  """A user's bfloat16 model_fn: a mean pooled over `rows` positions, or an embedding table
+  cast to bfloat16 once and used twice (a lookup of `rows` ids and a tied output layer), whose
+  gradient TensorFlow makes dense with a segment sum in bfloat16. Past the limits the warning
+  names the line (the forward op's for a gradient) and the fix; below them, nothing. Rows
+  gathered from activations (BERT's masked positions: ids that rarely repeat) say nothing."""
+  monkeypatch.setattr(lints, "_SAID_BF16_SUMS", set())
+
+  def model_fn(features, labels, mode):
+    del labels
+    h = tf.cast(features["x"], tf.bfloat16)  # [1, rows, 8]
+    if kind == "mean":
+      w = tf.compat.v1.get_variable("w", [8, 8])
+      pooled = tf.reduce_mean(tf.matmul(h, tf.cast(w, tf.bfloat16)), 1)  # the op named
+      loss = tf.reduce_sum(tf.cast(pooled, tf.float32))
+    elif kind == "activation_rows":
+      w = tf.compat.v1.get_variable("w", [8, 8])
+      rows_of = tf.reshape(tf.matmul(h, tf.cast(w, tf.bfloat16)), [rows, 8])
+      loss = tf.reduce_sum(tf.cast(tf.gather(rows_of, tf.zeros([rows], tf.int32)), tf.float32))
+    else:
+      table = tf.cast(tf.compat.v1.get_variable("table", [16, 8]), tf.bfloat16)
+      ids = tf.zeros([rows], tf.int32)
+      looked_up = tf.gather(table, ids)  # the op named
+      logits = tf.matmul(looked_up, table, transpose_b=True)
+      loss = tf.reduce_sum(tf.cast(logits, tf.float32))
+    step = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(
+        loss, tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+
+  def input_fn(params):
+    del params
+    return tf.data.Dataset.from_tensors(({"x": tf.ones([1, rows, 8])}, 0)).repeat()
+
+  est = CerebrasEstimator(model_fn, config=config_in(tmp_path))
+  est.train(input_fn, max_steps=1)
+  said = [r.getMessage() for r in caplog.records if BF16_SAID in r.getMessage()]
+  if rows < (4096 if kind == "mean" else 1024) or kind == "activation_rows":
+    assert not said
+    return
+  line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1)
+              if "# the op named" in text and (kind == "mean") == ("pooled" in text))
+  assert len(said) == 1 and f"test_estimator_lints.py:{line} (op " in said[0], said
+  assert ("a mean over outer axes of 4096 values" if kind == "mean" else
+          f"a gather's gradient over repeated ids (a segment sum) of {rows} values") in said[0]
+  assert "cast to float32 before the op" in said[0]
+
+
+def test_a_keras_global_average_pooling_over_a_large_map_under_mixed_bfloat16_is_named(
+    tmp_path, caplog, monkeypatch):
+  # GlobalAveragePooling2D is a Mean over H and W: over 64 x 64 in bfloat16, half the mean.
+  monkeypatch.setattr(lints, "_SAID_BF16_SUMS", set())
+  monkeypatch.setenv(precision.FORCE_ENV, "1")
+  tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    inputs = tf.keras.Input([64, 64, 3], name="x")
+    pooled = tf.keras.layers.GlobalAveragePooling2D()(tf.keras.layers.Conv2D(4, 1)(inputs))
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(2, dtype="float32")(pooled))
+  finally:
+    tf.keras.mixed_precision.set_global_policy("float32")
+  model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  est = CerebrasEstimator.from_keras_model(model, config=config_in(tmp_path))
+  est.train(lambda params: tf.data.Dataset.from_tensors(
+      ({"x": tf.ones([2, 64, 64, 3])}, tf.zeros([2], tf.int32))).repeat(), max_steps=1)
+  said = [r.getMessage() for r in caplog.records if BF16_SAID in r.getMessage()]
+  assert len(said) == 1 and "global_average_pooling2d/Mean" in said[0], said

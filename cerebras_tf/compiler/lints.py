@@ -1,15 +1,17 @@
 """The graph lints of a training call: what tf.estimator and tf.distribute run without a word
 but a user would not want (the engine's batch split against the host's, one replica's value
 taken for the global one, updates the train_op never runs, a global step never advanced,
-matmuls in a 16-bit type the host CPU emulates).
+matmuls in a 16-bit type the host CPU emulates, bfloat16 sums TensorFlow's CPU kernels add up in
+bfloat16).
 
 Each reads the tf.Graph the face's model_fn wrapper built, and warns once per training call
-(say_emulated_products once per process and line) or raises ModelFnError where the run could
-never end; none changes the graph. The face
+(say_emulated_products, say_bfloat16_sums: once per process and line) or raises ModelFnError
+where the run could never end; none changes the graph. The face
 calls them from its training-loop override (`check_global_step_advances`,
-`say_updates_not_run`, `say_slow_attention_scores`, `say_emulated_products`, and for an
-engine run `say_data_parallel`), from the model_fn wrapper
-(`say_summed_loss_across_replicas`; `say_emulated_products` for evaluation and prediction),
+`say_updates_not_run`, `say_slow_attention_scores`, `say_emulated_products`,
+`say_bfloat16_sums`, and for an engine run `say_data_parallel`), from the model_fn wrapper
+(`say_summed_loss_across_replicas`; `say_emulated_products` and `say_bfloat16_sums` for
+evaluation and prediction),
 and where the replicas' model_fn calls or merge step fail (`merge_in_cond_message`,
 `mixed_policy_across_replicas`).
 """
@@ -403,6 +405,112 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
       "Keras policy to %s (tf.keras.mixed_precision.set_global_policy('%s')) or cast to %s; "
       "the engine's estimate assumes 16-bit activations either way",
       where, len(found), dtypes, policy, policy, dtype)
+
+
+# TensorFlow 2.15's CPU kernels that add bfloat16 values up in bfloat16 (an AVX-512 EPYC,
+# 2026-12-02; tests/test_estimator_lints.py checks TensorFlow still does): a Mean over axes
+# other than the last (Keras's global average pooling, a mean over the batch) came 3% off at
+# 2,048 values, 34% at 3,072, 50% at 4,096; a segment sum (a bfloat16 gather's gradient made
+# dense: the rows of repeated ids) and Cumsum 6% off at 512 rows, 51% at 1,024, where the
+# running sum stops growing. Sum, a Mean over the last axis or over everything, and the
+# products add up in float32. (BiasAddGrad too, fixed: runtime/bias_grad.py.)
+BF16_MEAN_LIMIT = 2048    # values a Mean over outer axes adds up within ~3%
+BF16_RUNNING_LIMIT = 512  # rows a segment sum or Cumsum adds up within ~6%
+_SEGMENT_SUMS = frozenset({"SegmentSum", "UnsortedSegmentSum"})
+
+
+def _static_axes(op) -> Optional[List[int]]:
+  """The axes `op` (a Mean, a Cumsum) reduces along, from its constant input 1, each in
+  [0, rank); None where the rank or the axes are not known while the graph is built."""
+  rank = op.inputs[0].shape.rank
+  axes = tf.get_static_value(op.inputs[1])
+  if rank is None or axes is None:
+    return None
+  return sorted({int(a) % rank for a in np.atleast_1d(axes)})
+
+
+def _summed_in_bfloat16(op) -> int:
+  """How many bfloat16 values `op` adds up along one output element where TensorFlow's CPU
+  kernel accumulates them in bfloat16 (0: none, or unknown while the graph is built)."""
+  if not op.inputs or op.inputs[0].dtype != tf.bfloat16:
+    return 0
+  dims = op.inputs[0].shape.as_list() if op.inputs[0].shape.rank is not None else None
+  if op.type in ("Mean", "Cumsum") and dims is not None:
+    axes = _static_axes(op)
+    if not axes or (op.type == "Mean" and len(dims) - 1 in axes):
+      return 0  # a Mean over the last axis (or over everything) sums in float32
+    sizes = [dims[a] for a in axes]
+    return int(np.prod(sizes)) if None not in sizes else 0
+  if op.type in _SEGMENT_SUMS and dims is not None:
+    fwd = _forward_op(op)
+    if fwd is not op and fwd.type in _GATHERS and not _reads_a_table(fwd.inputs[0].op):
+      return 0  # rows gathered from activations (BERT's masked positions): ids rarely repeat
+    return dims[0] or 0
+  return 0
+
+
+_GATHERS = frozenset({"GatherV2", "Gather", "ResourceGather"})
+
+
+def _reads_a_table(op, depth: int = 4) -> bool:
+  """Whether `op` reads a variable whole, behind casts and identities: a gather from it is an
+  embedding lookup, whose ids (tokens) repeat."""
+  if op.type in ("VarHandleOp", "VariableV2", "ReadVariableOp"):
+    return True
+  return bool(depth and op.type in ("Cast", "Identity") and op.inputs and
+              _reads_a_table(op.inputs[0].op, depth - 1))
+
+
+def bfloat16_sums(graph) -> List[tf.Operation]:
+  """The ops of `graph` past the limits above: a bfloat16 Mean over more than BF16_MEAN_LIMIT
+  values, a bfloat16 segment sum or Cumsum over BF16_RUNNING_LIMIT rows or more."""
+  return [op for op in graph.get_operations()
+          if (n := _summed_in_bfloat16(op)) and n >= (
+              BF16_MEAN_LIMIT + 1 if op.type == "Mean" else BF16_RUNNING_LIMIT)]
+
+
+def _forward_op(op):
+  """The forward op a gradient op was built for ("gradients/x/y_grad/..." -> op "x/y"), or `op`
+  itself. A segment sum that makes a gather's gradient dense, named for the op that needed it
+  dense ("gradients/AddN/inputs_1", "gradients/Reshape_grad/..."): the gather's."""
+  names = [op.name]
+  if op.type in _SEGMENT_SUMS:
+    names.insert(0, op.inputs[0].op.name)  # "gradients/GatherV2_grad/Reshape"
+  for name in names:
+    match = re.match(r"^(?:.*/)?gradients(?:_\d+)?/(.+?)_grad/", name)
+    if match:
+      try:
+        return op.graph.get_operation_by_name(match.group(1))
+      except KeyError:
+        pass
+  return op
+
+
+_SAID_BF16_SUMS = set()  # say_bfloat16_sums's lines said in this process
+
+
+def say_bfloat16_sums(graph) -> None:
+  """Names the user's line of the first op whose bfloat16 sum TensorFlow's CPU kernel rounds
+  away (bfloat16_sums: the line of the forward op a gradient op is for) and the fix; each
+  line once per process. (The reference models sum in float32 or gather from float32.)"""
+  found = bfloat16_sums(graph)
+  if not found:
+    return
+  op = found[0]
+  line = lower_lib.user_source(_forward_op(op))
+  where = f"{line} (op {op.name})" if line else f"op {op.name}"
+  if (where, len(found)) in _SAID_BF16_SUMS:
+    return
+  _SAID_BF16_SUMS.add((where, len(found)))
+  what = ("a mean over outer axes" if op.type == "Mean" else "a cumulative sum"
+          if op.type == "Cumsum" else "a segment sum" if _forward_op(op) is op else
+          "a gather's gradient over repeated ids (a segment sum)")
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: %s: %d op(s) add up bfloat16 values in bfloat16 on this host (%s of %d "
+      "values; TensorFlow 2.15's CPU kernel: a mean over 4,096 values came to half the true "
+      "one, a segment sum or cumsum over 1,024 rows to half the sum): cast to float32 before "
+      "the op (tf.cast(x, tf.float32)), or gather from the float32 variable and cast after",
+      where, len(found), what, _summed_in_bfloat16(op))
 
 
 def _restores(assign) -> bool:
