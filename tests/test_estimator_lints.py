@@ -254,7 +254,7 @@ def test_tensorflows_cpu_kernels_add_these_bfloat16_sums_up_in_bfloat16():
   assert _bf16_sum_error(lambda x: tf.reduce_sum(x, 0), (4096, 8)) < 2 ** -8
 
 
-BF16_SAID = "add up bfloat16 values in bfloat16 on this host"
+BF16_SAID = "which TensorFlow 2.15's CPU kernel adds up in bfloat16"
 
 
 @pytest.mark.parametrize("kind,rows", [("mean", 4096), ("mean", 2048), ("tied_table", 1024),
@@ -302,9 +302,12 @@ def test_bfloat16_sums_tensorflow_rounds_away_are_named_with_the_users_line(
   line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1)
               if "# the op named" in text and (kind == "mean") == ("pooled" in text))
   assert len(said) == 1 and f"test_estimator_lints.py:{line} (op " in said[0], said
-  assert ("a mean over outer axes of 4096 values" if kind == "mean" else
-          f"a gather's gradient over repeated ids (a segment sum) of {rows} values") in said[0]
-  assert "cast to float32 before the op" in said[0]
+  if kind == "mean":
+    assert "a mean of 4,096 bfloat16 values along an outer axis (1 such op(s))" in said[0]
+    assert "compute it in float32: tf.cast(x, tf.float32) before it" in said[0]
+  else:
+    assert f"a gather of {rows:,} rows from a bfloat16 table, whose gradient" in said[0]
+    assert "gather from the float32 variable and cast the rows after" in said[0]
 
 
 def test_a_keras_global_average_pooling_over_a_large_map_under_mixed_bfloat16_is_named(

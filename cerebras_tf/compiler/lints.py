@@ -442,14 +442,18 @@ def _summed_in_bfloat16(op) -> int:
     sizes = [dims[a] for a in axes]
     return int(np.prod(sizes)) if None not in sizes else 0
   if op.type in _SEGMENT_SUMS and dims is not None:
-    fwd = _forward_op(op)
-    if fwd is not op and fwd.type in _GATHERS and not _reads_a_table(fwd.inputs[0].op):
+    if _gather_gradient(op) and not _reads_a_table(_forward_op(op).inputs[0].op):
       return 0  # rows gathered from activations (BERT's masked positions): ids rarely repeat
     return dims[0] or 0
   return 0
 
 
 _GATHERS = frozenset({"GatherV2", "Gather", "ResourceGather"})
+
+
+def _gather_gradient(op) -> bool:
+  """Whether `op` is the segment sum that makes a gather's gradient dense."""
+  return op.type in _SEGMENT_SUMS and _forward_op(op).type in _GATHERS
 
 
 def _reads_a_table(op, depth: int = 4) -> bool:
@@ -502,15 +506,22 @@ def say_bfloat16_sums(graph) -> None:
   if (where, len(found)) in _SAID_BF16_SUMS:
     return
   _SAID_BF16_SUMS.add((where, len(found)))
-  what = ("a mean over outer axes" if op.type == "Mean" else "a cumulative sum"
-          if op.type == "Cumsum" else "a segment sum" if _forward_op(op) is op else
-          "a gather's gradient over repeated ids (a segment sum)")
+  n = _summed_in_bfloat16(op)
+  if op.type == "Mean":
+    what = f"a mean of {n:,} bfloat16 values along an outer axis"
+    harm = "at 4,096 values it comes to half the true mean"
+  elif _gather_gradient(op):
+    what = f"a gather of {n:,} rows from a bfloat16 table, whose gradient over repeated ids"
+    harm = "1,024 rows of one id come to half their sum"
+  else:
+    what = f"a {'cumulative' if op.type == 'Cumsum' else 'segment'} sum of {n:,} bfloat16 rows"
+    harm = "1,024 rows come to half their sum"
+  fix = ("gather from the float32 variable and cast the rows after" if _gather_gradient(op)
+         else "compute it in float32: tf.cast(x, tf.float32) before it, or dtype='float32' on "
+         "its Keras layer")
   tf.compat.v1.logging.warning(
-      "cerebras_tf: %s: %d op(s) add up bfloat16 values in bfloat16 on this host (%s of %d "
-      "values; TensorFlow 2.15's CPU kernel: a mean over 4,096 values came to half the true "
-      "one, a segment sum or cumsum over 1,024 rows to half the sum): cast to float32 before "
-      "the op (tf.cast(x, tf.float32)), or gather from the float32 variable and cast after",
-      where, len(found), what, _summed_in_bfloat16(op))
+      "cerebras_tf: %s: %s (%d such op(s)), which TensorFlow 2.15's CPU kernel adds up in "
+      "bfloat16: %s. On this host, %s", where, what, len(found), harm, fix)
 
 
 def _restores(assign) -> bool:
