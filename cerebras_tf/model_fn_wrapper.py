@@ -107,10 +107,11 @@ def wrap(user_model_fn, context: Callable[[], CallContext], model_dir: Callable[
     if call.model_fn_batch:
       params = {**params, batching.RESERVED_PARAMS_KEY: call.model_fn_batch}
     try:
-      # TRAIN: a bfloat16 BiasAdd's bias gradient summed in float32 (TF's CPU kernel sums
-      # bfloat16 in bfloat16: runtime/bias_grad.py), whoever's layers made it.
+      # An engine training call: a bfloat16 BiasAdd's bias gradient summed in float32 (TF's
+      # CPU kernel sums bfloat16 in bfloat16: runtime/bias_grad.py), whoever's layers made it.
+      # (use_cs=False builds the graph tf.estimator would.)
       with keras_seeds(config.tf_random_seed), (
-          bias_grad.on_the_host() if mode == ModeKeys.TRAIN else contextlib.nullcontext()):
+          bias_grad.on_the_host() if call.engine is not None else contextlib.nullcontext()):
         spec = call_with_supported_args(user_model_fn, through=_as_tf_estimator_calls(
             user_model_fn), features=features, labels=labels, mode=mode, params=params,
                                         config=config)

@@ -19,7 +19,7 @@ import tensorflow as tf
 from cerebras_models import dropout as dropout_lib
 from cerebras_models import embedding
 from cerebras_models.bert.config import BertConfig  # the hyper-parameters, declared there
-from cerebras_tf.runtime import precision
+from cerebras_tf.runtime import bias_grad, precision
 
 tf1 = tf.compat.v1
 
@@ -230,9 +230,10 @@ def dense(x, units: int, name: str, initializer_range: float, activation=None,
 
 def bias_add(y, bias):
   """y + bias (a float32 variable) over y's last axis, in y's dtype.  [..., N], [N] -> [..., N].
-  (A bfloat16 y's bias gradient is summed in float32 in every model_fn's TRAIN graph on the host:
-  cerebras_tf/runtime/bias_grad.py.)"""
-  return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
+  A bfloat16 y's bias gradient is summed in float32 on the host (runtime/bias_grad.py: TF's CPU
+  BiasAddGrad sums bfloat16 in bfloat16); the forward op is TF's BiasAdd either way."""
+  with bias_grad.summed_in_float32(y.dtype):
+    return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
 
 
 # ---------------------------------------------------------------------------------------------

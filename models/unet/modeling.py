@@ -21,6 +21,7 @@ from typing import Mapping
 import tensorflow as tf
 
 from cerebras_models.unet.config import CONV_KINDS, UNetConfig
+from cerebras_tf.runtime import bias_grad
 
 tf1 = tf.compat.v1
 
@@ -65,7 +66,8 @@ def _bias(y, filters, config):
   if not config.enable_bias:
     return y
   bias = tf1.get_variable("bias", [filters], initializer=initializer(config.bias_init))
-  return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
+  with bias_grad.summed_in_float32(y.dtype):  # a bfloat16 model's: TF's sums it in bfloat16
+    return tf.nn.bias_add(y, tf.cast(bias, y.dtype))
 
 
 def conv(x, filters: int, size: int, name: str, config: UNetConfig):

@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from google.protobuf import text_format
 
 from cerebras_tf.compiler import lints
 from cerebras_tf.params import load_params
@@ -358,10 +359,10 @@ def test_a_bf16_head_trains_through_the_output_layer_form_but_traces_as_logits(f
 
 
 # TF 2.15's CPU BiasAddGrad adds a bfloat16 gradient up in bfloat16: over 4,096 rows of values
-# in [0.5, 1.5] (BERT-tiny's 32 x 128 tokens) its sums came to 12% of the true ones. Every
-# model_fn's TRAIN graph on the host (model_fn_wrapper, runtime/bias_grad.py) sums a bfloat16
-# BiasAdd's bias gradient in float32 and rounds once (< 2^-8 relative). TF's float16 kernel
-# sums in float32 already (its float16 Sum does not: 0.36% off here), so float16 keeps it.
+# in [0.5, 1.5] (BERT-tiny's 32 x 128 tokens) its sums came to 12% of the true ones. An engine
+# training call's model_fn graph and the reference models' layers (runtime/bias_grad.py) sum a
+# bfloat16 BiasAdd's bias gradient in float32 and round once (< 2^-8 relative). TF's float16
+# kernel sums in float32 already (its float16 Sum does not: 0.36% off here): float16 keeps it.
 _ROWS = np.random.default_rng(0).uniform(0.5, 1.5, (4096, 64)).astype(np.float32)
 
 
@@ -404,27 +405,30 @@ def test_a_bfloat16_bias_gradient_is_summed_in_float32_on_the_host(dtype):
   assert _bias_error(engine) > 0.5
 
 
-def _one_sgd_step_bias(model_fn, tmp_path, **estimator_kwargs):
+def _one_sgd_step_bias(model_fn, tmp_path, use_cs=True, strategy="pipelined"):
   """The bias after one SGD step at rate 1 from zero, on features of zeros [4096, 8] and
-  labels _ROWS: minus the bias gradient the graph computed."""
-  from cerebras_tf import CerebrasEstimator  # pylint: disable=import-outside-toplevel
+  labels _ROWS (the global batch; each replica's its share): minus the bias gradient the graph
+  computed (summed over the replicas)."""
+  from cerebras_tf import CerebrasEstimator, CSConfig, CSRunConfig  # pylint: disable=import-outside-toplevel
 
   def input_fn(params):
-    del params
-    return tf.data.Dataset.from_tensors(
-        ({"x": tf.zeros([4096, 8])}, tf.constant(_ROWS))).repeat()
+    return tf.data.Dataset.from_tensor_slices(({"x": tf.zeros([4096, 8])}, _ROWS)).batch(
+        params.get("batch_size", 4096)).repeat()
 
-  est = (CerebrasEstimator.from_keras_model(model_fn, model_dir=str(tmp_path))
+  config = CSRunConfig(model_dir=str(tmp_path), cs_config=CSConfig(
+      execution_strategy=strategy, num_replicas=2 if strategy == "multi_replica" else None))
+  est = (CerebrasEstimator.from_keras_model(model_fn, config=config)
          if isinstance(model_fn, tf.keras.Model) else
-         CerebrasEstimator(model_fn, model_dir=str(tmp_path), **estimator_kwargs))
-  est.train(input_fn, max_steps=1)
+         CerebrasEstimator(model_fn, config=config, params={"batch_size": 4096}))
+  est.train(input_fn, max_steps=1, use_cs=use_cs)
   names = [n for n in est.get_variable_names() if n.endswith("bias")]
   assert len(names) == 1, names
   return -est.get_variable_value(names[0])
 
 
 def test_a_users_tf1_model_fn_in_bfloat16_gets_the_float32_summed_bias_gradient(tmp_path):
-  # A model_fn of the user's own (tf.compat.v1.layers, its own casts): dL/dy = the labels.
+  # A model_fn of the user's own (tf.compat.v1.layers, its own casts): dL/dy = the labels. In
+  # an engine training call; use_cs=False builds what tf.estimator builds, TF's kernel and all.
   def model_fn(features, labels, mode):
     y = tf1.layers.dense(tf.cast(features["x"], tf.bfloat16), 64,
                          kernel_initializer=tf1.zeros_initializer())
@@ -433,7 +437,31 @@ def test_a_users_tf1_model_fn_in_bfloat16_gets_the_float32_summed_bias_gradient(
         loss, tf1.train.get_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
-  assert _bias_error(_one_sgd_step_bias(model_fn, tmp_path)) < 2 ** -8
+  assert _bias_error(_one_sgd_step_bias(model_fn, tmp_path / "cs")) < 2 ** -8
+  assert _bias_error(_one_sgd_step_bias(model_fn, tmp_path / "tf", use_cs=False)) > 0.5
+  graph_def = tf1.GraphDef()
+  text_format.Merge((tmp_path / "tf" / "graph.pbtxt").read_text(), graph_def)
+  assert not [n.name for n in graph_def.node if "_gradient_op_type" in n.attr]
+
+
+def test_the_reference_models_bfloat16_bias_adds_take_the_float32_summed_gradient():
+  # In any call (their own layers); a float32 graph keeps TF's BiasAdd as it was.
+  from cerebras_models.bert import modeling as bert  # pylint: disable=import-outside-toplevel
+  from cerebras_models.unet import modeling as unet  # pylint: disable=import-outside-toplevel
+  from cerebras_tf.runtime import bias_grad  # pylint: disable=import-outside-toplevel
+
+  class Config:  # the two keys unet._bias reads
+    enable_bias, bias_init = True, "zeros"
+
+  def overrides(dtype):
+    with tf.Graph().as_default():
+      outs = [bert.bias_add(tf.zeros([4, 8], dtype), tf.zeros([8])),
+              unet._bias(tf.zeros([2, 8, 8, 4], dtype), 4, Config)]  # pylint: disable=protected-access
+      return [out.op.get_attr("_gradient_op_type").decode()
+              if "_gradient_op_type" in out.op.node_def.attr else None for out in outs]
+
+  assert overrides(tf.bfloat16) == [bias_grad.GRADIENT] * 2
+  assert overrides(tf.float32) == [None, None]
 
 
 def test_a_keras_model_under_mixed_bfloat16_gets_the_float32_summed_bias_gradient(
