@@ -258,14 +258,17 @@ BF16_SAID = "which TensorFlow 2.15's CPU kernel adds up in bfloat16"
 
 
 @pytest.mark.parametrize("kind,rows", [("mean", 4096), ("mean", 2048), ("tied_table", 1024),
-                                       ("tied_table", 256), ("activation_rows", 1024)])
+                                       ("tied_table", 256), ("activation_rows", 1024),
+                                       ("segments", 4096), ("unique_slots", 4096)])
 def test_bfloat16_sums_tensorflow_rounds_away_are_named_with_the_users_line(
     tmp_path, caplog, monkeypatch, kind, rows):
   """A user's bfloat16 model_fn: a mean pooled over `rows` positions, or an embedding table
   cast to bfloat16 once and used twice (a lookup of `rows` ids and a tied output layer), whose
   gradient TensorFlow makes dense with a segment sum in bfloat16. Past the limits the warning
   names the line (the forward op's for a gradient) and the fix; below them, nothing. Rows
-  gathered from activations (BERT's masked positions: ids that rarely repeat) say nothing."""
+  gathered from activations (BERT's masked positions: ids that rarely repeat) say nothing; a
+  segment sum is named by its rows per segment: 4,096 rows into 4 segments, not into 4,096
+  unique slots (a mixture of experts' dispatch)."""
   monkeypatch.setattr(lints, "_SAID_BF16_SUMS", set())
 
   def model_fn(features, labels, mode):
@@ -275,6 +278,12 @@ def test_bfloat16_sums_tensorflow_rounds_away_are_named_with_the_users_line(
       w = tf.compat.v1.get_variable("w", [8, 8])
       pooled = tf.reduce_mean(tf.matmul(h, tf.cast(w, tf.bfloat16)), 1)  # the op named
       loss = tf.reduce_sum(tf.cast(pooled, tf.float32))
+    elif kind in ("segments", "unique_slots"):
+      w = tf.compat.v1.get_variable("w", [8, 8])
+      rows_of = tf.reshape(tf.matmul(h, tf.cast(w, tf.bfloat16)), [rows, 8])
+      n = 4 if kind == "segments" else rows
+      summed = tf.math.unsorted_segment_sum(rows_of, tf.range(rows) % n, n)  # the segment sum
+      loss = tf.reduce_sum(tf.cast(summed, tf.float32))
     elif kind == "activation_rows":
       w = tf.compat.v1.get_variable("w", [8, 8])
       rows_of = tf.reshape(tf.matmul(h, tf.cast(w, tf.bfloat16)), [rows, 8])
@@ -296,15 +305,19 @@ def test_bfloat16_sums_tensorflow_rounds_away_are_named_with_the_users_line(
   est = CerebrasEstimator(model_fn, config=config_in(tmp_path))
   est.train(input_fn, max_steps=1)
   said = [r.getMessage() for r in caplog.records if BF16_SAID in r.getMessage()]
-  if rows < (4096 if kind == "mean" else 1024) or kind == "activation_rows":
+  if rows < (4096 if kind == "mean" else 1024) or kind in ("activation_rows", "unique_slots"):
     assert not said
     return
+  mark = {"mean": "pooled =", "segments": "# the segment sum"}.get(kind, "looked_up =")
   line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1)
-              if "# the op named" in text and (kind == "mean") == ("pooled" in text))
+              if mark in text and ("# the op named" in text or kind == "segments"))
   assert len(said) == 1 and f"test_estimator_lints.py:{line} (op " in said[0], said
   if kind == "mean":
     assert "a mean of 4,096 bfloat16 values along an outer axis (1 such op(s))" in said[0]
     assert "compute it in float32: tf.cast(x, tf.float32) before it" in said[0]
+  elif kind == "segments":
+    assert "a segment sum of 1,024 bfloat16 rows into each segment (on average)" in said[0]
+    assert "compute it in float32" in said[0]
   else:
     assert f"a gather of {rows:,} rows from a bfloat16 table, whose gradient" in said[0]
     assert "gather from the float32 variable and cast the rows after" in said[0]

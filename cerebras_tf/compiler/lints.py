@@ -410,12 +410,13 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
 # TensorFlow 2.15's CPU kernels that add bfloat16 values up in bfloat16 (an AVX-512 EPYC,
 # 2026-12-02; tests/test_estimator_lints.py checks TensorFlow still does): a Mean over axes
 # other than the last (Keras's global average pooling, a mean over the batch) came 3% off at
-# 2,048 values, 34% at 3,072, 50% at 4,096; a segment sum (a bfloat16 gather's gradient made
-# dense: the rows of repeated ids) and Cumsum 6% off at 512 rows, 51% at 1,024, where the
-# running sum stops growing. Sum, a Mean over the last axis or over everything, and the
+# 2,048 values, 34% at 3,072, 50% at 4,096; UnsortedSegmentSum (as in a bfloat16 gather's
+# gradient made dense: the rows of repeated ids) and Cumsum 6% off at 512 rows into one, 51% at
+# 1,024, where the running sum stops growing (SegmentSum like Mean; its rows per segment are
+# not known while the graph is built, so it is not named). Sum, a Mean over the last axis or over everything, and the
 # products add up in float32. (BiasAddGrad too, fixed: runtime/bias_grad.py.)
 BF16_MEAN_LIMIT = 2048    # values a Mean over outer axes adds up within ~3%
-BF16_RUNNING_LIMIT = 512  # rows a segment sum or Cumsum adds up within ~6%
+BF16_RUNNING_LIMIT = 512  # rows a segment sum or Cumsum adds up into one within ~6%
 _SEGMENT_SUMS = frozenset({"SegmentSum", "UnsortedSegmentSum"})
 
 
@@ -441,10 +442,12 @@ def _summed_in_bfloat16(op) -> int:
       return 0  # a Mean over the last axis (or over everything) sums in float32
     sizes = [dims[a] for a in axes]
     return int(np.prod(sizes)) if None not in sizes else 0
-  if op.type in _SEGMENT_SUMS and dims is not None:
-    if _gather_gradient(op) and not _reads_a_table(_forward_op(op).inputs[0].op):
-      return 0  # rows gathered from activations (BERT's masked positions): ids rarely repeat
-    return dims[0] or 0
+  if op.type == "UnsortedSegmentSum" and dims and dims[0]:
+    if _gather_gradient(op):  # the rows of repeated ids: tokens gathered from a table repeat;
+      # rows gathered from activations (BERT's masked positions) rarely do
+      return dims[0] if _reads_a_table(_forward_op(op).inputs[0].op) else 0
+    segments = tf.get_static_value(op.inputs[2])  # rows per segment, on average (an MoE
+    return dims[0] // int(segments) if segments else 0  # dispatch to unique slots: ~1)
   return 0
 
 
@@ -467,7 +470,8 @@ def _reads_a_table(op, depth: int = 4) -> bool:
 
 def bfloat16_sums(graph) -> List[tf.Operation]:
   """The ops of `graph` past the limits above: a bfloat16 Mean over more than BF16_MEAN_LIMIT
-  values, a bfloat16 segment sum or Cumsum over BF16_RUNNING_LIMIT rows or more."""
+  values, a bfloat16 Cumsum over BF16_RUNNING_LIMIT rows or more, an UnsortedSegmentSum of as
+  many rows per segment (on average; a gather's gradient: rows gathered from a table)."""
   return [op for op in graph.get_operations()
           if (n := _summed_in_bfloat16(op)) and n >= (
               BF16_MEAN_LIMIT + 1 if op.type == "Mean" else BF16_RUNNING_LIMIT)]
@@ -514,7 +518,8 @@ def say_bfloat16_sums(graph) -> None:
     what = f"a gather of {n:,} rows from a bfloat16 table, whose gradient over repeated ids"
     harm = "1,024 rows of one id come to half their sum"
   else:
-    what = f"a {'cumulative' if op.type == 'Cumsum' else 'segment'} sum of {n:,} bfloat16 rows"
+    what = (f"a cumulative sum of {n:,} bfloat16 rows" if op.type == "Cumsum" else
+            f"a segment sum of {n:,} bfloat16 rows into each segment (on average)")
     harm = "1,024 rows come to half their sum"
   fix = ("gather from the float32 variable and cast the rows after" if _gather_gradient(op)
          else "compute it in float32: tf.cast(x, tf.float32) before it, or dtype='float32' on "
