@@ -152,9 +152,9 @@ def _as_tf_estimator_calls(user_model_fn):
 def _check_spec(spec, mode, call: CallContext, user_model_fn, model_dir, init_checkpoint):
   """What the built graph is checked for before the session starts: a summed loss under
   replicas, products in a 16-bit type the CPU emulates and bfloat16 sums it rounds away
-  (evaluation, prediction), scalar
-  predictions to split, a Saver that misses variables, and the checkpoint to restore against
-  the variables (or, with none, the init_checkpoint's matching ones)."""
+  (evaluation, prediction), scalar predictions to split, a Saver that misses variables, and
+  the checkpoint to restore against the variables (or, with none, the init_checkpoint's
+  matching ones)."""
   if mode == ModeKeys.TRAIN and spec.loss is not None:
     lints.say_summed_loss_across_replicas(spec.loss)
   if mode != ModeKeys.TRAIN and not precision.in_engine_trace():  # (training: the loop's lints)
