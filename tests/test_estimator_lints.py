@@ -3,6 +3,10 @@ advances the global step, batch-norm updates the train_op leaves out, attention 
 form TensorFlow runs slowly with oneDNN, matmuls in a 16-bit type the CPU emulates.
 """
 
+import os
+import sys
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,6 +15,7 @@ from tensorflow.python.framework import kernels  # the oneDNN kernels TF has: no
 from cerebras_tf import CerebrasEstimator, CSConfig
 from cerebras_tf import estimator as estimator_lib
 from cerebras_tf.compiler import lints
+from cerebras_tf.compiler import lower as lower_lib
 from cerebras_tf.errors import ModelFnError
 from cerebras_tf.runtime import precision
 from estimator_fixtures import PARAMS, config_in, train_input_fn
@@ -341,3 +346,27 @@ def test_a_keras_global_average_pooling_over_a_large_map_under_mixed_bfloat16_is
       ({"x": tf.ones([2, 64, 64, 3])}, tf.zeros([2], tf.int32))).repeat(), max_steps=1)
   said = [r.getMessage() for r in caplog.records if BF16_SAID in r.getMessage()]
   assert len(said) == 1 and "global_average_pooling2d/Mean" in said[0], said
+
+
+def test_a_bfloat16_sum_built_without_a_frame_of_yours_is_named_at_the_calling_line(
+    caplog, monkeypatch):
+  """tf.distribute builds each replica's graph in a thread of its own, so a Keras model cloned
+  there has no frame of the user's: the warning names the line that called train() instead.
+  Here the op is built in a thread by code that looks like the standard library's."""
+  monkeypatch.setattr(lints, "_SAID_BF16_SUMS", set())
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.zeros([4, 4096, 8], tf.bfloat16)
+  code = compile("with graph.as_default():\n  tf.reduce_mean(x, 1)\n",
+                 os.path.join(sys.prefix, "lib", "python3.11", "replica_thread.py"), "exec")
+  thread = threading.Thread(target=exec, args=(code, {"graph": graph, "tf": tf, "x": x}))
+  thread.start()
+  thread.join()
+  (mean,) = lints.bfloat16_sums(graph)
+  assert lower_lib.user_source(mean) == ""  # no frame of this file
+  with caplog.at_level("WARNING", logger="tensorflow"):
+    lints.say_bfloat16_sums(graph)  # the call's line, named
+  line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1)
+              if text.rstrip().endswith("# the call's line, named"))
+  said = [r.getMessage() for r in caplog.records if BF16_SAID in r.getMessage()]
+  assert len(said) == 1 and f"test_estimator_lints.py:{line} (op Mean)" in said[0], said

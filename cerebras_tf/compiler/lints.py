@@ -17,6 +17,7 @@ and where the replicas' model_fn calls or merge step fail (`merge_in_cond_messag
 """
 
 import re
+import traceback
 from typing import FrozenSet, List, Optional, Sequence
 
 import numpy as np
@@ -389,7 +390,7 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
   # The op's name too: a Keras model cloned in tf.estimator's model_fn has no line of the
   # user's but the train call's, and its op's name starts with the layer's.
   line, first = next(((w, op) for op in candidates if (w := lower_lib.user_source(op))),
-                     ("", candidates[0]))
+                     (lower_lib.user_source(None, traceback.extract_stack()), candidates[0]))
   where = f"{line} (op {first.name})" if line else f"op {first.name}"
   dtypes = " and ".join(sorted({op.outputs[0].dtype.name for op in found}))
   if (where, len(found), dtypes) in _SAID_EMULATED:
@@ -505,7 +506,9 @@ def say_bfloat16_sums(graph) -> None:
   if not found:
     return
   op = found[0]
-  line = lower_lib.user_source(_forward_op(op))
+  # A Keras model cloned in replica threads has no frame of the user's: the call's line then.
+  line = (lower_lib.user_source(_forward_op(op)) or
+          lower_lib.user_source(None, traceback.extract_stack()))
   where = f"{line} (op {op.name})" if line else f"op {op.name}"
   if (where, len(found)) in _SAID_BF16_SUMS:
     return

@@ -388,13 +388,15 @@ def op_bytes(op) -> float:
     return 0.0
 
 
-def _frames_outside_tf(op):
-  """(path, line, ours) of the frames that built `op`, innermost first, without those of
-  TensorFlow, numpy and the standard library; `ours`: a cerebras_tf frame."""
-  try:
-    frames = list(op.traceback)
-  except Exception:  # pylint: disable=broad-except
-    return
+def _frames_outside_tf(op, frames=None):
+  """(path, line, ours) of the frames that built `op` (or of `frames`, outermost first),
+  innermost first, without those of TensorFlow, numpy and the standard library; `ours`: a
+  cerebras_tf frame."""
+  if frames is None:
+    try:
+      frames = list(op.traceback)
+    except Exception:  # pylint: disable=broad-except
+      return
   for f in reversed(frames):
     path = os.path.normpath(f.filename)
     if "site-packages" in path or path.startswith(_FRAMEWORK_DIRS):
@@ -404,9 +406,10 @@ def _frames_outside_tf(op):
     yield path, f.lineno, source.is_own(path)
 
 
-def user_source(op) -> str:
-  """`file:line` of the innermost frame outside TensorFlow/numpy/cerebras_tf that built `op`."""
-  for path, line, ours in _frames_outside_tf(op):
+def user_source(op, frames=None) -> str:
+  """`file:line` of the innermost frame outside TensorFlow/numpy/cerebras_tf that built `op`
+  (or of `frames`: traceback.extract_stack()'s)."""
+  for path, line, ours in _frames_outside_tf(op, frames):
     if not ours:
       rel = os.path.relpath(path)
       return f"{rel if not rel.startswith('..') else path}:{line}"
