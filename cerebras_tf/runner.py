@@ -118,8 +118,6 @@ def run(params: dict, opts: RunOptions,
   def input_for(tf_mode):
     if tf_mode == PREDICT and "predict_input" in params:  # modelzoo's fine-tuning files
       return functools.partial(with_predict_input, input_fn=input_fn, mode=tf_mode)
-    if tf_mode != TRAIN and "eval_input" not in params:
-      raise ParamsError(f"mode '{mode}' needs an eval_input section in the params file")
     return functools.partial(input_fn, mode=tf_mode)
 
   max_steps = opts.max_steps if opts.max_steps is not None else rc["max_steps"]
@@ -127,6 +125,12 @@ def run(params: dict, opts: RunOptions,
   eval_steps = eval_steps or None  # modelzoo: 0 means all the eval data
   trains = mode in ("train", "train_and_eval")
   evals = mode in ("eval", "eval_all", "train_and_eval")
+  if (evals or (mode == "predict" and "predict_input" not in params)) \
+      and "eval_input" not in params and not (opts.validate_only or opts.compile_only):
+    # Before anything runs: train_and_eval would otherwise train first (FC-MNIST's modelzoo
+    # file has no eval_input).
+    raise ParamsError(f"mode '{mode}' needs an eval_input section in the params file"
+                      + ("; --mode train trains without one" if trains else ""))
   if trains and opts.steps is None and max_steps is None and params["train_input"]["repeat"] \
       and not (opts.validate_only or opts.compile_only):
     raise ParamsError(f"mode '{mode}' with train_input.repeat: true never ends: set "

@@ -368,6 +368,11 @@ def test_runner_needs_eval_input(tmp_path, monkeypatch):
   (tmp_path / "p.yaml").write_text(YAML.split("eval_input")[0] + YAML.split("batch_size: 8\n", 2)[2])
   with pytest.raises(ParamsError, match="mode 'eval' needs an eval_input section"):
     _run("p.yaml", ["--mode", "eval"])
+  # train_and_eval: refused before the estimator is made, not after the training
+  params, opts = cli.load(["run.py", "--params", "p.yaml", "--mode", "train_and_eval"])
+  with pytest.raises(ParamsError, match="mode 'train_and_eval' needs an eval_input section in "
+                     "the params file; --mode train trains without one"):
+    runner.run(params, opts, estimator_factory=lambda *a: pytest.fail("an estimator was made"))
 
 
 def test_run_options_validate():
