@@ -161,6 +161,7 @@ def load(argv: List[str]):
                     compile_only=inv.compile_only, steps=inv.steps, max_steps=inv.max_steps,
                     eval_steps=inv.eval_steps, checkpoint_path=inv.checkpoint_path,
                     use_cs=rc["use_cs"], export_dir=inv.export_dir)
+  runner.check_sections(params, opts, inv.params_path)
   return params, opts
 
 

@@ -64,6 +64,20 @@ class RunOptions:
       raise ConfigError(f"{flag} compiles for the engine; it cannot be combined with --no_cs")
 
 
+def check_sections(params: dict, opts: RunOptions, params_path: Optional[str] = None) -> None:
+  """The params sections `opts.mode` reads are there, before anything runs: train_and_eval
+  would otherwise train first and fail at its evaluation (modelzoo's FC-MNIST file has no
+  eval_input)."""
+  needs_eval = opts.mode in ("eval", "eval_all", "train_and_eval") or (
+      opts.mode == "predict" and "predict_input" not in params)
+  if needs_eval and "eval_input" not in params and not (opts.validate_only or
+                                                         opts.compile_only):
+    where = f" {params_path}" if params_path else ""
+    raise ParamsError(f"mode '{opts.mode}' needs an eval_input section in the params "
+                      f"file{where}" + ("; --mode train trains without one"
+                                        if opts.mode == "train_and_eval" else ""))
+
+
 def make_estimator(model_fn: Callable, params: dict, opts: RunOptions):
   """CerebrasEstimator + CSRunConfig from the params sections `runconfig` and `csconfig`."""
   # What TensorFlow would otherwise fail on with a traceback, checked before it starts.
@@ -125,12 +139,7 @@ def run(params: dict, opts: RunOptions,
   eval_steps = eval_steps or None  # modelzoo: 0 means all the eval data
   trains = mode in ("train", "train_and_eval")
   evals = mode in ("eval", "eval_all", "train_and_eval")
-  if (evals or (mode == "predict" and "predict_input" not in params)) \
-      and "eval_input" not in params and not (opts.validate_only or opts.compile_only):
-    # Before anything runs: train_and_eval would otherwise train first (FC-MNIST's modelzoo
-    # file has no eval_input).
-    raise ParamsError(f"mode '{mode}' needs an eval_input section in the params file"
-                      + ("; --mode train trains without one" if trains else ""))
+  check_sections(params, opts)
   if trains and opts.steps is None and max_steps is None and params["train_input"]["repeat"] \
       and not (opts.validate_only or opts.compile_only):
     raise ParamsError(f"mode '{mode}' with train_input.repeat: true never ends: set "

@@ -1,5 +1,6 @@
 """scripts/run.py: flags over YAML, one-line errors with exit code 2, and runner dispatch."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -368,10 +369,15 @@ def test_runner_needs_eval_input(tmp_path, monkeypatch):
   (tmp_path / "p.yaml").write_text(YAML.split("eval_input")[0] + YAML.split("batch_size: 8\n", 2)[2])
   with pytest.raises(ParamsError, match="mode 'eval' needs an eval_input section"):
     _run("p.yaml", ["--mode", "eval"])
-  # train_and_eval: refused before the estimator is made, not after the training
-  params, opts = cli.load(["run.py", "--params", "p.yaml", "--mode", "train_and_eval"])
+  # train_and_eval: refused while the flags are read (naming the file), not after the training;
+  # and by runner.run itself, for a caller of its own
   with pytest.raises(ParamsError, match="mode 'train_and_eval' needs an eval_input section in "
-                     "the params file; --mode train trains without one"):
+                     "the params file p.yaml; --mode train trains without one"):
+    cli.load(["run.py", "--params", "p.yaml", "--mode", "train_and_eval"])
+  params, opts = cli.load(["run.py", "--params", "p.yaml"])
+  opts = dataclasses.replace(opts, mode="train_and_eval")
+  with pytest.raises(ParamsError, match="mode 'train_and_eval' needs an eval_input section in "
+                     "the params file; --mode train"):
     runner.run(params, opts, estimator_factory=lambda *a: pytest.fail("an estimator was made"))
 
 
