@@ -596,7 +596,15 @@ class _Validator:
       return value
     # Flags and overrides come from the shell: relative to the working directory.
     base = os.getcwd() if self.from_override(path) else self.base_dir
-    return os.path.normpath(os.path.join(base, value))
+    resolved = os.path.normpath(os.path.join(base, value))
+    if base == self.base_dir and os.path.basename(base) == "configs" \
+        and not os.path.exists(resolved):
+      # A modelzoo file's paths are relative to its run.py, the folder above its configs/
+      # (a fine-tuning file's '../../../../vocab/...'), as its pretrain_params_path is.
+      above = os.path.normpath(os.path.join(os.path.dirname(base), value))
+      if os.path.exists(above):
+        return above
+    return resolved
 
   def learning_rate(self, path: tuple, value, field: Field):
     if isinstance(value, dict):

@@ -89,6 +89,26 @@ def test_environment_variables_in_paths_are_expanded_or_named(tmp_path, monkeypa
   assert p["train_input"]["vocab_file"] == str(tmp_path / "zoo" / "vocab.txt")
 
 
+def test_a_modelzoo_files_paths_are_found_relative_to_its_run_py_folder(tmp_path):
+  # modelzoo's fine-tuning files live in <model>/configs/ and write their paths relative to
+  # the run.py beside that folder ('../../../../vocab/...'); ours are relative to the file.
+  # A path missing next to a configs/ file is looked for from the folder above.
+  run_dir = tmp_path / "classifier"
+  (run_dir / "configs").mkdir(parents=True)
+  path = _write(run_dir / "configs", GOOD)  # vocab_file: ../vocab.txt
+  (tmp_path / "vocab.txt").write_text("[PAD]\n")
+  assert params_lib.load_params(path)["train_input"]["vocab_file"] == str(tmp_path / "vocab.txt")
+  (run_dir / "vocab.txt").write_text("[PAD]\n")  # next to the file (configs/..): that one
+  assert params_lib.load_params(path)["train_input"]["vocab_file"] == str(run_dir / "vocab.txt")
+  # Elsewhere, or found in neither place: relative to the file, as before.
+  other = tmp_path / "other" / "sub"
+  other.mkdir(parents=True)
+  assert params_lib.load_params(_write(other, GOOD))["train_input"]["vocab_file"] == \
+      str(tmp_path / "other" / "vocab.txt")
+  assert params_lib.load_params(path)["train_input"]["data_dir"] == \
+      str(run_dir / "configs" / "data")
+
+
 def test_overrides_are_typed_and_relative_to_cwd(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   path = _write(tmp_path, GOOD)
