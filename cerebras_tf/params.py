@@ -380,6 +380,8 @@ class _Validator:
     self.origins = origins
     self.spec = None  # the model family's registry.ModelSpec, once model.name is read
     self.moved: Dict[tuple, tuple] = {}  # a key here -> the modelzoo-named key moved onto it
+    # modelzoo's files never name their family (their run.py's folder does); ours must
+    self.names_no_family = not origins.get(("model", "name"), "").startswith(filename + ":")
 
   def where(self, path: tuple) -> str:
     """The closest known origin of `path` (itself, else its parents), else the file name."""
@@ -597,10 +599,11 @@ class _Validator:
     # Flags and overrides come from the shell: relative to the working directory.
     base = os.getcwd() if self.from_override(path) else self.base_dir
     resolved = os.path.normpath(os.path.join(base, value))
-    if base == self.base_dir and os.path.basename(base) == "configs" \
+    if base == self.base_dir and self.names_no_family and os.path.basename(base) == "configs" \
         and not os.path.exists(resolved):
       # A modelzoo file's paths are relative to its run.py, the folder above its configs/
-      # (a fine-tuning file's '../../../../vocab/...'), as its pretrain_params_path is.
+      # (a fine-tuning file's '../../../../vocab/...'), as its pretrain_params_path is. (Not
+      # ours: configs/params_*.yaml's '../data_cache' must not find another checkout's.)
       above = os.path.normpath(os.path.join(os.path.dirname(base), value))
       if os.path.exists(above):
         return above

@@ -90,23 +90,28 @@ def test_environment_variables_in_paths_are_expanded_or_named(tmp_path, monkeypa
 
 
 def test_a_modelzoo_files_paths_are_found_relative_to_its_run_py_folder(tmp_path):
-  # modelzoo's fine-tuning files live in <model>/configs/ and write their paths relative to
-  # the run.py beside that folder ('../../../../vocab/...'); ours are relative to the file.
-  # A path missing next to a configs/ file is looked for from the folder above.
-  run_dir = tmp_path / "classifier"
+  # modelzoo's files live in <model>/configs/ and write their paths relative to the run.py
+  # beside that folder (a fine-tuning file's '../../../../vocab/...'); ours are relative to
+  # the file. A path missing next to a configs/ file that names no family (modelzoo's never
+  # do) is looked for from the folder above.
+  zoo = textwrap.dedent("""\
+      train_input: {data_dir: ../tfds, batch_size: 16}
+      model: {hidden_sizes: [8], activation_fn: relu}
+      runconfig: {max_steps: 10}
+      """)  # modelzoo's FC-MNIST keys: the mlp family
+  run_dir = tmp_path / "fc_mnist"
   (run_dir / "configs").mkdir(parents=True)
-  path = _write(run_dir / "configs", GOOD)  # vocab_file: ../vocab.txt
-  (tmp_path / "vocab.txt").write_text("[PAD]\n")
-  assert params_lib.load_params(path)["train_input"]["vocab_file"] == str(tmp_path / "vocab.txt")
-  (run_dir / "vocab.txt").write_text("[PAD]\n")  # next to the file (configs/..): that one
-  assert params_lib.load_params(path)["train_input"]["vocab_file"] == str(run_dir / "vocab.txt")
-  # Elsewhere, or found in neither place: relative to the file, as before.
-  other = tmp_path / "other" / "sub"
-  other.mkdir(parents=True)
-  assert params_lib.load_params(_write(other, GOOD))["train_input"]["vocab_file"] == \
-      str(tmp_path / "other" / "vocab.txt")
-  assert params_lib.load_params(path)["train_input"]["data_dir"] == \
-      str(run_dir / "configs" / "data")
+  path = _write(run_dir / "configs", zoo)
+  data_dir = lambda p: params_lib.load_params(p)["train_input"]["data_dir"]  # noqa: E731
+  assert data_dir(path) == str(run_dir / "tfds")  # found nowhere: relative to the file
+  (tmp_path / "tfds").mkdir()  # where its run.py finds '../tfds'
+  assert data_dir(path) == str(tmp_path / "tfds")
+  (run_dir / "tfds").mkdir()  # next to the file (configs/..): that one
+  assert data_dir(path) == str(run_dir / "tfds")
+  # A file of ours (it names its family) keeps its paths relative to itself.
+  ours = _write(run_dir / "configs", zoo.replace("model: {", "model: {name: mlp, "), "o.yaml")
+  (run_dir / "tfds").rmdir()
+  assert data_dir(ours) == str(run_dir / "tfds")
 
 
 def test_overrides_are_typed_and_relative_to_cwd(tmp_path, monkeypatch):
