@@ -602,11 +602,10 @@ class _Validator:
     if base == self.base_dir and self.names_no_family and os.path.basename(base) == "configs" \
         and not os.path.exists(resolved):
       # A modelzoo file's paths are relative to its run.py, the folder above its configs/
-      # (a fine-tuning file's '../../../../vocab/...'), as its pretrain_params_path is. (Not
-      # ours: configs/params_*.yaml's '../data_cache' must not find another checkout's.)
-      above = os.path.normpath(os.path.join(os.path.dirname(base), value))
-      if os.path.exists(above):
-        return above
+      # (a fine-tuning file's '../../../../vocab/...'), as its pretrain_params_path is: a path
+      # not next to the file is that one, found or not (so an error names where modelzoo
+      # looks). Not ours: configs/params_*.yaml's '../data_cache' is relative to the file.
+      return os.path.normpath(os.path.join(os.path.dirname(base), value))
     return resolved
 
   def learning_rate(self, path: tuple, value, field: Field):

@@ -93,7 +93,7 @@ def test_a_modelzoo_files_paths_are_found_relative_to_its_run_py_folder(tmp_path
   # modelzoo's files live in <model>/configs/ and write their paths relative to the run.py
   # beside that folder (a fine-tuning file's '../../../../vocab/...'); ours are relative to
   # the file. A path missing next to a configs/ file that names no family (modelzoo's never
-  # do) is looked for from the folder above.
+  # do) is taken from the folder above.
   zoo = textwrap.dedent("""\
       train_input: {data_dir: ../tfds, batch_size: 16}
       model: {hidden_sizes: [8], activation_fn: relu}
@@ -103,8 +103,8 @@ def test_a_modelzoo_files_paths_are_found_relative_to_its_run_py_folder(tmp_path
   (run_dir / "configs").mkdir(parents=True)
   path = _write(run_dir / "configs", zoo)
   data_dir = lambda p: params_lib.load_params(p)["train_input"]["data_dir"]  # noqa: E731
-  assert data_dir(path) == str(run_dir / "tfds")  # found nowhere: relative to the file
-  (tmp_path / "tfds").mkdir()  # where its run.py finds '../tfds'
+  assert data_dir(path) == str(tmp_path / "tfds")  # where its run.py looks, found or not
+  (tmp_path / "tfds").mkdir()
   assert data_dir(path) == str(tmp_path / "tfds")
   (run_dir / "tfds").mkdir()  # next to the file (configs/..): that one
   assert data_dir(path) == str(run_dir / "tfds")
