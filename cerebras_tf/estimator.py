@@ -371,6 +371,7 @@ class _CerebrasMethods:
       lints.say_slow_attention_scores(graph)
     lints.say_emulated_products(graph, precision.emulated_dtypes())
     lints.say_bfloat16_sums(graph)
+    lints.say_16_bit_variables(graph)
     run, progress = self._call.engine, None
     if run is not None:
       progress = run.progress_hook(estimator_spec.loss, self.model_dir)

@@ -370,3 +370,32 @@ def test_a_bfloat16_sum_built_without_a_frame_of_yours_is_named_at_the_calling_l
               if text.rstrip().endswith("# the call's line, named"))
   said = [r.getMessage() for r in caplog.records if BF16_SAID in r.getMessage()]
   assert len(said) == 1 and f"test_estimator_lints.py:{line} (op Mean)" in said[0], said
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_trainable_variables_in_bfloat16_are_named_with_the_users_line(
+    tmp_path, caplog, monkeypatch, dtype):
+  """tf.compat.v1.layers make their variables in their input's dtype: a model_fn that casts its
+  input to bfloat16 trains bfloat16 weights, whose Adam state rounds (beta2 0.999 is 1.0 in
+  bfloat16; a feature-column DNN so made diverged). Named once, with the layer's line."""
+  monkeypatch.setattr(lints, "_SAID_BF16_SUMS", set())
+  assert float(tf.cast(0.999, tf.bfloat16)) == 1.0
+
+  def model_fn(features, labels, mode, params):
+    x = tf.cast(features["x"], dtype)
+    logits = tf.cast(tf.compat.v1.layers.dense(x, params["num_classes"]), tf.float32)  # here
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    step = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(
+        loss, tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=step)
+
+  est = CerebrasEstimator(model_fn, params=PARAMS, config=config_in(tmp_path))
+  est.train(train_input_fn, max_steps=2)
+  said = [r.getMessage() for r in caplog.records if "trainable variable(s) are" in r.getMessage()]
+  if dtype == "float32":
+    assert not said
+    return
+  line = next(i for i, text in enumerate(open(__file__, encoding="utf-8"), 1)
+              if text.rstrip().endswith("# here"))
+  assert len(said) == 1 and f"test_estimator_lints.py:{line} (variable dense/" in said[0], said
+  assert "2 trainable variable(s) are bfloat16" in said[0]

@@ -390,7 +390,8 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
   # The op's name too: a Keras model cloned in tf.estimator's model_fn has no line of the
   # user's but the train call's, and its op's name starts with the layer's.
   line, first = next(((w, op) for op in candidates if (w := lower_lib.user_source(op))),
-                     (lower_lib.user_source(None, traceback.extract_stack()), candidates[0]))
+                     ("", candidates[0]))
+  line = line or _calling_line()
   where = f"{line} (op {first.name})" if line else f"op {first.name}"
   dtypes = " and ".join(sorted({op.outputs[0].dtype.name for op in found}))
   if (where, len(found), dtypes) in _SAID_EMULATED:
@@ -414,11 +415,10 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
 # 2,048 values, 34% at 3,072, 50% at 4,096; UnsortedSegmentSum (as in a bfloat16 gather's
 # gradient made dense: the rows of repeated ids) and Cumsum 6% off at 512 rows into one, 51% at
 # 1,024, where the running sum stops growing (SegmentSum like Mean; its rows per segment are
-# not known while the graph is built, so it is not named). Sum, a Mean over the last axis or over everything, and the
-# products add up in float32. (BiasAddGrad too, fixed: runtime/bias_grad.py.)
+# not known while the graph is built, so it is not named). Sum, a Mean over the last axis or
+# over everything, and the products add up in float32. (BiasAddGrad too: runtime/bias_grad.py.)
 BF16_MEAN_LIMIT = 2048    # values a Mean over outer axes adds up within ~3%
 BF16_RUNNING_LIMIT = 512  # rows a segment sum or Cumsum adds up into one within ~6%
-_SEGMENT_SUMS = frozenset({"SegmentSum", "UnsortedSegmentSum"})
 
 
 def _static_axes(op) -> Optional[List[int]]:
@@ -457,7 +457,7 @@ _GATHERS = frozenset({"GatherV2", "Gather", "ResourceGather"})
 
 def _gather_gradient(op) -> bool:
   """Whether `op` is the segment sum that makes a gather's gradient dense."""
-  return op.type in _SEGMENT_SUMS and _forward_op(op).type in _GATHERS
+  return op.type == "UnsortedSegmentSum" and _forward_op(op).type in _GATHERS
 
 
 def _reads_a_table(op, depth: int = 4) -> bool:
@@ -483,7 +483,7 @@ def _forward_op(op):
   itself. A segment sum that makes a gather's gradient dense, named for the op that needed it
   dense ("gradients/AddN/inputs_1", "gradients/Reshape_grad/..."): the gather's."""
   names = [op.name]
-  if op.type in _SEGMENT_SUMS:
+  if op.type == "UnsortedSegmentSum":
     names.insert(0, op.inputs[0].op.name)  # "gradients/GatherV2_grad/Reshape"
   for name in names:
     match = re.match(r"^(?:.*/)?gradients(?:_\d+)?/(.+?)_grad/", name)
@@ -498,6 +498,37 @@ def _forward_op(op):
 _SAID_BF16_SUMS = set()  # say_bfloat16_sums's lines said in this process
 
 
+def _calling_line() -> str:
+  """The user's line in the current stack (their train/evaluate call): for an op built where
+  no frame of theirs is, as a Keras model cloned in tf.distribute's replica threads."""
+  return lower_lib.user_source(None, traceback.extract_stack())
+
+
+def say_16_bit_variables(graph) -> None:
+  """Names the first trainable variable of `graph` stored in a 16-bit type (tf.compat.v1.layers
+  make their variables in their input's dtype, so a model that casts its input to bfloat16
+  trains bfloat16 weights), with the user's line: the optimizer's slots and updates round to
+  that type. Adam's beta2 0.999 is 1.0 in bfloat16; a feature-column DNN so made reached a
+  loss of 37,680 after 200 Adam steps against 0.13 with float32 weights (use_cs=False alike,
+  2026-12-02). Once per process and line."""
+  found = [v for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+           if v.dtype.base_dtype in (tf.bfloat16, tf.float16)]
+  if not found:
+    return
+  line = lower_lib.user_source(found[0].op) or _calling_line()
+  where = f"{line} (variable {found[0].op.name})" if line else f"variable {found[0].op.name}"
+  if (where, len(found)) in _SAID_BF16_SUMS:
+    return
+  _SAID_BF16_SUMS.add((where, len(found)))
+  tf.compat.v1.logging.warning(
+      "cerebras_tf: %s: %d trainable variable(s) are %s, so the optimizer's state and updates "
+      "round to it (Adam's beta2 0.999 is 1.0 in bfloat16; such a model diverged here): keep "
+      "the variables float32 and cast them where they are used, as tf.keras layers under "
+      "set_global_policy('mixed_bfloat16') do, or tf.cast(tf.compat.v1.get_variable(...), "
+      "tf.bfloat16) in a layer of your own", where, len(found),
+      found[0].dtype.base_dtype.name)
+
+
 def say_bfloat16_sums(graph) -> None:
   """Names the user's line of the first op whose bfloat16 sum TensorFlow's CPU kernel rounds
   away (bfloat16_sums: the line of the forward op a gradient op is for) and the fix; each
@@ -506,9 +537,7 @@ def say_bfloat16_sums(graph) -> None:
   if not found:
     return
   op = found[0]
-  # A Keras model cloned in replica threads has no frame of the user's: the call's line then.
-  line = (lower_lib.user_source(_forward_op(op)) or
-          lower_lib.user_source(None, traceback.extract_stack()))
+  line = lower_lib.user_source(_forward_op(op)) or _calling_line()
   where = f"{line} (op {op.name})" if line else f"op {op.name}"
   if (where, len(found)) in _SAID_BF16_SUMS:
     return
