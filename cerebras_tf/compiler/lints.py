@@ -400,13 +400,26 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
   # Where bfloat16 is fast, a float16 model (a GPU guide's mixed_float16) keeps its 16 bits.
   policy, dtype = (("mixed_bfloat16", "bfloat16") if "bfloat16" not in emulated
                    else ("float32", "float32"))
+  cost = "; ".join(_EMULATED_COST[d] for d in sorted({op.outputs[0].dtype.name for op in found}))
+  gain = _BFLOAT16_GAIN if policy == "mixed_bfloat16" else ""
   tf.compat.v1.logging.warning(
       "cerebras_tf: %s: %d matmul/convolution op(s) compute in %s, which TensorFlow emulates "
-      "on this CPU (no fast kernel here: on an AVX2 host a Keras MLP trained ~60x slower in "
-      "float16 than in float32, BERT-tiny 0.73x in bfloat16): for speed on this host set the "
-      "Keras policy to %s (tf.keras.mixed_precision.set_global_policy('%s')) or cast to %s; "
+      "on this CPU (no fast kernel here; measured, %s): for speed on this host set the "
+      "Keras policy to %s%s (tf.keras.mixed_precision.set_global_policy('%s')) or cast to %s; "
       "the engine's estimate assumes 16-bit activations either way",
-      where, len(found), dtypes, policy, policy, dtype)
+      where, len(found), dtypes, cost, policy, gain, policy, dtype)
+
+
+# What an emulated dtype cost, as the warning quotes it (benchmarks/bench_keras_policies.py,
+# bench_bf16.py; docs/performance.md): float16 on every CPU, bfloat16 without bf16 math.
+_EMULATED_COST = {
+    "float16": "float16 against float32: a Keras MLP ~60-110x slower, a ResNet-style CNN ~175x "
+               "(an AVX2 EPYC, a Xeon with avx512_fp16, an EPYC with avx512_bf16)",
+    "bfloat16": "bfloat16 without bf16 math: BERT-tiny 0.73x float32's speed on an AVX2 host, "
+                "0.35x on an AVX-512 Xeon without avx512_bf16",
+}
+_BFLOAT16_GAIN = (", which this CPU computes natively (a Keras ResNet-style CNN trained 1.72x "
+                  "faster under it than in float32 on an EPYC with avx512_bf16)")
 
 
 # TensorFlow 2.15's CPU kernels that add bfloat16 values up in bfloat16 (an AVX-512 EPYC,
