@@ -393,14 +393,15 @@ def say_emulated_products(graph, emulated: FrozenSet[str]) -> None:
                      ("", candidates[0]))
   line = line or _calling_line()
   where = f"{line} (op {first.name})" if line else f"op {first.name}"
-  dtypes = " and ".join(sorted({op.outputs[0].dtype.name for op in found}))
+  names = sorted({op.outputs[0].dtype.name for op in found})
+  dtypes = " and ".join(names)
   if (where, len(found), dtypes) in _SAID_EMULATED:
     return
   _SAID_EMULATED.add((where, len(found), dtypes))
   # Where bfloat16 is fast, a float16 model (a GPU guide's mixed_float16) keeps its 16 bits.
   policy, dtype = (("mixed_bfloat16", "bfloat16") if "bfloat16" not in emulated
                    else ("float32", "float32"))
-  cost = "; ".join(_EMULATED_COST[d] for d in sorted({op.outputs[0].dtype.name for op in found}))
+  cost = "; ".join(_EMULATED_COST[d] for d in names)
   gain = _BFLOAT16_GAIN if policy == "mixed_bfloat16" else ""
   tf.compat.v1.logging.warning(
       "cerebras_tf: %s: %d matmul/convolution op(s) compute in %s, which TensorFlow emulates "
